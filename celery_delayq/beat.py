@@ -1,0 +1,51 @@
+"""A Celery beat scheduler that also runs the mover.
+
+``beat_scheduler = "celery_delayq.beat:Scheduler"`` (or ``celery beat -S delayq``)
+runs the ordinary ``beat_schedule`` exactly as Celery's default
+``PersistentScheduler`` does, and moves due delayed messages in a thread beside it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery.beat import PersistentScheduler
+
+from .config import DelayqConfig
+from .connect import store_connector
+from .mover import Mover, MoverThread
+
+
+class Scheduler(PersistentScheduler):  # type: ignore[misc]
+    """PersistentScheduler plus a mover thread started on the first tick."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.mover_thread: MoverThread | None = None
+        super().__init__(*args, **kwargs)
+        # Validate now, so a bad setting fails at start; `celery beat` also builds a
+        # lazy instance only to print its banner, so no work starts here.
+        self.delayq_config = DelayqConfig.from_app(self.app)
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        if self.mover_thread is None:
+            connect, close = store_connector(self.app)
+            mover = Mover(
+                connect,
+                max_sleep=self.delayq_config.mover_max_sleep,
+                retry_max=self.delayq_config.mover_retry_max,
+                name="beat mover",
+            )
+            self.mover_thread = MoverThread(mover, on_exit=close)
+            self.mover_thread.start()
+        interval: float = super().tick(*args, **kwargs)
+        return interval
+
+    def close(self) -> None:
+        if self.mover_thread is not None:
+            self.mover_thread.stop()
+        super().close()
+
+    @property
+    def info(self) -> str:
+        prefix = self.delayq_config.key_prefix
+        return f"{super().info}\n    . delayq mover -> on (key prefix {prefix!r})"

@@ -1,0 +1,49 @@
+"""The worker-side mover: a worker bootstep running a Mover in a background thread.
+
+The mover has its own Redis connections and thread, so moving never runs on the
+worker's event loop and cannot stall message consumption. It is a worker (not a
+consumer) step, so a broker reconnect does not restart it; a Redis outage is
+handled inside the mover by back-off and retry.
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+from celery import bootsteps
+
+from .config import DelayqConfig
+from .connect import store_connector
+from .mover import Mover, MoverThread
+
+
+class WorkerMover(bootsteps.StartStopStep):
+    """Moves due delayed messages for as long as the worker runs (``delayq_worker_mover``)."""
+
+    label = "celery-delayq mover"
+
+    def __init__(self, worker: Any, **kwargs: Any) -> None:
+        self.config = DelayqConfig.from_app(worker.app)
+        self.enabled = self.config.worker_mover
+        super().__init__(worker, **kwargs)
+
+    def create(self, worker: Any) -> MoverThread:
+        """The service object; StartStopStep starts and stops it with the worker."""
+        connect, close = store_connector(worker.app)
+        mover = Mover(
+            connect,
+            max_sleep=self.config.mover_max_sleep,
+            retry_max=self.config.mover_retry_max,
+            name=f"worker mover {socket.gethostname()}",
+        )
+        return MoverThread(mover, on_exit=close)
+
+
+def add_worker_mover(worker: Any) -> None:
+    """``worker_init`` handler: add the mover step when the worker uses our transport."""
+    from .transport import DelayedPublishMixin
+
+    channel_cls = worker.app.connection_for_read().transport.Channel
+    if issubclass(channel_cls, DelayedPublishMixin):
+        worker.app.steps["worker"].add(WorkerMover)

