@@ -1,0 +1,252 @@
+"""The delayed store and its Lua scripts, against a real Redis (no Celery worker)."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+
+import pytest
+import redis
+
+from celery_delayq.keys import KeySpace
+from celery_delayq.store import DelayedStore, Record
+
+from .conftest import wait_for
+
+
+def make_store(client: redis.Redis, batch: int = 500, prefix: str = "") -> DelayedStore:
+    return DelayedStore(client, KeySpace(prefix, "delayq"), batch)
+
+
+def schedule(store: DelayedStore, n: int, due_ms: int, queue: str = "q", task: str = "t") -> None:
+    for i in range(n):
+        store.schedule(
+            queue=queue, message_id=f"m{i}", task_id=f"{task}{i}", due_ms=due_ms,
+            destination=queue, payload=b'{"n": %d}' % i,
+        )  # fmt: skip
+
+
+def test_a_message_is_not_moved_before_it_is_due_by_the_redis_clock(redis_client):
+    store = make_store(redis_client)
+    schedule(store, 1, store.server_time_ms() + 60_000)
+
+    result = store.move_all_due()
+
+    assert result.moved == 0
+    assert redis_client.llen("q") == 0
+    assert 59 < result.seconds_until_next() <= 60
+
+
+def test_a_due_message_reaches_its_list_byte_for_byte_and_leaves_the_store(redis_client):
+    store = make_store(redis_client)
+    payload = '{"big": 12345678901234567, "z": 1, "a": "é\\u0000"}'.encode() + b"\xff\x00"
+    store.schedule(queue="q", message_id="m1", task_id="t1", due_ms=store.server_time_ms() - 1,
+                   destination="prefix:q\x06\x163", payload=payload)  # fmt: skip
+
+    result = store.move_all_due()
+
+    assert result.moved == 1
+    assert result.next_due_ms is None
+    assert redis_client.lrange("prefix:q\x06\x163", 0, -1) == [payload]
+    keys = store.keys.for_queue("q")
+    assert redis_client.zcard(keys.due) == 0
+    assert redis_client.hlen(keys.messages) == 0
+    assert redis_client.hlen(keys.task_index) == 0
+
+
+def test_moves_are_bounded_batches_and_move_all_due_drains_every_queue(redis_client):
+    store = make_store(redis_client, batch=100)
+    now = store.server_time_ms()
+    schedule(store, 250, now - 10, queue="a")
+    schedule(store, 30, now - 10, queue="b")
+
+    first = store.move_due("a")
+    assert first.moved == 100
+    assert redis_client.llen("a") == 100
+
+    rest = store.move_all_due()
+    assert rest.moved == 180
+    assert redis_client.llen("a") == 250
+    assert redis_client.llen("b") == 30
+
+
+def test_messages_are_delivered_in_due_order(redis_client):
+    store = make_store(redis_client)
+    now = store.server_time_ms()
+    for i, offset in enumerate([30, 10, 20]):
+        store.schedule(queue="q", message_id=f"m{i}", task_id="", due_ms=now - 100 + offset,
+                       destination="q", payload=b"%d" % offset)  # fmt: skip
+    store.move_all_due()
+    # kombu LPUSHes and consumers RPOP, so the oldest due is at the right end.
+    assert redis_client.lrange("q", 0, -1)[::-1] == [b"10", b"20", b"30"]
+
+
+def _drain(port: int, moved: multiprocessing.Value) -> None:  # type: ignore[valid-type]
+    store = make_store(redis.Redis(port=port), batch=50)
+    while True:
+        result = store.move_all_due()
+        with moved.get_lock():
+            moved.value += result.moved
+        if result.next_due_ms is None:
+            return
+
+
+def test_four_concurrent_movers_deliver_10000_messages_exactly_once(redis_server, redis_client):
+    store = make_store(redis_client)
+    due = store.server_time_ms() + 300
+    with redis_client.pipeline(transaction=False) as pipe:
+        for i in range(10_000):
+            store.scripts.schedule(
+                keys=[*store.keys.for_queue("q").as_list(), store.keys.queues],
+                args=[f"m{i}", due + i % 50, Record("q", f"t{i}", b"%d" % i).encode(), f"t{i}",
+                      "q", store.keys.wakeup_channel],
+                client=pipe,
+            )  # fmt: skip
+        pipe.execute()
+    moved = multiprocessing.Value("i", 0)
+    movers = [
+        multiprocessing.Process(target=_drain, args=(redis_server.port, moved)) for _ in range(4)
+    ]
+    for mover in movers:
+        mover.start()
+    for mover in movers:
+        mover.join(60)
+        assert mover.exitcode == 0
+
+    delivered = redis_client.lrange("q", 0, -1)
+    assert moved.value == 10_000
+    assert len(delivered) == 10_000
+    assert sorted(int(x) for x in delivered) == list(range(10_000))
+
+
+def test_cancel_removes_every_pending_message_of_a_task_and_returns_the_count(redis_client):
+    store = make_store(redis_client)
+    later = store.server_time_ms() + 60_000
+    for message_id, queue in [("m1", "q"), ("m2", "q"), ("m3", "other")]:
+        store.schedule(queue=queue, message_id=message_id, task_id="same", due_ms=later,
+                       destination=queue, payload=b"x")  # fmt: skip
+    schedule(store, 1, later, task="keep")
+
+    assert store.cancel("same") == 3
+    assert store.cancel("same") == 0
+    assert store.cancel("never-seen") == 0
+    assert [b.pending for b in store.backlog()] == [0, 1]
+
+
+def test_cancel_after_the_move_finds_nothing(redis_client):
+    store = make_store(redis_client)
+    schedule(store, 1, store.server_time_ms() - 1)
+    store.move_all_due()
+    assert store.cancel("t0") == 0
+    assert redis_client.llen("q") == 1
+
+
+def test_moving_one_of_two_messages_of_a_task_keeps_the_other_cancellable(redis_client):
+    store = make_store(redis_client)
+    now = store.server_time_ms()
+    for message_id, due in [("early", now - 1), ("late", now + 60_000)]:
+        store.schedule(queue="q", message_id=message_id, task_id="t", due_ms=due,
+                       destination="q", payload=message_id.encode())  # fmt: skip
+    store.move_all_due()
+    assert redis_client.hget(store.keys.for_queue("q").task_index, "t") == b"late"
+    assert store.cancel("t") == 1
+
+
+def test_reschedule_changes_due_time_and_rewrites_the_payload(redis_client):
+    store = make_store(redis_client)
+    now = store.server_time_ms()
+    schedule(store, 1, now + 60_000)
+
+    changed = store.reschedule("t0", now - 1, lambda payload: payload + b" rewritten")
+
+    assert changed == 1
+    assert store.move_all_due().moved == 1
+    assert redis_client.lrange("q", 0, -1) == [b'{"n": 0} rewritten']
+    assert store.reschedule("t0", now, lambda payload: payload) == 0
+
+
+def test_scheduling_a_new_earliest_message_wakes_movers(redis_client):
+    store = make_store(redis_client)
+    pubsub = redis_client.pubsub()
+    pubsub.subscribe(store.keys.wakeup_channel)
+    assert wait_for(lambda: pubsub.get_message(timeout=1))["type"] == "subscribe"
+    now = store.server_time_ms()
+
+    assert store.schedule(queue="q", message_id="a", task_id="", due_ms=now + 5000,
+                          destination="q", payload=b"a") is True  # fmt: skip
+    assert store.schedule(queue="q", message_id="b", task_id="", due_ms=now + 9000,
+                          destination="q", payload=b"b") is False  # fmt: skip
+    assert store.schedule(queue="q", message_id="c", task_id="", due_ms=now + 1000,
+                          destination="q", payload=b"c") is True  # fmt: skip
+
+    woken = [pubsub.get_message(timeout=1) for _ in range(3)]
+    assert [int(m["data"]) for m in woken if m] == [now + 5000, now + 1000]
+
+
+def test_an_eta_in_year_9999_is_stored_and_listed(redis_client):
+    store = make_store(redis_client)
+    year_9999_ms = 253_402_300_799_000
+    schedule(store, 1, year_9999_ms)
+
+    assert store.move_all_due().next_due_ms == year_9999_ms
+    (backlog,) = store.backlog()
+    assert (backlog.pending, backlog.overdue, backlog.next_due) == (1, 0, 253_402_300_799.0)
+
+
+def test_an_unreadable_record_does_not_block_the_queue(redis_client):
+    store = make_store(redis_client)
+    now = store.server_time_ms()
+    keys = store.keys.for_queue("q")
+    schedule(store, 2, now - 1)
+    redis_client.hset(keys.messages, "m0", b"not a record")
+    redis_client.zadd(keys.due, {"ghost": now - 2})
+
+    result = store.move_all_due()
+
+    assert (result.moved, result.missing) == (1, 2)
+    assert redis_client.lrange("q", 0, -1) == [b'{"n": 1}']
+    assert redis_client.hget(keys.messages, "m0") == b"not a record"  # kept for inspection
+
+
+def test_scripts_are_reloaded_after_noscript(redis_client):
+    store = make_store(redis_client)
+    schedule(store, 1, store.server_time_ms() - 1)
+    redis_client.script_flush()
+    assert store.move_all_due().moved == 1
+
+
+def test_global_keyprefix_is_applied_to_every_store_key(redis_client):
+    store = make_store(redis_client, prefix="app1:")
+    schedule(store, 1, store.server_time_ms() + 60_000)
+    assert sorted(redis_client.keys("*")) == [
+        b"app1:delayq:queues", b"app1:delayq:{q}:due", b"app1:delayq:{q}:ids",
+        b"app1:delayq:{q}:msg",
+    ]  # fmt: skip
+
+
+def test_record_round_trips_destination_task_id_and_payload():
+    record = Record("q\x06\x163", "tâsk:1", b"5:abc:payload")
+    assert Record.decode(record.encode()) == record
+
+
+def test_movers_in_threads_share_nothing_but_redis(redis_client, redis_server):
+    """Threads with their own clients, the way worker and beat movers run."""
+    store = make_store(redis_client, batch=10)
+    schedule(store, 500, store.server_time_ms() - 1)
+    stores = [make_store(redis.Redis(port=redis_server.port), batch=10) for _ in range(4)]
+    totals: list[int] = []
+    threads = [threading.Thread(target=lambda s=s: totals.append(s.move_all_due().moved))
+               for s in stores]  # fmt: skip
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sum(totals) == 500
+    assert redis_client.llen("q") == 500
+
+
+@pytest.mark.parametrize("batch", [1, 7])
+def test_small_batches_still_drain_everything(redis_client, batch):
+    store = make_store(redis_client, batch=batch)
+    schedule(store, 20, store.server_time_ms() - 1)
+    assert store.move_all_due().moved == 20

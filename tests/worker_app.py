@@ -1,0 +1,47 @@
+"""A Celery app for tests that run real worker and beat subprocesses.
+
+Configured from the environment: ``BROKER_URL`` (required), ``DELAYQ_SETTINGS`` (JSON
+object of extra Celery settings). Every task execution is recorded in the broker's
+Redis under ``test:runs`` so the test process can count and time them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from typing import Any
+
+import redis
+from celery import Celery
+
+app = Celery("worker_app")
+app.conf.update(
+    broker_url=os.environ.get("BROKER_URL", "redis://127.0.0.1:6379/0"),
+    broker_transport="celery_delayq.transport:Transport",
+    task_default_queue="default",
+    worker_prefetch_multiplier=1,
+    beat_schedule_filename=os.environ.get("BEAT_SCHEDULE_FILE", "celerybeat-schedule"),
+)
+app.conf.update(json.loads(os.environ.get("DELAYQ_SETTINGS", "{}")))
+
+
+def record(task_id: str, eta: Any, **extra: Any) -> None:
+    """Note one execution: task id, its ETA as the worker saw it, and the start time."""
+    if eta is not None and not isinstance(eta, str):
+        eta = eta.isoformat()
+    entry = {"id": task_id, "eta": eta, "at": time.time(), **extra}
+    with redis.Redis.from_url(app.conf.broker_url) as client:
+        client.rpush("test:runs", json.dumps(entry))
+
+
+@app.task(bind=True)
+def remember(self: Any, label: str = "") -> None:
+    record(self.request.id, self.request.eta, label=label)
+
+
+@app.task(bind=True, max_retries=3)
+def retry_once(self: Any, countdown: float) -> None:
+    record(self.request.id, self.request.eta, retries=self.request.retries)
+    if self.request.retries == 0:
+        raise self.retry(countdown=countdown)
