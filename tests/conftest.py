@@ -124,9 +124,9 @@ def celery_process(
             if time.monotonic() > deadline:
                 break
         else:
-            raise AssertionError("celery %s exited:\n%s" % (command, "".join(lines)))
+            raise AssertionError("celery {} exited:\n{}".format(command, "".join(lines)))
         if ready not in "".join(lines):
-            raise AssertionError("celery %s not ready:\n%s" % (command, "".join(lines)))
+            raise AssertionError("celery {} not ready:\n{}".format(command, "".join(lines)))
         threading.Thread(target=_drain, args=(proc, lines), daemon=True).start()
         proc.output = lines  # type: ignore[attr-defined]
         yield proc

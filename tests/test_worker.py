@@ -48,8 +48,8 @@ def test_a_countdown_longer_than_visibility_timeout_runs_exactly_once(
                "unacked_restore_throttle": 1}  # fmt: skip
     settings = {"broker_transport_options": options, "broker_transport": transport}
     app = make_app(**settings)
-    with celery_process("worker", redis_server.url, settings, "-P", "solo", "-n", "w1@%h"), \
-         celery_process("worker", redis_server.url, settings, "-P", "solo", "-n", "w2@%h"):  # fmt: skip
+    worker_args = ("worker", redis_server.url, settings, "-P", "solo")
+    with celery_process(*worker_args, "-n", "w1@%h"), celery_process(*worker_args, "-n", "w2@%h"):
         sent = [remember(app, str(i), countdown=4) for i in range(20)]
         wait_for(lambda: len(runs(redis_client)) >= 20, timeout=20)
         time.sleep(3)  # time for any redelivery to show up
