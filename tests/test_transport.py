@@ -179,3 +179,10 @@ def test_publish_retry_policy_applies_while_redis_is_down(make_app):
                           "interval_max": 0.5},
         )  # fmt: skip
         assert server.client().zcard(SCHEDULE) == 2
+
+
+def test_an_eta_in_year_9999_is_stored_and_listed(app, redis_client):
+    task_of(app).apply_async(eta=datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc))
+    (backlog,) = celery_delayq.backlog(app)
+    assert backlog.pending == 1
+    assert backlog.next_due == datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
