@@ -12,8 +12,8 @@ from typing import Any
 from celery.beat import PersistentScheduler
 
 from .config import DelayqConfig
-from .connect import store_connector
-from .mover import Mover, MoverThread
+from .connect import mover_thread
+from .mover import MoverThread
 
 
 class Scheduler(PersistentScheduler):  # type: ignore[misc]
@@ -28,14 +28,7 @@ class Scheduler(PersistentScheduler):  # type: ignore[misc]
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if self.mover_thread is None:
-            connect, close = store_connector(self.app)
-            mover = Mover(
-                connect,
-                max_sleep=self.delayq_config.mover_max_sleep,
-                retry_max=self.delayq_config.mover_retry_max,
-                name="beat mover",
-            )
-            self.mover_thread = MoverThread(mover, on_exit=close)
+            self.mover_thread = mover_thread(self.app, "beat mover")
             self.mover_thread.start()
         interval: float = super().tick(*args, **kwargs)
         return interval

@@ -14,8 +14,8 @@ from typing import Any
 from celery import bootsteps
 
 from .config import DelayqConfig
-from .connect import store_connector
-from .mover import Mover, MoverThread
+from .connect import mover_thread
+from .mover import MoverThread
 
 
 class WorkerMover(bootsteps.StartStopStep):
@@ -24,20 +24,12 @@ class WorkerMover(bootsteps.StartStopStep):
     label = "celery-delayq mover"
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
-        self.config = DelayqConfig.from_app(worker.app)
-        self.enabled = self.config.worker_mover
+        self.enabled = DelayqConfig.from_app(worker.app).worker_mover
         super().__init__(worker, **kwargs)
 
     def create(self, worker: Any) -> MoverThread:
         """The service object; StartStopStep starts and stops it with the worker."""
-        connect, close = store_connector(worker.app)
-        mover = Mover(
-            connect,
-            max_sleep=self.config.mover_max_sleep,
-            retry_max=self.config.mover_retry_max,
-            name=f"worker mover {socket.gethostname()}",
-        )
-        return MoverThread(mover, on_exit=close)
+        return mover_thread(worker.app, f"worker mover {socket.gethostname()}")
 
 
 def add_worker_mover(worker: Any) -> None:

@@ -36,7 +36,7 @@ class DelayqConfig:
     #: Longest a mover sleeps without a wake-up, a safety net for a missed notification.
     mover_max_sleep: float = 5.0
     #: Longest back-off between retries while Redis is unreachable.
-    mover_retry_max: float = 30.0
+    mover_retry_max: float = 10.0
     #: Not a ``delayq_`` setting: Celery's own ``timezone``, used for naive ETAs as the
     #: worker would read them.
     timezone: tzinfo | None = dataclasses.field(default=None, compare=False)

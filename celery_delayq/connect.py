@@ -14,6 +14,7 @@ from kombu.connection import Connection
 
 from .config import DelayqConfig
 from .errors import ConfigurationError
+from .mover import Mover, MoverThread
 from .store import DelayedStore
 from .transport import DelayedPublishMixin
 
@@ -58,3 +59,13 @@ def store_connector(app: Celery) -> tuple[Callable[[], DelayedStore], Callable[[
             connections.pop().release()
 
     return connect, close
+
+
+def mover_thread(app: Celery, name: str) -> MoverThread:
+    """A mover for ``app`` in a thread of its own, with its own broker connection."""
+    config = DelayqConfig.from_app(app)
+    connect, close = store_connector(app)
+    mover = Mover(
+        connect, max_sleep=config.mover_max_sleep, retry_max=config.mover_retry_max, name=name
+    )
+    return MoverThread(mover, on_exit=close)

@@ -32,8 +32,8 @@ class Mover:
         self,
         connect: Callable[[], DelayedStore],
         *,
-        max_sleep: float = 5.0,
-        retry_max: float = 30.0,
+        max_sleep: float,
+        retry_max: float,
         name: str = "mover",
     ) -> None:
         self.connect = connect

@@ -16,7 +16,7 @@ def main(port: int, batch: int) -> None:
     def connect() -> DelayedStore:
         return DelayedStore(redis.Redis(port=port), KeySpace(), batch)
 
-    Mover(connect, max_sleep=0.2).run(threading.Event())
+    Mover(connect, max_sleep=0.2, retry_max=1).run(threading.Event())
 
 
 if __name__ == "__main__":
