@@ -21,10 +21,11 @@ import uuid
 from typing import Any
 
 import redis
-from celery import current_app, signals
+from celery import signals
 from kombu.transport import redis as kombu_redis
 from kombu.utils.json import dumps
 
+from .app_lookup import delayq_app
 from .config import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig, check_broker_url
 from .keys import KeySpace
 from .message import due_ms, eta_of, eta_timestamp
@@ -42,7 +43,7 @@ class DelayedPublishMixin:
     pool: redis.ConnectionPool
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        app = current_app._get_current_object()
+        app = delayq_app()
         check_broker_url(app, self.url_schemes)
         self.delayq_config = DelayqConfig.from_app(app)
         self._delayed_store: DelayedStore | None = None

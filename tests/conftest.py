@@ -49,6 +49,7 @@ def make_app(
     kombu keeps producer pools process-wide, keyed by broker URL: they are reset so
     each test's channels are built with that test's settings.
     """
+    apps: list[Celery] = []
     kombu.pools.reset()
 
     def make(url: str | None = None, **settings: Any) -> Celery:
@@ -63,9 +64,12 @@ def make_app(
             }
         )
         app.set_current()
+        apps.append(app)
         return app
 
     yield make
+    for app in apps:
+        app.close()  # also forgets the app, so later tests see only their own apps
     kombu.pools.reset()
 
 

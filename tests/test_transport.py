@@ -186,3 +186,34 @@ def test_an_eta_in_year_9999_is_stored_and_listed(app, redis_client):
     (backlog,) = celery_delayq.backlog(app)
     assert backlog.pending == 1
     assert backlog.next_due == datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc).timestamp()
+
+
+def test_a_publish_from_another_thread_uses_the_apps_own_settings(make_app, redis_client):
+    """In a thread that did not create the app, current_app is Celery's empty fallback
+    app; the channel must still take its settings from the app that uses the transport."""
+    app = make_app(delayq_key_prefix="custom")
+    task = task_of(app)
+    publisher = threading.Thread(target=lambda: task.apply_async(countdown=60))
+    publisher.start()
+    publisher.join()
+    task.apply_async(countdown=60)  # the main thread may reuse the thread's pooled channel
+
+    assert redis_client.zcard("custom:{default}:due") == 2
+    assert celery_delayq.backlog(app)[0].pending == 2
+
+
+def test_two_apps_with_different_settings_need_the_publisher_to_be_current(make_app):
+    first = make_app(delayq_key_prefix="one")
+    make_app(delayq_key_prefix="two")
+    outcome: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            task_of(first).apply_async(countdown=60)
+        except ConfigurationError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=publish)
+    thread.start()
+    thread.join()
+    assert "make the publishing app current" in str(outcome[0])
