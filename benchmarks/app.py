@@ -1,0 +1,56 @@
+"""The Celery app of the benchmarks, for the publishing orchestrator and the workers alike.
+
+A single task, ``bench.record``, appends one JSON record per execution to a Redis
+list: the task id (to count duplicates) and how late it started relative to its own
+``eta`` header (the lateness scenario). Recording in Redis, not in a result backend,
+keeps the measurement independent of Celery's result machinery.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from datetime import datetime
+from functools import cache
+from typing import Any
+
+import redis
+from celery import Celery
+
+from .runconfig import RunConfig
+
+RECORD_TASK = "bench.record"
+
+
+@cache
+def _results_client(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url)
+
+
+def eta_seconds(eta: Any) -> float | None:
+    """A task's ``request.eta`` (ISO 8601 string or datetime) as epoch seconds."""
+    if not eta:
+        return None
+    moment = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
+    return moment.timestamp()
+
+
+def make_app(config: RunConfig) -> Celery:
+    """A Celery app for ``config``, with the recording task registered under a fixed name."""
+    app = Celery(f"bench-{config.side}", set_as_current=False)
+    app.conf.update(config.celery_settings())
+
+    # shared=False: each app (one per run in the orchestrator) keeps its own task object.
+    @app.task(name=RECORD_TASK, bind=True, shared=False)
+    def record(self: Any) -> None:
+        started = time.time()
+        eta = eta_seconds(self.request.eta)
+        entry = {
+            "id": self.request.id,
+            "late": None if eta is None else started - eta,
+            "pid": os.getpid(),
+        }
+        _results_client(config.broker_url).rpush(config.results_key, json.dumps(entry))
+
+    return app

@@ -1,0 +1,143 @@
+"""Worker subprocesses: start, wait until ready, read memory, and always stop them.
+
+Workers run in their own session, so a Ctrl-C in the terminal reaches only the
+orchestrator, which then stops them deliberately (SIGTERM, then SIGKILL) from its
+``finally`` blocks. On Linux each worker also gets SIGKILL if the orchestrator
+itself dies abruptly, so no worker outlives a crashed or killed benchmark.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import deque
+from pathlib import Path
+
+import psutil
+import redis
+
+from .runconfig import RunConfig
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+MIB = 1024 * 1024
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
+
+
+def _die_with_parent() -> None:
+    """Runs in the child between fork and exec: SIGKILL it when the orchestrator exits."""
+    if _libc is not None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class WorkerProcess:
+    """One ``celery worker --pool=solo`` subprocess consuming the run's queue.
+
+    The solo pool keeps everything (held ETA messages, task execution, the delayq
+    mover thread) in the one process whose RSS is measured.
+    """
+
+    def __init__(self, config: RunConfig, name: str, log_dir: Path) -> None:
+        self.config = config
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self.process is None:
+            raise RuntimeError(f"worker {self.name} is not running")
+        return self.process.pid
+
+    def command(self) -> list[str]:
+        return [
+            sys.executable, "-m", "celery", "-A", "benchmarks.worker_app", "worker",
+            "--pool=solo", "-Q", self.config.queue, "-n", f"{self.name}@bench",
+            "--without-mingle", "--without-gossip", "--without-heartbeat",
+            "--loglevel=WARNING",
+        ]  # fmt: skip
+
+    def start(self) -> None:
+        env = {**os.environ, **self.config.to_env()}
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+        with open(self.log_path, "wb") as log:
+            self.process = subprocess.Popen(
+                self.command(),
+                cwd=REPO_ROOT,
+                env=env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only calls prctl
+            )
+
+    def wait_ready(self, client: redis.Redis, timeout: float = 60.0) -> None:
+        """Block until the worker announced itself ready; fail fast if it exited."""
+        deadline = time.monotonic() + timeout
+        while not client.sismember(self.config.ready_key, str(self.pid)):
+            if self.process is not None and self.process.poll() is not None:
+                raise RuntimeError(
+                    f"worker {self.name} exited with {self.process.returncode}:\n" + self.log_tail()
+                )
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"worker {self.name} not ready in {timeout}s:\n{self.log_tail()}"
+                )
+            time.sleep(0.05)
+
+    def rss(self) -> int:
+        """Resident memory of the worker's main process, in bytes."""
+        return int(psutil.Process(self.pid).memory_info().rss)
+
+    def settled_rss(
+        self,
+        *,
+        interval: float = 0.5,
+        samples: int = 4,
+        tolerance: int = MIB // 4,
+        timeout: float = 60.0,
+    ) -> int:
+        """RSS once it stops changing: ``samples`` readings within ``tolerance`` bytes.
+
+        A single reading right after a burst of work can catch the worker mid-way;
+        waiting for a plateau makes the idle and loaded readings comparable.
+        """
+        readings: deque[int] = deque(maxlen=samples)
+        deadline = time.monotonic() + timeout
+        while True:
+            readings.append(self.rss())
+            stable = len(readings) == samples and max(readings) - min(readings) <= tolerance
+            if stable or time.monotonic() > deadline:
+                return readings[-1]
+            time.sleep(interval)
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """SIGTERM the worker's process group, then SIGKILL it if still alive after ``timeout``.
+
+        The group is signalled only while its leader is unreaped, so its id cannot
+        have been reused by an unrelated process.
+        """
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        try:
+            os.killpg(process.pid, signal.SIGTERM)
+            process.wait(timeout)
+        except (subprocess.TimeoutExpired, KeyboardInterrupt):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])

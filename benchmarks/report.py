@@ -1,0 +1,129 @@
+"""Results as rows of (vanilla, delayq, ratio, target) and their markdown rendering.
+
+Targets apply to the celery-delayq value only. A missed target is reported (MISSED)
+but is not an error: the benchmark's job is to measure, and the exit status is
+reserved for scenarios that could not be measured at all.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Target:
+    """A goal for the delayq value, e.g. ``Target("< 5", lambda v: v < 5)``."""
+
+    text: str
+    check: Callable[[float], bool]
+
+    def status(self, value: float | None) -> str:
+        if value is None:
+            return "n/a"
+        return "met" if self.check(value) else "MISSED"
+
+
+@dataclass(frozen=True)
+class MetricSpec:
+    """What a scenario reports: a key into its measurements, a label, a unit, a target."""
+
+    key: str
+    label: str
+    #: Shown after the label; empty for plain counts.
+    unit: str
+    target: Target | None = None
+    digits: int = 1
+
+
+@dataclass(frozen=True)
+class Row:
+    scenario: str
+    spec: MetricSpec
+    vanilla: float | None
+    delayq: float | None
+
+    @property
+    def ratio(self) -> float | None:
+        """delayq / vanilla; None when either is missing or vanilla is 0."""
+        if self.vanilla is None or self.delayq is None or self.vanilla == 0:
+            return None
+        return self.delayq / self.vanilla
+
+    @property
+    def status(self) -> str:
+        return self.spec.target.status(self.delayq) if self.spec.target else ""
+
+
+@dataclass
+class ScenarioResult:
+    """All rows of one scenario, or the error that stopped it."""
+
+    title: str
+    rows: list[Row] = field(default_factory=list)
+    error: str | None = None
+    seconds: float = 0.0
+
+    @classmethod
+    def from_measurements(
+        cls,
+        title: str,
+        specs: tuple[MetricSpec, ...],
+        vanilla: Mapping[str, float | None],
+        delayq: Mapping[str, float | None],
+        seconds: float,
+    ) -> ScenarioResult:
+        rows = [Row(title, s, vanilla.get(s.key), delayq.get(s.key)) for s in specs]
+        return cls(title, rows, seconds=seconds)
+
+    @property
+    def missed(self) -> list[Row]:
+        return [row for row in self.rows if row.status == "MISSED"]
+
+
+def missed_lines(results: list[ScenarioResult]) -> list[str]:
+    """One line per missed target, for the console summary."""
+    return [
+        f"MISSED: {row.scenario}: {row.spec.label} = {row.delayq} (target {row.spec.target.text})"
+        for result in results
+        for row in result.missed
+        if row.spec.target is not None
+    ]
+
+
+def _number(value: float | None, digits: int) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if float(value).is_integer() and abs(value) >= 1:
+        return f"{int(value):,}"
+    return f"{value:,.{digits}f}"
+
+
+def _ratio(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.3g}x"
+
+
+def markdown_table(results: list[ScenarioResult]) -> str:
+    lines = [
+        "| Scenario | Metric | Vanilla Celery | celery-delayq | delayq / vanilla "
+        "| Target (delayq) | Status |",
+        "|---|---|---:|---:|---:|---|---|",
+    ]
+    for result in results:
+        if result.error is not None:
+            first_line = result.error.strip().splitlines()[-1] if result.error.strip() else "?"
+            lines.append(f"| {result.title} | (crashed: {first_line}) | | | | | ERROR |")
+            continue
+        for i, row in enumerate(result.rows):
+            spec = row.spec
+            label = f"{spec.label} ({spec.unit})" if spec.unit else spec.label
+            lines.append(
+                f"| {result.title if i == 0 else ''} | {label} "
+                f"| {_number(row.vanilla, spec.digits)} | {_number(row.delayq, spec.digits)} "
+                f"| {_ratio(row.ratio)} | {spec.target.text if spec.target else ''} "
+                f"| {row.status} |"
+            )
+    return "\n".join(lines)

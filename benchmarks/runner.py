@@ -1,0 +1,63 @@
+"""Run the selected scenarios, each on both sides, against one private Redis."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import time
+import traceback
+from pathlib import Path
+
+from celery_delayq.testing import RedisServer
+
+from .harness import Bench, log
+from .profiles import Profile
+from .report import ScenarioResult
+from .runconfig import SIDES
+from .scenarios import SCENARIO_KEYS, Scenario, build
+
+
+def run_scenario(bench: Bench, scenario: Scenario) -> ScenarioResult:
+    """Measure vanilla, then delayq, with identical sizes and transport options."""
+    started = time.monotonic()
+    measured = {}
+    for side in SIDES:
+        log(f"{scenario.title} -- {side}")
+        with bench.run(scenario.key, side, scenario.transport_options) as run:
+            measured[side] = scenario.measure(run)
+        shown = ", ".join(f"{k}={v:.4g}" for k, v in measured[side].items() if v is not None)
+        log(f"  {side}: {shown}")
+    return ScenarioResult.from_measurements(
+        scenario.title,
+        scenario.specs,
+        measured["vanilla"],
+        measured["delayq"],
+        seconds=time.monotonic() - started,
+    )
+
+
+def run_all(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[ScenarioResult]:
+    """Every selected scenario; a crash is recorded in its result and the next one runs.
+
+    KeyboardInterrupt and SystemExit are not caught: they unwind through every
+    ``finally``, which stops the workers and the Redis server.
+    """
+    log_dir = Path(tempfile.mkdtemp(prefix="delayq-bench-"))
+    results: list[ScenarioResult] = []
+    try:
+        with RedisServer("--maxmemory-policy", "noeviction") as server:
+            log(f"redis-server on port {server.port}; worker logs in {log_dir}")
+            bench = Bench(server.url, server.client(), log_dir)
+            for scenario in build(profile, keys):
+                try:
+                    results.append(run_scenario(bench, scenario))
+                except Exception:
+                    error = traceback.format_exc()
+                    log(f"{scenario.title} CRASHED:\n{error}")
+                    results.append(ScenarioResult(scenario.title, error=error))
+    finally:
+        if all(result.error is None for result in results):
+            shutil.rmtree(log_dir, ignore_errors=True)
+        else:
+            log(f"worker logs kept in {log_dir}")
+    return results

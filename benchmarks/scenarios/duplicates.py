@@ -1,0 +1,90 @@
+"""Scenario 2: countdown longer than the broker's visibility timeout, two workers.
+
+Vanilla kombu restores a message that stayed unacknowledged longer than
+``visibility_timeout`` to its queue although a worker still holds it for its ETA,
+so another worker (or the same) receives it again and the task runs several times.
+celery-delayq delivers a message only when it is due, so each task runs once.
+
+kombu scans for such messages only every ``unacked_restore_interval`` x
+``unacked_restore_throttle`` seconds (10 x 10 by default in kombu 5.7); both sides
+use 1 x 1 here, so the effect shows within the scenario's short countdown instead
+of after minutes. The options are identical for both sides.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from typing import Any
+
+from ..harness import Run, log, wait_until
+from ..report import MetricSpec, Target
+
+#: How long the counts must stay unchanged, with nothing queued or unacked, to end.
+QUIET_SECONDS = 3.0
+
+
+class Duplicates:
+    key = "duplicates"
+
+    def __init__(self, tasks: int, countdown: float, visibility_timeout: float) -> None:
+        self.tasks = tasks
+        self.countdown = countdown
+        self.visibility_timeout = visibility_timeout
+
+    @property
+    def title(self) -> str:
+        return (
+            f"2. Duplicates, {self.tasks} tasks, countdown={self.countdown:g}s > "
+            f"visibility_timeout={self.visibility_timeout:g}s, 2 workers"
+        )
+
+    @property
+    def specs(self) -> tuple[MetricSpec, ...]:
+        exactly = Target(f"= {self.tasks}", lambda v: v == self.tasks)
+        return (
+            MetricSpec("executions", "executions", "", exactly, digits=0),
+            MetricSpec("distinct", "distinct tasks executed", "", exactly, digits=0),
+            MetricSpec("max_runs", "most runs of one task", "", Target("= 1", lambda v: v == 1), 0),
+        )
+
+    @property
+    def transport_options(self) -> dict[str, Any]:
+        return {
+            "visibility_timeout": self.visibility_timeout,
+            "unacked_restore_interval": 1,
+            "unacked_restore_throttle": 1,
+        }
+
+    def measure(self, run: Run) -> dict[str, float | None]:
+        run.start_workers(2)
+        last_eta = run.publish([self.countdown] * self.tasks)
+        time.sleep(max(0.0, last_eta - time.time()))
+        log(f"  all {self.tasks} tasks due; waiting until nothing is left to run")
+        wait_for_quiet(run, timeout=60 + 4 * self.visibility_timeout)
+        runs = Counter(execution.task_id for execution in run.executions())
+        return {
+            "executions": float(sum(runs.values())),
+            "distinct": float(len(runs)),
+            "max_runs": float(max(runs.values(), default=0)),
+        }
+
+
+def wait_for_quiet(run: Run, *, timeout: float) -> None:
+    """Wait until no message is queued, unacked or delayed and executions stopped growing.
+
+    With nothing queued or unacked, kombu has nothing left to redeliver; the quiet
+    period lets copies still held by a worker (already past their ETA) run first.
+    """
+    last_count = -1
+    quiet_since = time.monotonic()
+
+    def settled() -> bool:
+        nonlocal last_count, quiet_since
+        count = run.execution_count()
+        idle = run.queued() == 0 and run.unacked() == 0 and run.delayed() == 0
+        if count != last_count or not idle:
+            last_count, quiet_since = count, time.monotonic()
+        return time.monotonic() - quiet_since >= QUIET_SECONDS
+
+    wait_until(settled, timeout=timeout, what="executions stop", interval=0.2)

@@ -1,0 +1,78 @@
+"""Scenario 3: how late a countdown task starts, measured by the task itself.
+
+Each task records ``time.time()`` minus its own ``eta`` header on entry. Vanilla
+holds the message on the worker's timer; celery-delayq adds the mover (woken for the
+next due time), the LPUSH and the worker's BRPOP before that same timer path.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from ..harness import Run, wait_until
+from ..report import MetricSpec, Target
+
+SEED = 20240601
+
+
+def percentile(sorted_values: list[float], pct: float) -> float:
+    """Nearest-rank percentile: the smallest value with at least ``pct`` % at or below it."""
+    rank = max(1, math.ceil(pct / 100 * len(sorted_values)))
+    return sorted_values[rank - 1]
+
+
+class Lateness:
+    key = "lateness"
+
+    def __init__(self, tasks: int, countdowns: tuple[float, float]) -> None:
+        self.tasks = tasks
+        self.low, self.high = countdowns
+
+    @property
+    def title(self) -> str:
+        return (
+            f"3. Lateness, {self.tasks} tasks, countdown {self.low:g}-{self.high:g}s, idle worker"
+        )
+
+    @property
+    def specs(self) -> tuple[MetricSpec, ...]:
+        return (
+            MetricSpec("p50", "lateness p50", "ms"),
+            MetricSpec("p99", "lateness p99", "ms", Target("< 50 ms", lambda v: v < 50)),
+            MetricSpec("max", "lateness max", "ms"),
+            MetricSpec("min", "lateness min (negative = early)", "ms"),
+            MetricSpec(
+                "executed",
+                "executions",
+                "",
+                Target(f"= {self.tasks}", lambda v: v == self.tasks),
+                digits=0,
+            ),
+        )
+
+    @property
+    def transport_options(self) -> dict[str, Any]:
+        return {}
+
+    def measure(self, run: Run) -> dict[str, float | None]:
+        run.start_workers(1)
+        rng = random.Random(SEED)  # the same countdowns for both sides
+        run.publish([rng.uniform(self.low, self.high) for _ in range(self.tasks)])
+        wait_until(
+            lambda: run.execution_count() >= self.tasks,
+            timeout=self.high + 60,
+            what=f"all {self.tasks} tasks ran",
+        )
+        executions = run.executions()
+        late_ms = sorted(e.lateness * 1000 for e in executions if e.lateness is not None)
+        if len(late_ms) != len(executions):
+            raise RuntimeError("a task ran without an eta header")
+        return {
+            "p50": percentile(late_ms, 50),
+            "p99": percentile(late_ms, 99),
+            "max": late_ms[-1],
+            "min": late_ms[0],
+            "executed": float(len(executions)),
+        }
