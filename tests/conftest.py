@@ -101,6 +101,7 @@ def celery_process(
     *args: str,
     ready: str = "ready.",
     timeout: float = 30.0,
+    record_url: str | None = None,
 ) -> Iterator[subprocess.Popen[str]]:
     """Run ``celery -A tests.worker_app <command>`` until the block ends.
 
@@ -109,6 +110,7 @@ def celery_process(
     """
     env = dict(os.environ, BROKER_URL=broker_url, DELAYQ_SETTINGS=json.dumps(settings or {}))
     env["BEAT_SCHEDULE_FILE"] = tempfile.mktemp(prefix="delayq-beat-")
+    env["RECORD_URL"] = record_url or broker_url
     proc = subprocess.Popen(
         [sys.executable, "-m", "celery", "-A", "tests.worker_app", command, "-l", "info", *args],
         cwd=REPO_ROOT,

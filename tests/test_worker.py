@@ -77,6 +77,21 @@ def test_a_retry_with_countdown_goes_through_the_store(make_app, redis_server, r
     assert second["at"] >= datetime.fromisoformat(second["eta"]).timestamp()
 
 
+def test_autoretry_backoff_goes_through_the_store(make_app, redis_server, redis_client):
+    app = make_app()
+    with celery_process("worker", redis_server.url, {}, "-P", "solo"):
+        result = app.send_task("tests.worker_app.flaky")
+        wait_for(lambda: len(runs(redis_client)) == 3, timeout=15)
+
+    attempts = runs(redis_client)
+    assert [a["retries"] for a in attempts] == [0, 1, 2]
+    assert {a["id"] for a in attempts} == {result.id}
+    gaps = [later["at"] - earlier["at"] for earlier, later in zip(attempts, attempts[1:])]
+    assert gaps[0] >= 1.0 and gaps[1] >= 2.0  # the backoff countdowns were honoured
+    for attempt in attempts[1:]:
+        assert attempt["at"] >= datetime.fromisoformat(attempt["eta"]).timestamp()
+
+
 def test_cancel_keeps_a_task_from_ever_running_and_reschedule_moves_one(
     make_app, redis_server, redis_client
 ):

@@ -1,8 +1,8 @@
 """A Celery app for tests that run real worker and beat subprocesses.
 
-Configured from the environment: ``BROKER_URL`` (required), ``DELAYQ_SETTINGS`` (JSON
-object of extra Celery settings). Every task execution is recorded in the broker's
-Redis under ``test:runs`` so the test process can count and time them.
+Configured from the environment: ``BROKER_URL``, ``DELAYQ_SETTINGS`` (JSON object of
+extra Celery settings). Every task execution is recorded under ``test:runs`` in the
+Redis at ``RECORD_URL`` (default: the broker) so the test process can count and time them.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def record(task_id: str, eta: Any, **extra: Any) -> None:
     if eta is not None and not isinstance(eta, str):
         eta = eta.isoformat()
     entry = {"id": task_id, "eta": eta, "at": time.time(), **extra}
-    with redis.Redis.from_url(app.conf.broker_url) as client:
+    with redis.Redis.from_url(os.environ.get("RECORD_URL") or app.conf.broker_url) as client:
         client.rpush("test:runs", json.dumps(entry))
 
 
@@ -45,3 +45,13 @@ def retry_once(self: Any, countdown: float) -> None:
     record(self.request.id, self.request.eta, retries=self.request.retries)
     if self.request.retries == 0:
         raise self.retry(countdown=countdown)
+
+
+@app.task(
+    bind=True, autoretry_for=(ValueError,), retry_backoff=1, retry_jitter=False, max_retries=2
+)
+def flaky(self: Any) -> None:
+    """Fails twice; Celery's autoretry backs off 1 s, then 2 s."""
+    record(self.request.id, self.request.eta, retries=self.request.retries)
+    if self.request.retries < 2:
+        raise ValueError("not yet")

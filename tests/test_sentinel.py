@@ -1,0 +1,63 @@
+"""The Sentinel flavour of the transport, against a real redis-sentinel and a real worker."""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+import celery_delayq
+from celery_delayq.testing import RedisServer, free_port, redis_server_binary
+
+from .conftest import celery_process, runs, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.fixture
+def sentinel(tmp_path: Path) -> Iterator[tuple[RedisServer, int]]:
+    """A master and one sentinel monitoring it as ``mymaster``."""
+    with RedisServer() as master:
+        port = free_port()
+        config = tmp_path / "sentinel.conf"
+        config.write_text(
+            f"port {port}\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 {master.port} 1\n"
+        )
+        process = subprocess.Popen(
+            [redis_server_binary(), str(config), "--sentinel"], stdout=subprocess.DEVNULL
+        )
+        try:
+            client = redis.Redis(port=port)
+            wait_for(lambda: _master_known(client), timeout=10)
+            yield master, port
+        finally:
+            process.kill()
+            process.wait()
+
+
+def _master_known(client: redis.Redis) -> bool:
+    try:
+        return bool(client.sentinel_get_master_addr_by_name("mymaster"))
+    except redis.ConnectionError:
+        return False
+
+
+def test_sentinel_transport_delays_and_delivers_through_the_master(make_app, sentinel):
+    master, sentinel_port = sentinel
+    settings = {
+        "broker_transport": "celery_delayq.transport:SentinelTransport",
+        "broker_transport_options": {"master_name": "mymaster"},
+    }
+    url = f"sentinel://127.0.0.1:{sentinel_port}/0"
+    app = make_app(url=url, **settings)
+
+    sent = app.send_task("tests.worker_app.remember", ("via sentinel",), countdown=1)
+    assert master.client().zcard("delayq:{default}:due") == 1
+    assert celery_delayq.backlog(app)[0].pending == 1
+
+    with celery_process("worker", url, settings, "-P", "solo", record_url=master.url):
+        wait_for(lambda: runs(master.client()), timeout=15)
+    assert [r["id"] for r in runs(master.client())] == [sent.id]
