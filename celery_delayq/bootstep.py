@@ -8,6 +8,7 @@ handled inside the mover by back-off and retry.
 
 from __future__ import annotations
 
+import encodings.idna  # noqa: F401 - imported by the first connect; see WorkerMover.requires
 import socket
 from typing import Any
 
@@ -22,6 +23,9 @@ class WorkerMover(bootsteps.StartStopStep):
     """Moves due delayed messages for as long as the worker runs (``delayq_worker_mover``)."""
 
     label = "celery-delayq mover"
+    #: Start only once the pool has forked its children: forking while the mover thread
+    #: holds a lock (an import's, say) would leave a child deadlocked on that lock.
+    requires = ("celery.worker.components:Pool",)
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         self.enabled = DelayqConfig.from_app(worker.app).worker_mover

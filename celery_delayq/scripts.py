@@ -6,16 +6,15 @@ after NOSCRIPT (a restarted or flushed Redis), so no SHA cache of our own is kep
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from functools import cache
 from importlib import resources
 
 import redis
 from redis.commands.core import Script
 
 
-@cache
-def _source(name: str) -> str:
+def _read_source(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
@@ -30,9 +29,9 @@ class StoreScripts:
 
     @classmethod
     def register(cls, client: redis.Redis) -> StoreScripts:
-        return cls(
-            schedule=client.register_script(_source("schedule")),
-            move_due=client.register_script(_source("move_due")),
-            cancel=client.register_script(_source("cancel")),
-            replace=client.register_script(_source("replace")),
-        )
+        return cls(**{name: client.register_script(source) for name, source in SOURCES.items()})
+
+
+#: Read once at import, not lazily: a lazy read in a mover thread could hold the import
+#: lock while a prefork pool forks, and the child would deadlock on its first read.
+SOURCES = {field.name: _read_source(field.name) for field in dataclasses.fields(StoreScripts)}
