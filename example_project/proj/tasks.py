@@ -1,0 +1,30 @@
+"""Ordinary Celery tasks: nothing here knows about celery-delayq.
+
+Each one notes its start time and the ETA its message carried in the start log, so the
+demo can show how late (never early) a delayed task ran.
+"""
+
+from __future__ import annotations
+
+from celery import Task
+
+from . import starts
+from .celery import app
+
+
+@app.task(bind=True)
+def stamp(self: Task, run: str, label: str) -> None:
+    """Note when this run started; the task does nothing else."""
+    starts.record(self.app.conf.broker_url, run, label, self.request.eta)
+
+
+@app.task(bind=True, max_retries=1)
+def flaky(self: Task, run: str, label: str) -> None:
+    """Fail on the first attempt and retry once with ``countdown=1``.
+
+    The retry is a new message with an ETA, so it too waits in Redis, not in the worker.
+    """
+    attempt = self.request.retries + 1
+    starts.record(self.app.conf.broker_url, run, f"{label}, attempt {attempt}", self.request.eta)
+    if attempt == 1:
+        raise self.retry(countdown=1)
