@@ -19,9 +19,7 @@ print(" ".join(step.name.rsplit(".", 1)[-1] for step in worker.steps))
 
 
 @pytest.mark.parametrize("hash_seed", ["1", "3", "5"])
-def test_the_mover_starts_after_the_pool_has_forked_whatever_the_hash_seed(
-    redis_server, hash_seed
-):
+def test_the_mover_starts_after_the_pool_has_forked_whatever_the_hash_seed(redis_server, hash_seed):
     """Unordered, the step set's iteration order (hash seed 3 or 5) started the mover
     thread before the prefork pool forked, and a child could inherit a held import
     lock and hang on its first delayed publish."""
