@@ -67,6 +67,8 @@ class DelayedPublishMixin:
         return self._delayed_store
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        """Publish, or store until due. Inside a kombu publish batch a delayed message is
+        stored at once rather than at the batch's flush."""
         eta = eta_of(message)
         if eta is not None:
             seconds = eta_timestamp(eta, self.delayq_config.timezone)
