@@ -4,11 +4,14 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
 ``delayq``) and ``Q`` the kombu queue name::
 
     P:queues            SET    names of queues that have (or had) delayed messages
+    P:movers            HASH   mover id -> JSON heartbeat (host, pid, kind, last seen, moved)
     P:wakeup            PUBSUB channel; a due time is published when a queue gets
                                 a new earliest message, so sleeping movers wake early
     P:{Q}:due           ZSET   message id -> due time (ms since the epoch)
     P:{Q}:msg           HASH   message id -> record (destination list, task id, payload)
     P:{Q}:ids           HASH   Celery task id -> space-separated message ids
+    P:{Q}:stats         HASH   counters: scheduled, moved, cancelled, and the move
+                                lateness histogram (late_le_<ms>, late_sum_ms, late_count)
 
 One queue's keys share the ``{Q}`` hash tag, so each atomic script touches one
 Redis Cluster slot (apart from the destination list, which kombu names).
@@ -27,10 +30,11 @@ class QueueKeys:
     due: str
     messages: str
     task_index: str
+    stats: str
 
     def as_list(self) -> list[str]:
         """The keys in the order every per-queue script expects them as KEYS."""
-        return [self.due, self.messages, self.task_index]
+        return [self.due, self.messages, self.task_index, self.stats]
 
 
 @dataclass(frozen=True)
@@ -49,6 +53,10 @@ class KeySpace:
         return f"{self.base}:queues"
 
     @property
+    def movers(self) -> str:
+        return f"{self.base}:movers"
+
+    @property
     def wakeup_channel(self) -> str:
         return f"{self.base}:wakeup"
 
@@ -59,6 +67,7 @@ class KeySpace:
             due=f"{tagged}:due",
             messages=f"{tagged}:msg",
             task_index=f"{tagged}:ids",
+            stats=f"{tagged}:stats",
         )
 
     def destination(self, kombu_list: str) -> str:

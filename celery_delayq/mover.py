@@ -11,18 +11,27 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .store import DelayedStore
+from .checks import OK, redis_location, server_findings
+from .store import DelayedStore, MoveResult
 
 logger = logging.getLogger(__name__)
 
 #: How often a sleeping mover looks at its stop flag (no Redis traffic involved).
 STOP_CHECK_SECONDS = 0.5
 RETRY_MIN_SECONDS = 0.5
+#: Least time between two heartbeats of one mover (it also beats after every sleep).
+HEARTBEAT_SECONDS = 1.0
+#: A move this late (ms after the due time) means movers are missing or overwhelmed.
+LAG_WARNING_MS = 5000
+LAG_WARNING_EVERY_SECONDS = 60.0
 
 
 class Mover:
@@ -40,9 +49,13 @@ class Mover:
         self.max_sleep = max_sleep
         self.retry_max = retry_max
         self.name = name
+        self.id = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self.store: DelayedStore | None = None
         self._pubsub: Any = None
         self.moved_total = 0
+        self._last_move_ms: int | None = None
+        self._last_beat = 0.0
+        self._last_lag_warning = -LAG_WARNING_EVERY_SECONDS
 
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set; Redis outages are logged and retried, never fatal."""
@@ -60,16 +73,18 @@ class Mover:
                         exc,
                         retry,
                     )
-                    self._reset()
+                    self._reset_pubsub()
                     delay, retry = retry, min(retry * 2, self.retry_max)
                 self._wait(delay, stop)
         finally:
-            self._reset()
+            self._reset_pubsub()
+            self._say_goodbye()
 
     def move_once(self) -> float:
         """Deliver everything due now; seconds until the next message is due (capped)."""
         if self.store is None:
             self.store = self.connect()
+            self._announce(self.store)
         if self._pubsub is None:
             pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)
             pubsub.subscribe(self.store.keys.wakeup_channel)
@@ -77,12 +92,16 @@ class Mover:
         result = self.store.move_all_due()
         self.moved_total += result.moved
         if result.moved or result.missing:
+            self._last_move_ms = result.now_ms
             logger.debug(
-                "celery-delayq %s: moved %d due messages (%d unreadable)",
+                "celery-delayq %s: moved %d due messages (%d unreadable), latest %d ms late",
                 self.name,
                 result.moved,
                 result.missing,
+                result.max_lateness_ms,
             )
+        self._warn_if_lagging(result)
+        self._heartbeat(self.store, result)
         until_next = result.seconds_until_next()
         return self.max_sleep if until_next is None else min(until_next, self.max_sleep)
 
@@ -109,8 +128,48 @@ class Mover:
                 self._pubsub.close()
             self._pubsub = None
 
-    def _reset(self) -> None:
-        self._reset_pubsub()
+    def _announce(self, store: DelayedStore) -> None:
+        """One start-up line, and warnings when Redis puts delayed tasks at risk."""
+        logger.info(
+            "celery-delayq %s: moving delayed messages of %s (key prefix %r)",
+            self.name,
+            redis_location(store.client),
+            store.keys.base,
+        )
+        for finding in server_findings(store.client):
+            if finding.level != OK:
+                logger.warning("celery-delayq: %s: %s; %s", finding.check, finding.message,
+                               finding.fix)  # fmt: skip
+
+    def _warn_if_lagging(self, result: MoveResult) -> None:
+        now = time.monotonic()
+        if (
+            result.max_lateness_ms >= LAG_WARNING_MS
+            and now - self._last_lag_warning >= LAG_WARNING_EVERY_SECONDS
+        ):
+            self._last_lag_warning = now
+            logger.warning(
+                "celery-delayq %s: delivered messages up to %.1f s after their due time; "
+                "is a mover running everywhere it should, and keeping up?",
+                self.name,
+                result.max_lateness_ms / 1000,
+            )
+
+    def _heartbeat(self, store: DelayedStore, result: MoveResult) -> None:
+        if time.monotonic() - self._last_beat < HEARTBEAT_SECONDS:
+            return
+        self._last_beat = time.monotonic()
+        store.heartbeat(self.id, {
+            "id": self.id, "name": self.name, "host": socket.gethostname(), "pid": os.getpid(),
+            "last_seen": result.now_ms / 1000,
+            "last_move": self._last_move_ms / 1000 if self._last_move_ms else None,
+            "moved": self.moved_total,
+        })  # fmt: skip
+
+    def _say_goodbye(self) -> None:
+        if self.store is not None:
+            with contextlib.suppress(Exception):  # Redis may be the reason we stop
+                self.store.forget_mover(self.id)
 
 
 class MoverThread:

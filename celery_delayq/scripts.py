@@ -26,6 +26,8 @@ class StoreScripts:
     move_due: Script
     cancel: Script
     replace: Script
+    repair_entry: Script
+    repair_index: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> StoreScripts:

@@ -8,9 +8,10 @@ unchanged, so no JSON is ever decoded or re-encoded inside Redis.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Optional, cast
+from typing import Any, Optional, cast
 
 import redis
 
@@ -51,6 +52,7 @@ class MoveResult:
     next_due_ms: int | None
     now_ms: int
     missing: int = 0
+    max_lateness_ms: int = 0
 
     def seconds_until_next(self) -> float | None:
         if self.next_due_ms is None:
@@ -66,6 +68,32 @@ class QueueBacklog:
     pending: int
     overdue: int
     next_due: float | None  # epoch seconds
+    server_time: float = 0.0  # Redis clock when read, epoch seconds
+
+    @property
+    def lag(self) -> float:
+        """Age of the oldest overdue message in seconds (0 when nothing is overdue)."""
+        if self.next_due is None or not self.overdue:
+            return 0.0
+        return max(0.0, self.server_time - self.next_due)
+
+
+@dataclass(frozen=True)
+class PendingMessage:
+    """One pending delayed message, as listed by ``DelayedStore.pending``."""
+
+    queue: str
+    message_id: str
+    due: float  # epoch seconds
+    record: Record
+
+    @property
+    def task_id(self) -> str:
+        return self.record.task_id
+
+
+#: Upper bounds (ms) of the move-lateness histogram kept in each queue's stats hash.
+LATENESS_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
 
 
 class DelayedStore:
@@ -105,21 +133,20 @@ class DelayedStore:
 
     def move_due(self, queue: str) -> MoveResult:
         """Deliver at most one batch of this queue's due messages."""
-        moved, next_due, now, missing = self.scripts.move_due(
-            keys=self.keys.for_queue(queue).as_list(), args=[self.move_batch_size]
+        moved, next_due, now, missing, max_late = self.scripts.move_due(
+            keys=self.keys.for_queue(queue).as_list(),
+            args=[self.move_batch_size, *LATENESS_BUCKETS_MS],
         )
-        return MoveResult(
-            int(moved), None if next_due < 0 else int(next_due), int(now), int(missing)
-        )
+        next_due_ms = None if next_due < 0 else int(next_due)
+        return MoveResult(int(moved), next_due_ms, int(now), int(missing), int(max_late))
 
     def move_all_due(self) -> MoveResult:
         """Deliver everything due in every queue, one bounded batch per call.
 
         Queues take turns, so a huge backlog in one does not hold up another.
         """
-        moved = missing = 0
+        moved = missing = max_late = now = 0
         next_due: int | None = None
-        now = 0
         active = self.queues()
         while active:
             full = []
@@ -127,15 +154,14 @@ class DelayedStore:
                 result = self.move_due(queue)
                 moved += result.moved
                 missing += result.missing
+                max_late = max(max_late, result.max_lateness_ms)
                 now = max(now, result.now_ms)
                 if result.moved + result.missing >= self.move_batch_size:
                     full.append(queue)
                 elif result.next_due_ms is not None:
-                    next_due = min(next_due or result.next_due_ms, result.next_due_ms)
+                    next_due = min(result.next_due_ms, next_due or result.next_due_ms)
             active = full
-        if not now:
-            now = self.server_time_ms()
-        return MoveResult(moved, next_due, now, missing)
+        return MoveResult(moved, next_due, now or self.server_time_ms(), missing, max_late)
 
     def cancel(self, task_id: str) -> int:
         """Remove every pending message of ``task_id``; how many were removed."""
@@ -197,8 +223,116 @@ class DelayedStore:
         for i, queue in enumerate(queues):
             pending, overdue, head = replies[3 * i : 3 * i + 3]
             next_due = head[0][1] / 1000.0 if head else None
-            backlog.append(QueueBacklog(queue, int(pending), int(overdue), next_due))
+            backlog.append(
+                QueueBacklog(queue, int(pending), int(overdue), next_due, now_ms / 1000.0)
+            )
         return backlog
+
+    def pending(
+        self,
+        *,
+        queue: str | None = None,
+        due_after: float | None = None,
+        due_before: float | None = None,
+        limit: int = 100,
+        newest_first: bool = False,
+    ) -> list[PendingMessage]:
+        """Pending messages in due order (latest first with ``newest_first``), at most
+        ``limit``, optionally of one queue and within a due-time window (epoch seconds)."""
+        low = "-inf" if due_after is None else due_after * 1000
+        high = "+inf" if due_before is None else due_before * 1000
+        found: list[PendingMessage] = []
+        for name in [queue] if queue else self.queues():
+            keys = self.keys.for_queue(name)
+            entries: Any
+            if newest_first:
+                entries = self.client.zrevrangebyscore(
+                    keys.due, high, low, start=0, num=limit, withscores=True
+                )
+            else:
+                entries = self.client.zrangebyscore(
+                    keys.due, low, high, start=0, num=limit, withscores=True
+                )
+            found.extend(self._with_records(name, keys, entries))
+        found.sort(key=lambda message: message.due, reverse=newest_first)
+        return found[:limit]
+
+    def find(self, task_id: str) -> list[PendingMessage]:
+        """Every pending message of one Celery task id."""
+        found: list[PendingMessage] = []
+        for name in self.queues():
+            keys = self.keys.for_queue(name)
+            ids = self._message_ids(keys, task_id)
+            if ids:
+                scores: list[float | None] = self.client.zmscore(keys.due, ids)  # type: ignore[arg-type]
+                entries = [(i, score) for i, score in zip(ids, scores) if score is not None]
+                found.extend(self._with_records(name, keys, entries))
+        return sorted(found, key=lambda message: message.due)
+
+    def _with_records(
+        self, queue: str, keys: QueueKeys, entries: list[tuple[bytes, float]]
+    ) -> list[PendingMessage]:
+        if not entries:
+            return []
+        raws: list[Any] = self.client.hmget(keys.messages, [i for i, _ in entries])
+        return [
+            PendingMessage(queue, message_id.decode(), score / 1000.0, Record.decode(raw))
+            for (message_id, score), raw in zip(entries, raws)
+            if raw is not None
+        ]
+
+    def purge(self, queue: str) -> int:
+        """Delete every pending message of ``queue`` at once; how many there were."""
+        keys = self.keys.for_queue(queue)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.zcard(keys.due)
+            pipe.delete(keys.due, keys.messages, keys.task_index)
+            pipe.srem(self.keys.queues, queue)
+            count = pipe.execute()[0]
+        return int(count)
+
+    def stats(self, queue: str) -> dict[str, int]:
+        """The counters of one queue (see ``keys``): scheduled, moved, cancelled, lateness."""
+        raw: dict[bytes, bytes] = self.client.hgetall(self.keys.for_queue(queue).stats)  # type: ignore[assignment]
+        return {key.decode(): int(value) for key, value in raw.items()}
+
+    def timeline(self, edges: list[float]) -> dict[str, list[int]]:
+        """Per queue, how many messages fall due in each window between ``edges``
+        (epoch seconds, ascending): counts for [edges[0], edges[1]), ... ."""
+        queues = self.queues()
+        with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                due = self.keys.for_queue(queue).due
+                for low, high in zip(edges, edges[1:]):
+                    pipe.zcount(due, low * 1000, f"({high * 1000}")
+            counts = pipe.execute()
+        width = len(edges) - 1
+        return {q: counts[i * width : (i + 1) * width] for i, q in enumerate(queues)}
+
+    def repair_entry(self, queue: str, message_id: bytes, due_ms: int) -> bool:
+        """Add a missing schedule entry (at ``due_ms``) or drop one without a record."""
+        keys = self.keys.for_queue(queue)
+        return bool(self.scripts.repair_entry(keys=[keys.due, keys.messages],
+                                              args=[message_id, due_ms]))  # fmt: skip
+
+    def repair_task_index(self, queue: str, task_id: str, message_ids: list[bytes]) -> int:
+        """Index exactly the existing messages of ``task_id`` (known ones plus these)."""
+        keys = self.keys.for_queue(queue)
+        return int(self.scripts.repair_index(keys=[keys.messages, keys.task_index],
+                                             args=[task_id, *message_ids]))  # fmt: skip
+
+    def heartbeat(self, mover_id: str, info: dict[str, Any]) -> None:
+        """Record that a mover is alive (``celery delayq status`` lists these)."""
+        self.client.hset(self.keys.movers, mover_id, json.dumps(info))
+
+    def forget_mover(self, mover_id: str) -> None:
+        self.client.hdel(self.keys.movers, mover_id)
+
+    def movers(self) -> list[dict[str, Any]]:
+        """Every mover heartbeat, alive or stale; ``last_seen`` is Redis time in seconds."""
+        beats = self.client.hgetall(self.keys.movers)
+        return sorted((json.loads(info) for info in beats.values()),
+                      key=lambda beat: beat.get("last_seen", 0), reverse=True)  # fmt: skip
 
     def queues(self) -> list[str]:
         """Names of the queues that have had delayed messages, sorted."""

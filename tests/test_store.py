@@ -220,7 +220,7 @@ def test_global_keyprefix_is_applied_to_every_store_key(redis_client):
     schedule(store, 1, store.server_time_ms() + 60_000)
     assert sorted(redis_client.keys("*")) == [
         b"app1:delayq:queues", b"app1:delayq:{q}:due", b"app1:delayq:{q}:ids",
-        b"app1:delayq:{q}:msg",
+        b"app1:delayq:{q}:msg", b"app1:delayq:{q}:stats",
     ]  # fmt: skip
 
 

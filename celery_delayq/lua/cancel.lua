@@ -3,6 +3,7 @@
 -- KEYS[1]  P:{Q}:due     zset  message id -> due time (ms)
 -- KEYS[2]  P:{Q}:msg     hash  message id -> record
 -- KEYS[3]  P:{Q}:ids     hash  task id -> space-separated message ids
+-- KEYS[4]  P:{Q}:stats   hash  counters (cancelled is incremented)
 -- ARGV[1]  Celery task id
 -- Returns  how many messages were removed (0: already delivered, or never delayed here)
 
@@ -14,4 +15,5 @@ for message_id in string.gmatch(ids, '%S+') do
   redis.call('HDEL', KEYS[2], message_id)
 end
 redis.call('HDEL', KEYS[3], ARGV[1])
+if removed > 0 then redis.call('HINCRBY', KEYS[4], 'cancelled', removed) end
 return removed
