@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
 import math
 from datetime import datetime, tzinfo
 from typing import Any
 
 from celery.utils.time import maybe_iso8601, maybe_make_aware
+from kombu import serialization
 from kombu.utils.json import dumps, loads
 
 from .errors import InvalidETA
@@ -48,3 +50,42 @@ def with_eta(payload: bytes, eta: datetime) -> bytes:
     message = loads(payload)
     message["headers"]["eta"] = eta.isoformat()
     return dumps(message).encode()
+
+
+def describe(payload: bytes) -> dict[str, Any]:
+    """What an operator wants to see of a stored Celery message (for ``list``/``show``).
+
+    Only the CLI calls this; the mover never decodes payloads. Arguments that cannot be
+    deserialized here (an unknown serializer, say) are shown as a note, not an error.
+    """
+    try:
+        message = loads(payload)
+        headers = message.get("headers") or {}
+        properties = message.get("properties") or {}
+    except (ValueError, TypeError, AttributeError) as exc:
+        return {"task": None, "id": None, "error": f"unreadable message: {exc}"}
+    described = {
+        "task": headers.get("task"),
+        "id": headers.get("id"),
+        "eta": headers.get("eta"),
+        "retries": headers.get("retries", 0),
+        "priority": properties.get("priority"),
+        "args": headers.get("argsrepr"),
+        "kwargs": headers.get("kwargsrepr"),
+    }
+    if described["args"] is None:
+        described["args"], described["kwargs"] = _body_reprs(message)
+    return described
+
+
+def _body_reprs(message: dict[str, Any]) -> tuple[str, str]:
+    try:
+        body = message["body"]
+        if (message.get("properties") or {}).get("body_encoding") == "base64":
+            body = base64.b64decode(body)
+        args, kwargs, _ = serialization.loads(
+            body, message.get("content-type"), message.get("content-encoding", "utf-8")
+        )
+        return repr(tuple(args)), repr(kwargs)
+    except Exception as exc:  # noqa: BLE001 - a display helper must not fail
+        return f"<not decoded: {exc}>", ""

@@ -43,6 +43,14 @@ class Record:
             pos = colon + 1 + length
         return cls(fields[0].decode(), fields[1].decode(), raw[pos:])
 
+    @classmethod
+    def decode_or_raw(cls, raw: bytes) -> Record:
+        """For display: a record this store did not write is shown whole, as payload."""
+        try:
+            return cls.decode(raw)
+        except ValueError:
+            return cls("", "", raw)
+
 
 @dataclass(frozen=True)
 class MoveResult:
@@ -276,7 +284,7 @@ class DelayedStore:
             return []
         raws: list[Any] = self.client.hmget(keys.messages, [i for i, _ in entries])
         return [
-            PendingMessage(queue, message_id.decode(), score / 1000.0, Record.decode(raw))
+            PendingMessage(queue, message_id.decode(), score / 1000.0, Record.decode_or_raw(raw))
             for (message_id, score), raw in zip(entries, raws)
             if raw is not None
         ]

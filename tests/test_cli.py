@@ -1,0 +1,230 @@
+"""``celery delayq ...`` against a real Redis and a real app."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import types
+
+import pytest
+from click.testing import CliRunner
+
+from celery_delayq.cli import delayq
+from celery_delayq.store import Record
+from celery_delayq.testing import RedisServer
+
+from .conftest import REPO_ROOT, wait_for
+
+REMEMBER = "tests.worker_app.remember"
+
+
+def invoke(app, *args, input=None):
+    return CliRunner().invoke(delayq, list(args), obj=types.SimpleNamespace(app=app), input=input)
+
+
+def send(app, label, **options):
+    return app.send_task(REMEMBER, (label,), **options)
+
+
+def test_status_json_shape_and_timeline(app):
+    send(app, "soon", countdown=30)
+    send(app, "later", countdown=7200)
+    send(app, "other", countdown=120, queue="other")
+
+    result = invoke(app, "status", "--json", "--timeline")
+
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert set(data) == {"redis", "queues", "movers", "movers_alive", "overdue", "ok", "timeline"}
+    assert {q["queue"]: q["pending"] for q in data["queues"]} == {"default": 2, "other": 1}
+    assert {(t["window"], t["due"]) for t in data["timeline"] if t["due"]} == {
+        ("< 1 min", 1), ("1-5 min", 1), ("1-6 h", 1)
+    }  # fmt: skip
+    assert data["ok"] is True
+    human = invoke(app, "status", "--timeline").output
+    assert "falling due" in human and "no mover alive" in human
+
+
+def test_status_warns_and_exits_1_when_overdue_and_no_mover_is_alive(app):
+    send(app, "stranded", countdown=0.05)
+    wait_for(lambda: invoke(app, "status", "--json").exit_code == 1, timeout=5)
+
+    result = invoke(app, "status")
+    assert result.exit_code == 1
+    assert "WARNING: 1 messages are overdue and no mover is alive" in result.output
+
+
+def test_status_lists_a_live_mover_with_its_host(app, redis_server):
+    env = dict(os.environ, BROKER_URL=redis_server.url)
+    mover = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tests.worker_app", "delayq", "mover"],
+        cwd=REPO_ROOT, env=env, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        data = wait_for(lambda: json.loads(invoke(app, "status", "--json").output)["movers"])
+        assert data[0]["name"] == "standalone mover" and data[0]["alive"] is True
+        sent = send(app, "moved by the standalone mover", countdown=0.2)
+        wait_for(lambda: not invoke(app, "show", sent.id).exit_code, timeout=2)
+        wait_for(lambda: invoke(app, "show", sent.id).exit_code == 1, timeout=5)
+    finally:
+        mover.send_signal(signal.SIGTERM)
+        _, err = mover.communicate(timeout=20)
+    assert mover.returncode == 0
+    assert "standalone mover stopped" in err
+    # A clean stop removes the heartbeat.
+    assert json.loads(invoke(app, "status", "--json").output)["movers"] == []
+
+
+def test_list_filters_and_orders(app):
+    first = send(app, "a", countdown=100)
+    send(app, "b", countdown=200, queue="other")
+    last = send(app, "c", countdown=300)
+    app.send_task("tests.worker_app.retry_once", (1,), countdown=150)
+
+    listed = json.loads(invoke(app, "list", "--json").output)
+    assert [m["args"] for m in listed] == ["('a',)", "(1,)", "('b',)", "('c',)"]
+    newest = json.loads(invoke(app, "list", "--json", "--newest-first", "--limit", "1").output)
+    assert [m["id"] for m in newest] == [last.id]
+    by_queue = json.loads(invoke(app, "list", "--json", "-Q", "other").output)
+    assert [m["queue"] for m in by_queue] == ["other"]
+    by_task = json.loads(invoke(app, "list", "--json", "--task", REMEMBER).output)
+    assert len(by_task) == 3
+    window = json.loads(invoke(app, "list", "--json", "--due-before", "120s").output)
+    assert [m["id"] for m in window] == [first.id]
+    assert "task id" in invoke(app, "list").output
+
+
+def test_show_prints_name_args_queue_priority_eta_and_retries(app):
+    sent = send(app, "shown", countdown=60, priority=6)
+
+    data = json.loads(invoke(app, "show", "--json", sent.id).output)
+
+    assert len(data) == 1
+    assert data[0]["task"] == REMEMBER and data[0]["args"] == "('shown',)"
+    assert (data[0]["queue"], data[0]["priority"], data[0]["retries"]) == ("default", 6, 0)
+    assert data[0]["eta"].startswith(data[0]["due"][:19])
+    missing = invoke(app, "show", "no-such-task")
+    assert missing.exit_code == 1 and "nothing pending" in missing.output
+
+
+def test_cancel_reschedule_and_promote(app, redis_client):
+    a, b, c = (send(app, label, countdown=600) for label in "abc")
+
+    cancelled = invoke(app, "cancel", "--json", a.id, "unknown")
+    assert cancelled.exit_code == 1
+    assert json.loads(cancelled.output) == {a.id: 1, "unknown": 0}
+
+    assert invoke(app, "reschedule", b.id, "--countdown", "3600").exit_code == 0
+    (moved,) = json.loads(invoke(app, "show", "--json", b.id).output)
+    assert moved["due"] > json.loads(invoke(app, "show", "--json", c.id).output)[0]["due"]
+    assert invoke(app, "reschedule", b.id).exit_code == 2  # neither --eta nor --countdown
+
+    promoted = invoke(app, "promote", c.id)
+    assert promoted.exit_code == 0, promoted.output
+    (delivered,) = redis_client.lrange("default", 0, -1)
+    assert json.loads(delivered)["headers"]["id"] == c.id
+
+
+def test_promote_all_due_delivers_overdue_messages(app, redis_client):
+    send(app, "due", countdown=0.05)
+    send(app, "not yet", countdown=600)
+    wait_for(lambda: json.loads(invoke(app, "status", "--json").output)["overdue"] == 1)
+
+    result = invoke(app, "promote", "--all-due", "--json")
+
+    assert json.loads(result.output) == {"moved": 1}
+    assert redis_client.llen("default") == 1
+
+
+def test_purge_asks_for_confirmation_unless_yes(app):
+    send(app, "a", countdown=60)
+    send(app, "b", countdown=60, queue="other")
+
+    refused = invoke(app, "purge", input="n\n")
+    assert refused.exit_code == 1 and "Delete 2 pending delayed task(s)" in refused.output
+    assert json.loads(invoke(app, "status", "--json").output)["queues"][0]["pending"] == 1
+
+    only_other = invoke(app, "purge", "-Q", "other", "--yes", "--json")
+    assert json.loads(only_other.output) == {"other": 1}
+    everything = invoke(app, "purge", input="y\n")
+    assert everything.exit_code == 0 and "purged 1" in everything.output
+
+
+def test_doctor_flags_eviction_and_missing_persistence(make_app):
+    with RedisServer("--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru") as server:
+        app = make_app(url=server.url)
+        send(app, "overdue", countdown=0.2)
+        time.sleep(0.3)
+
+        result = invoke(app, "doctor", "--json")
+
+    assert result.exit_code == 1
+    findings = {f["check"]: f for f in json.loads(result.output)["findings"]}
+    assert findings["eviction"]["level"] == "fail"
+    assert "allkeys-lru" in findings["eviction"]["message"]
+    assert findings["eviction"]["fix"] == "set maxmemory-policy noeviction"
+    assert findings["persistence"]["level"] == "fail"
+    assert findings["movers"]["level"] == "fail"
+    assert findings["clock skew"]["level"] == "ok"
+
+
+def test_doctor_passes_on_a_well_set_up_redis(make_app):
+    with RedisServer(appendonly=True) as server:
+        app = make_app(url=server.url)
+        result = invoke(app, "doctor")
+    assert result.exit_code == 0, result.output
+    assert "[ok  ] persistence: AOF is on" in result.output
+
+
+def test_doctor_repair_fixes_an_inconsistent_store(app, redis_client):
+    keep = send(app, "kept", countdown=600)
+    lost_schedule = send(app, "record without schedule", countdown=900)
+    keys = "delayq:{default}"
+    redis_client.zadd(f"{keys}:due", {"ghost": 1})  # scheduled, no record
+    (message_id,) = redis_client.hget(f"{keys}:ids", lost_schedule.id).split()
+    redis_client.zrem(f"{keys}:due", message_id)  # record, no schedule entry
+    redis_client.hset(f"{keys}:ids", "dangling-task", "nothing")
+
+    found = json.loads(invoke(app, "doctor", "--json").output)["findings"]
+    (store_finding,) = [f for f in found if f["check"] == "store default"]
+    assert "1 scheduled without a record" in store_finding["message"]
+    assert "1 records without a schedule entry" in store_finding["message"]
+    assert "1 task index entries out of date" in store_finding["message"]
+
+    invoke(app, "doctor", "--repair")
+    after = json.loads(invoke(app, "doctor", "--json").output)["findings"]
+    assert [f["message"] for f in after if f["check"].startswith("store")] == [
+        "schedule, records and task index agree"
+    ]
+    # The orphan is scheduled again at the ETA in its own headers, not lost.
+    (restored,) = json.loads(invoke(app, "show", "--json", lost_schedule.id).output)
+    assert restored["eta"].startswith(restored["due"][:19])
+    assert len(json.loads(invoke(app, "list", "--json").output)) == 2
+    assert invoke(app, "show", keep.id).exit_code == 0
+
+
+def test_the_delayq_command_is_registered_with_celery(redis_server):
+    env = dict(os.environ, BROKER_URL=redis_server.url)
+    result = subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tests.worker_app", "delayq", "status", "--json"],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["redis"] == redis_server.url.replace("redis://", "redis://")
+
+
+@pytest.mark.parametrize("raw", [b"not a record", Record("default", "t", b"{").encode()])
+def test_list_survives_odd_records(app, redis_client, raw):
+    send(app, "fine", countdown=60)
+    redis_client.hset("delayq:{default}:msg", "odd", raw)
+    redis_client.zadd("delayq:{default}:due", {"odd": 10**13})
+    result = invoke(app, "list", "--json")
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.output)
+    assert [m.get("args") for m in listed] == ["('fine',)", None]
+    assert "unreadable message" in listed[1]["error"]
+    assert invoke(app, "list").exit_code == 0
