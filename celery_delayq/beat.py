@@ -12,7 +12,7 @@ from typing import Any
 from celery.beat import PersistentScheduler
 
 from .config import DelayqConfig
-from .connect import mover_thread
+from .connect import log_startup, mover_thread
 from .mover import MoverThread
 
 
@@ -28,6 +28,7 @@ class Scheduler(PersistentScheduler):  # type: ignore[misc]
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if self.mover_thread is None:
+            log_startup(self.app, "beat moves due messages")
             self.mover_thread = mover_thread(self.app, "beat mover")
             self.mover_thread.start()
         interval: float = super().tick(*args, **kwargs)

@@ -15,7 +15,7 @@ from typing import Any
 from celery import bootsteps
 
 from .config import DelayqConfig
-from .connect import mover_thread
+from .connect import log_startup, mover_thread
 from .mover import MoverThread
 
 
@@ -28,12 +28,23 @@ class WorkerMover(bootsteps.StartStopStep):
     requires = ("celery.worker.components:Pool",)
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
-        self.enabled = DelayqConfig.from_app(worker.app).worker_mover
+        self.moves = DelayqConfig.from_app(worker.app).worker_mover
         super().__init__(worker, **kwargs)
 
-    def create(self, worker: Any) -> MoverThread:
+    def create(self, worker: Any) -> MoverThread | None:
         """The service object; StartStopStep starts and stops it with the worker."""
+        if not self.moves:
+            return None
         return mover_thread(worker.app, f"worker mover {socket.gethostname()}")
+
+    def start(self, worker: Any) -> None:
+        """Log the start-up line (logging is set up by now), then start moving."""
+        if self.moves:
+            log_startup(worker.app, "this worker moves due messages")
+        else:
+            log_startup(worker.app, "worker mover off (delayq_worker_mover): run beat with "
+                        "celery_delayq.beat:Scheduler or `celery delayq mover`")  # fmt: skip
+        super().start(worker)
 
 
 def add_worker_mover(worker: Any) -> None:

@@ -8,6 +8,7 @@ command prints a table by default and JSON with ``--json``.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import signal
 import threading
@@ -32,7 +33,7 @@ from .checks import (
     server_findings,
 )
 from .config import DelayqConfig
-from .connect import mover_thread, open_store
+from .connect import log_startup, mover_thread, open_store
 from .message import describe
 from .store import DelayedStore, PendingMessage, QueueBacklog
 
@@ -391,9 +392,18 @@ def purge(as_json: bool, queues: tuple[str, ...], yes: bool) -> None:
 
 
 @delayq.command()
-def mover() -> None:
+@click.option(
+    "--loglevel",
+    "-l",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"], case_sensitive=False),
+)
+def mover(loglevel: str) -> None:
     """Run a standalone mover until SIGTERM or SIGINT."""
+    logging.basicConfig(level=loglevel.upper(), format="[%(asctime)s: %(levelname)s] %(message)s")
     app = _app()
+    log_startup(app, "this standalone mover moves due messages")
     thread = mover_thread(app, "standalone mover")
     done = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -6,17 +6,21 @@ kombu publishes to (URL, TLS, Sentinel, ``global_keyprefix`` and all).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from celery import Celery
 from kombu.connection import Connection
+from kombu.utils.url import maybe_sanitize_url
 
 from .config import DelayqConfig
 from .errors import ConfigurationError
 from .mover import Mover, MoverThread
 from .store import DelayedStore
 from .transport import DelayedPublishMixin
+
+logger = logging.getLogger(__name__)
 
 TRANSPORT_HINT = 'set broker_transport = "celery_delayq.transport:Transport"'
 
@@ -69,3 +73,14 @@ def mover_thread(app: Celery, name: str) -> MoverThread:
         connect, max_sleep=config.mover_max_sleep, retry_max=config.mover_retry_max, name=name
     )
     return MoverThread(mover, on_exit=close)
+
+
+def log_startup(app: Celery, mover_mode: str) -> None:
+    """The one line workers and beat log at start: where the store is, its key prefix and
+    whether this process moves (the URL's password is masked)."""
+    config = DelayqConfig.from_app(app)
+    url = maybe_sanitize_url(app.conf.broker_write_url or app.conf.broker_url or "redis://")
+    logger.info(
+        "celery-delayq: delayed tasks in %s under key prefix %r; %s",
+        url, config.key_prefix, mover_mode,
+    )  # fmt: skip

@@ -129,13 +129,8 @@ class Mover:
             self._pubsub = None
 
     def _announce(self, store: DelayedStore) -> None:
-        """One start-up line, and warnings when Redis puts delayed tasks at risk."""
-        logger.info(
-            "celery-delayq %s: moving delayed messages of %s (key prefix %r)",
-            self.name,
-            redis_location(store.client),
-            store.keys.base,
-        )
+        """Warn at (re)connect when Redis's settings put delayed tasks at risk."""
+        logger.debug("celery-delayq %s: connected to %s", self.name, redis_location(store.client))
         for finding in server_findings(store.client):
             if finding.level != OK:
                 logger.warning("celery-delayq: %s: %s; %s", finding.check, finding.message,

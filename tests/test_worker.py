@@ -148,3 +148,19 @@ def test_priorities_and_global_keyprefix_are_respected_end_to_end(
 
     assert {r["label"] for r in runs(redis_client)} == {"urgent", "plain"}
     assert redis_client.keys("delayq*") == []
+
+
+def test_a_worker_logs_where_the_store_is_and_warns_about_risky_redis_settings(redis_server):
+    with celery_process("worker", redis_server.url, {}, "-P", "solo") as worker:
+        wait_for(lambda: "persistence" in "".join(worker.output), timeout=10)
+    log = "".join(worker.output)
+    assert f"celery-delayq: delayed tasks in {redis_server.url} under key prefix 'delayq'" in log
+    assert "this worker moves due messages" in log
+    assert "no persistence: a Redis restart loses every pending delayed task" in log
+
+
+def test_a_worker_without_mover_says_who_must_move(redis_server):
+    settings = {"delayq_worker_mover": False}
+    with celery_process("worker", redis_server.url, settings, "-P", "solo") as worker:
+        pass
+    assert "worker mover off (delayq_worker_mover)" in "".join(worker.output)
