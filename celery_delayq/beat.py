@@ -13,6 +13,7 @@ from celery.beat import PersistentScheduler
 
 from .config import DelayqConfig
 from .connect import log_startup, mover_thread
+from .metrics import start_configured_exporter
 from .mover import MoverThread
 
 
@@ -21,6 +22,7 @@ class Scheduler(PersistentScheduler):  # type: ignore[misc]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.mover_thread: MoverThread | None = None
+        self.exporter: Any = None
         super().__init__(*args, **kwargs)
         # Validate now, so a bad setting fails at start; `celery beat` also builds a
         # lazy instance only to print its banner, so no work starts here.
@@ -31,12 +33,15 @@ class Scheduler(PersistentScheduler):  # type: ignore[misc]
             log_startup(self.app, "beat moves due messages")
             self.mover_thread = mover_thread(self.app, "beat mover")
             self.mover_thread.start()
+            self.exporter = start_configured_exporter(self.app)
         interval: float = super().tick(*args, **kwargs)
         return interval
 
     def close(self) -> None:
         if self.mover_thread is not None:
             self.mover_thread.stop()
+        if self.exporter is not None:
+            self.exporter.shutdown()
         super().close()
 
     @property

@@ -16,6 +16,7 @@ from celery import bootsteps
 
 from .config import DelayqConfig
 from .connect import log_startup, mover_thread
+from .metrics import start_configured_exporter
 from .mover import MoverThread
 
 
@@ -29,6 +30,7 @@ class WorkerMover(bootsteps.StartStopStep):
 
     def __init__(self, worker: Any, **kwargs: Any) -> None:
         self.moves = DelayqConfig.from_app(worker.app).worker_mover
+        self.exporter: Any = None
         super().__init__(worker, **kwargs)
 
     def create(self, worker: Any) -> MoverThread | None:
@@ -45,6 +47,15 @@ class WorkerMover(bootsteps.StartStopStep):
             log_startup(worker.app, "worker mover off (delayq_worker_mover): run beat with "
                         "celery_delayq.beat:Scheduler or `celery delayq mover`")  # fmt: skip
         super().start(worker)
+        self.exporter = start_configured_exporter(worker.app)
+
+    def stop(self, worker: Any) -> None:
+        if self.exporter is not None:
+            self.exporter.shutdown()
+            self.exporter = None
+        super().stop(worker)
+
+    shutdown = stop
 
 
 def add_worker_mover(worker: Any) -> None:

@@ -63,11 +63,6 @@ def _store() -> Iterator[DelayedStore]:
         yield store
 
 
-def _alive_within(app: Celery) -> float:
-    """How recent a heartbeat must be: movers beat at least every ``mover_max_sleep``."""
-    return 2 * DelayqConfig.from_app(app).mover_max_sleep + 5
-
-
 def _emit(as_json: bool, data: Any, human: str) -> None:
     click.echo(json.dumps(data, indent=2, default=str) if as_json else human)
 
@@ -136,7 +131,7 @@ def status(as_json: bool, timeline: bool) -> None:
     with _store() as store:
         backlog = store.backlog()
         now = store.server_time_ms() / 1000
-        alive_within = _alive_within(app)
+        alive_within = DelayqConfig.from_app(app).mover_alive_within
         movers = [
             dict(m, alive=now - m.get("last_seen", 0) <= alive_within) for m in store.movers()
         ]
@@ -427,7 +422,7 @@ def doctor(as_json: bool, repair: bool) -> None:
         findings: list[Finding] = [
             *server_findings(store.client),
             clock_finding(store.client),
-            mover_finding(store, _alive_within(app)),
+            mover_finding(store, DelayqConfig.from_app(app).mover_alive_within),
             *consistency_findings(store, repair=repair),
         ]
         location = redis_location(store.client)
@@ -444,3 +439,13 @@ def doctor(as_json: bool, repair: bool) -> None:
     _emit(as_json, data, "\n".join(human))
     if not data["ok"]:
         raise SystemExit(1)
+
+
+def _register_optional_commands() -> None:
+    """Commands that live in the modules they belong to."""
+    from .metrics import exporter_command
+
+    delayq.add_command(exporter_command)
+
+
+_register_optional_commands()

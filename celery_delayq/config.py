@@ -37,11 +37,21 @@ class DelayqConfig:
     mover_max_sleep: float = 5.0
     #: Longest back-off between retries while Redis is unreachable.
     mover_retry_max: float = 10.0
+    #: Serve Prometheus metrics on this port from each worker and beat (needs the
+    #: ``prometheus`` extra); None: off. ``celery delayq exporter`` serves them standalone.
+    metrics_port: int | None = None
+    #: Address the metrics server listens on.
+    metrics_addr: str = "0.0.0.0"
     #: Not a ``delayq_`` setting: Celery's own ``timezone``, used for naive ETAs as the
     #: worker would read them.
     timezone: tzinfo | None = dataclasses.field(default=None, compare=False)
 
     def __post_init__(self) -> None:
+        _check(
+            self.metrics_port is None
+            or (isinstance(self.metrics_port, int) and 0 < self.metrics_port < 65536),
+            f"delayq_metrics_port must be a TCP port number or None, got {self.metrics_port!r}",
+        )
         _check(
             isinstance(self.key_prefix, str) and bool(self.key_prefix.strip()),
             f"delayq_key_prefix must be a non-empty string, got {self.key_prefix!r}",
@@ -63,6 +73,12 @@ class DelayqConfig:
                 isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
                 f"delayq_{name} must be a number of seconds above 0, got {value!r}",
             )
+
+    @property
+    def mover_alive_within(self) -> float:
+        """How recent a heartbeat must be for its mover to count as alive: a mover beats
+        after every wake-up, at least every ``mover_max_sleep`` seconds."""
+        return 2 * self.mover_max_sleep + 5
 
     @classmethod
     def setting_names(cls) -> list[str]:

@@ -1,0 +1,302 @@
+"""Prometheus metrics: every family and value read from a real Redis, over HTTP too."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from celery import Celery
+from click.testing import CliRunner
+
+import celery_delayq
+from celery_delayq.connect import open_store
+from celery_delayq.errors import ConfigurationError
+from celery_delayq.metrics import (
+    DelayqCollector,
+    exporter_command,
+    lateness_buckets,
+    start_exporter,
+)
+from celery_delayq.testing import RedisServer, free_port
+
+from .conftest import wait_for
+
+# An optional extra: skip, rather than fail, where it is not installed.
+prometheus_client = pytest.importorskip("prometheus_client")
+parser = pytest.importorskip("prometheus_client.parser")
+
+QUICK = 0.5  # countdown of messages the tests let fall due
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def scrape(app: Celery, alive_within: float | None = None) -> str:
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+    registry.register(DelayqCollector(app, alive_within))
+    return str(prometheus_client.generate_latest(registry).decode())
+
+
+def parse(text: str) -> tuple[dict[str, str], Samples]:
+    """Family name -> type, and sample name -> sorted labels -> value."""
+    types: dict[str, str] = {}
+    samples: Samples = {}
+    for family in parser.text_string_to_metric_families(text):
+        types[family.name] = family.type
+        for sample in family.samples:
+            labels = tuple(sorted(sample.labels.items()))
+            samples.setdefault(sample.name, {})[labels] = sample.value
+    return types, samples
+
+
+def q(queue: str, **labels: str) -> tuple[tuple[str, str], ...]:
+    return tuple(sorted({"queue": queue, **labels}.items()))
+
+
+def fetch(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.status == 200
+        return str(response.read().decode())
+
+
+@contextmanager
+def exporter(app: Celery, **kwargs: Any) -> Iterator[int]:
+    port = free_port()
+    server, thread = start_exporter(app, port, "127.0.0.1", **kwargs)
+    try:
+        yield port
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=10)
+
+
+def send(app: Celery, queue: str, countdown: float) -> str:
+    return str(app.send_task("x.y", countdown=countdown, queue=queue).id)
+
+
+def overdue(app: Celery) -> dict[str, int]:
+    with open_store(app) as store:
+        return {entry.queue: entry.overdue for entry in store.backlog()}
+
+
+FAMILIES = {
+    "celery_delayq_up": "gauge",
+    "celery_delayq_pending": "gauge",
+    "celery_delayq_overdue": "gauge",
+    "celery_delayq_lag_seconds": "gauge",
+    "celery_delayq_next_due_timestamp_seconds": "gauge",
+    "celery_delayq_scheduled": "counter",
+    "celery_delayq_moved": "counter",
+    "celery_delayq_cancelled": "counter",
+    "celery_delayq_move_lateness_seconds": "histogram",
+    "celery_delayq_movers_alive": "gauge",
+}
+
+
+def test_every_family_and_value(app: Celery) -> None:
+    long_alpha = [send(app, "alpha", 3600) for _ in range(3)]
+    for _ in range(2):
+        send(app, "alpha", QUICK)
+    for _ in range(2):
+        send(app, "beta", 3600)
+    send(app, "beta", QUICK)
+    send(app, "gamma", QUICK)
+    wait_for(lambda: sum(overdue(app).values()) == 4)
+    time.sleep(0.3)  # every move below is then at least 300 ms late
+    with open_store(app) as store:
+        assert store.move_all_due().moved == 4
+    assert celery_delayq.cancel(app, long_alpha[0]) == 1
+    send(app, "beta", QUICK)  # left overdue, unmoved: beta's lag
+    wait_for(lambda: overdue(app)["beta"] == 1)
+    time.sleep(0.2)
+    with open_store(app) as store:
+        now = store.server_time_ms() / 1000
+        store.heartbeat("fresh", {"id": "fresh", "last_seen": now - 1})
+        store.heartbeat("stale", {"id": "stale", "last_seen": now - 16})  # default: 15 s
+        heads = {name: store.pending(queue=name, limit=1)[0].due for name in ("alpha", "beta")}
+        stats = {name: store.stats(name) for name in ("alpha", "beta", "gamma")}
+
+    types, samples = parse(scrape(app))
+
+    assert types == FAMILIES
+    assert samples["celery_delayq_up"] == {(): 1}
+    assert samples["celery_delayq_pending"] == {q("alpha"): 2, q("beta"): 3, q("gamma"): 0}
+    assert samples["celery_delayq_overdue"] == {q("alpha"): 0, q("beta"): 1, q("gamma"): 0}
+    lag = samples["celery_delayq_lag_seconds"]
+    assert lag.keys() == {q("alpha"), q("beta"), q("gamma")}
+    assert lag[q("alpha")] == lag[q("gamma")] == 0
+    assert 0.2 <= lag[q("beta")] < 30
+    # Nothing pending in gamma: no next due time at all, rather than a made-up one.
+    assert samples["celery_delayq_next_due_timestamp_seconds"] == {
+        q("alpha"): heads["alpha"],
+        q("beta"): heads["beta"],
+    }
+    assert heads["alpha"] == pytest.approx(time.time() + 3600, abs=60)
+    assert samples["celery_delayq_scheduled_total"] == {q("alpha"): 5, q("beta"): 4, q("gamma"): 1}
+    assert samples["celery_delayq_moved_total"] == {q("alpha"): 2, q("beta"): 1, q("gamma"): 1}
+    assert samples["celery_delayq_cancelled_total"] == {q("alpha"): 1, q("beta"): 0, q("gamma"): 0}
+    assert samples["celery_delayq_movers_alive"] == {(): 1}
+
+    buckets = samples["celery_delayq_move_lateness_seconds_bucket"]
+    counts = samples["celery_delayq_move_lateness_seconds_count"]
+    sums = samples["celery_delayq_move_lateness_seconds_sum"]
+    bounds = ["0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5", "5.0"]
+    bounds += ["10.0", "30.0", "60.0", "+Inf"]
+    for name, moved in {"alpha": 2, "beta": 1, "gamma": 1}.items():
+        series = [buckets[q(name, le=le)] for le in bounds]
+        assert len(buckets) == len(bounds) * 3
+        assert series == sorted(series), "buckets must be cumulative"
+        assert series[-1] == counts[q(name)] == moved == stats[name]["late_count"]
+        assert series[bounds.index("0.25")] == 0  # every move was >= 300 ms late
+        running = 0
+        for le, value in zip(bounds[:-1], series):
+            running += stats[name].get(f"late_le_{round(float(le) * 1000)}", 0)
+            assert value == running
+        assert sums[q(name)] == stats[name]["late_sum_ms"] / 1000
+        assert 0.3 * moved <= sums[q(name)] < 60 * moved
+
+
+def test_empty_store_and_movers_alive_window(app: Celery) -> None:
+    types, samples = parse(scrape(app))
+    assert types == FAMILIES
+    assert samples == {"celery_delayq_up": {(): 1}, "celery_delayq_movers_alive": {(): 0}}
+
+    with open_store(app) as store:
+        store.heartbeat("m", {"id": "m", "last_seen": store.server_time_ms() / 1000 - 10})
+    assert parse(scrape(app, alive_within=30))[1]["celery_delayq_movers_alive"] == {(): 1}
+    assert parse(scrape(app, alive_within=5))[1]["celery_delayq_movers_alive"] == {(): 0}
+
+
+def test_movers_alive_window_follows_mover_max_sleep(make_app: Callable[..., Celery]) -> None:
+    app = make_app(delayq_mover_max_sleep=20.0)  # alive within 2 * 20 + 5 s
+    with open_store(app) as store:
+        now = store.server_time_ms() / 1000
+        store.heartbeat("slow", {"id": "slow", "last_seen": now - 40})
+        store.heartbeat("gone", {"id": "gone", "last_seen": now - 50})
+    assert parse(scrape(app))[1]["celery_delayq_movers_alive"] == {(): 1}
+
+
+def test_lateness_buckets_keep_bounds_unknown_to_this_version() -> None:
+    stats = {"late_le_5": 1, "late_le_7": 2, "late_le_inf": 1, "late_sum_ms": 90_020}
+    buckets, total = lateness_buckets(stats)
+    assert buckets[:3] == [("0.005", 1), ("0.007", 3), ("0.01", 3)]
+    assert buckets[-2:] == [("60.0", 3), ("+Inf", 4)]
+    assert total == 90.02
+
+
+def test_exporter_serves_the_same_text(app: Celery) -> None:
+    for queue in ("alpha", "alpha", "beta"):
+        send(app, queue, 3600)  # nothing overdue: the text does not change between scrapes
+    with exporter(app) as port:
+        served = fetch(port)
+    assert served == scrape(app)
+    assert parse(served)[1]["celery_delayq_pending"] == {q("alpha"): 2, q("beta"): 1}
+
+
+def test_exporter_answers_while_redis_is_down(make_app: Callable[..., Celery]) -> None:
+    with RedisServer() as server:
+        app = make_app(url=server.url)
+        send(app, "alpha", 3600)
+        with exporter(app) as port:
+            assert parse(fetch(port))[1]["celery_delayq_up"] == {(): 1}
+            server.stop(kill=True)
+            for _ in range(2):  # the failed scrape must not break the next one
+                types, samples = parse(fetch(port))
+                assert types == {"celery_delayq_up": "gauge"}
+                assert samples == {"celery_delayq_up": {(): 0}}
+            server.start()
+            wait_for(lambda: parse(fetch(port))[1]["celery_delayq_up"] == {(): 1})
+
+
+def test_start_exporter_refuses_another_transport(make_app: Callable[..., Celery]) -> None:
+    app = make_app(broker_transport="redis")
+    with pytest.raises(ConfigurationError, match="celery_delayq.transport:Transport"):
+        start_exporter(app, free_port(), "127.0.0.1")
+
+
+def test_missing_prometheus_client_says_which_extra(
+    app: Celery, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now fails
+    with pytest.raises(ImportError, match=r"pip install 'celery-delayq\[prometheus\]'"):
+        start_exporter(app, free_port(), "127.0.0.1")
+    result = CliRunner().invoke(
+        exporter_command, ["--port", str(free_port())], obj=SimpleNamespace(app=app)
+    )
+    assert result.exit_code == 1
+    assert "celery-delayq[prometheus]" in result.output
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_exporter_command_serves_until_signalled(app: Celery, signum: int) -> None:
+    send(app, "alpha", 3600)
+    port = free_port()
+    original = signal.getsignal(signum)
+    fetched: list[str] = []
+
+    def scrape_then_signal() -> None:
+        def serving() -> bool:
+            if signal.getsignal(signum) is original:  # the command's handler is not set yet
+                return False
+            try:
+                fetched.append(fetch(port))
+            except OSError:
+                return False
+            return True
+
+        wait_for(serving, timeout=20)
+        os.kill(os.getpid(), signum)
+
+    helper = threading.Thread(target=scrape_then_signal, daemon=True)
+    helper.start()
+    result = CliRunner().invoke(
+        exporter_command,
+        ["--port", str(port), "--addr", "127.0.0.1"],
+        obj=SimpleNamespace(app=app),
+    )
+    helper.join(timeout=10)
+
+    assert result.exit_code == 0, result.output
+    assert "stopped" in result.output
+    assert signal.getsignal(signum) is original
+    assert parse(fetched[0])[1]["celery_delayq_pending"] == {q("alpha"): 1}
+    with pytest.raises(OSError):
+        fetch(port)  # the server is closed
+
+
+def test_exporter_command_reports_a_busy_port(app: Celery) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        args = ["--port", str(port), "--addr", "127.0.0.1"]
+        result = CliRunner().invoke(exporter_command, args, obj=SimpleNamespace(app=app))
+    assert result.exit_code == 1
+    assert "Error:" in result.output
+
+
+def test_a_worker_serves_metrics_when_delayq_metrics_port_is_set(redis_server):
+    from .conftest import celery_process
+
+    port = free_port()
+    settings = {"delayq_metrics_port": port, "delayq_metrics_addr": "127.0.0.1"}
+    with celery_process("worker", redis_server.url, settings, "-P", "solo"):
+        text = wait_for(lambda: _scrape_or_none(port), timeout=10)
+    assert "celery_delayq_up 1.0" in text
+    assert "celery_delayq_movers_alive" in text
+
+
+def _scrape_or_none(port: int) -> str | None:
+    try:
+        return fetch(port)
+    except OSError:
+        return None
