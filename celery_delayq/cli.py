@@ -444,8 +444,10 @@ def doctor(as_json: bool, repair: bool) -> None:
 def _register_optional_commands() -> None:
     """Commands that live in the modules they belong to."""
     from .metrics import exporter_command
+    from .rescue import rescue_command
 
     delayq.add_command(exporter_command)
+    delayq.add_command(rescue_command)
 
 
 _register_optional_commands()

@@ -14,7 +14,7 @@ import redis
 from redis.commands.core import Script
 
 
-def _read_source(name: str) -> str:
+def read_source(name: str) -> str:
     return resources.files(__package__).joinpath("lua", f"{name}.lua").read_text("utf-8")
 
 
@@ -36,4 +36,4 @@ class StoreScripts:
 
 #: Read once at import, not lazily: a lazy read in a mover thread could hold the import
 #: lock while a prefork pool forks, and the child would deadlock on its first read.
-SOURCES = {field.name: _read_source(field.name) for field in dataclasses.fields(StoreScripts)}
+SOURCES = {field.name: read_source(field.name) for field in dataclasses.fields(StoreScripts)}

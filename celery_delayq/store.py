@@ -53,6 +53,14 @@ class Record:
 
 
 @dataclass(frozen=True)
+class ScheduleCall:
+    """The KEYS and ARGV of one ``schedule.lua`` call."""
+
+    keys: list[str]
+    args: list[Any]
+
+
+@dataclass(frozen=True)
 class MoveResult:
     """What one pass of moving did, by the Redis server's clock."""
 
@@ -113,7 +121,7 @@ class DelayedStore:
         self.move_batch_size = move_batch_size
         self.scripts = StoreScripts.register(client)
 
-    def schedule(
+    def schedule_call(
         self,
         *,
         queue: str,
@@ -122,22 +130,21 @@ class DelayedStore:
         due_ms: int,
         destination: str,
         payload: bytes,
-    ) -> bool:
-        """Store a message until ``due_ms``; True when it is now its queue's earliest."""
+    ) -> ScheduleCall:
+        """The KEYS and ARGV of ``schedule.lua`` for one message (rescue reuses them)."""
         record = Record(destination, task_id or "", payload)
         keys = self.keys.for_queue(queue)
-        earliest = self.scripts.schedule(
+        return ScheduleCall(
             keys=[*keys.as_list(), self.keys.queues],
-            args=[
-                message_id,
-                due_ms,
-                record.encode(),
-                task_id or "",
-                queue,
-                self.keys.wakeup_channel,
-            ],
-        )
-        return bool(earliest)
+            args=[message_id, due_ms, record.encode(), task_id or "", queue,
+                  self.keys.wakeup_channel],
+        )  # fmt: skip
+
+    def schedule(self, **fields: Any) -> bool:
+        """Store a message until it is due (fields as for ``schedule_call``); True when it
+        is now its queue's earliest."""
+        call = self.schedule_call(**fields)
+        return bool(self.scripts.schedule(keys=call.keys, args=call.args))
 
     def move_due(self, queue: str) -> MoveResult:
         """Deliver at most one batch of this queue's due messages."""

@@ -78,19 +78,27 @@ class DelayedPublishMixin:
         super()._put(queue, message, **kwargs)  # type: ignore[misc]
 
     def _put_delayed(self, queue: str, message: dict[str, Any], eta_seconds: float) -> None:
+        payload = dumps(message).encode()
+        self.delayed_store.schedule(**self.delayed_fields(queue, message, payload, eta_seconds))
+
+    def delayed_fields(
+        self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
+    ) -> dict[str, Any]:
+        """What the store keeps of a delayed message: the list kombu would push it to
+        (priority and ``global_keyprefix`` applied), its delivery tag as id, its task id."""
         properties = message.get("properties") or {}
         headers = message.get("headers") or {}
         priority = self._get_message_priority(message, reverse=False)  # type: ignore[attr-defined]
         kombu_list = self._q_for_pri(queue, priority)  # type: ignore[attr-defined]
         task_id = headers.get("id")
-        self.delayed_store.schedule(
-            queue=queue,
-            message_id=str(properties.get("delivery_tag") or uuid.uuid4()),
-            task_id=str(task_id) if task_id is not None else None,
-            due_ms=due_ms(eta_seconds),
-            destination=self.delayed_store.keys.destination(kombu_list),
-            payload=dumps(message).encode(),
-        )
+        return {
+            "queue": queue,
+            "message_id": str(properties.get("delivery_tag") or uuid.uuid4()),
+            "task_id": str(task_id) if task_id is not None else None,
+            "due_ms": due_ms(eta_seconds),
+            "destination": KeySpace(self.global_keyprefix).destination(kombu_list),
+            "payload": payload,
+        }
 
 
 class Channel(DelayedPublishMixin, kombu_redis.Channel):
