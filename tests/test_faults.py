@@ -94,3 +94,17 @@ def test_pending_tasks_survive_a_redis_restart_with_aof_and_are_delivered(make_a
             server.restart(kill=kill)  # scripts are gone: the mover gets NOSCRIPT
             wait_for(lambda: len(runs(server.client())) == 10, timeout=60)
         assert sorted(r["id"] for r in runs(server.client())) == sorted(s.id for s in sent)
+
+
+def test_a_mover_warns_when_it_delivers_far_behind_the_due_time(redis_server, caplog):
+    caplog.set_level(logging.DEBUG, logger="celery_delayq.mover")
+    store = store_on(redis_server.port)
+    redis_server.client().flushall()
+    fill(store, 3, store.server_time_ms() - 6000)  # as if no mover ran for six seconds
+    mover = Mover(lambda: store_on(redis_server.port), max_sleep=0.5, retry_max=1)
+
+    mover.move_once()
+
+    assert "moved 3 due messages (0 unreadable), latest 6" in caplog.text
+    assert "delivered messages up to 6." in caplog.text
+    assert [m["name"] for m in store.movers()] == ["mover"]  # the heartbeat
