@@ -310,16 +310,15 @@ def show(as_json: bool, task_id: str) -> None:
 def cancel(as_json: bool, task_ids: tuple[str, ...]) -> None:
     """Remove pending tasks for good. Exits 1 if any id had nothing pending."""
     app = _app()
-    removed = {task_id: api.cancel(app, task_id) for task_id in task_ids}
-    _emit(
-        as_json,
-        removed,
-        "\n".join(
-            f"{task_id}: cancelled {n} message(s)" if n else f"{task_id}: nothing pending"
-            for task_id, n in removed.items()
-        ),
-    )
-    if not all(removed.values()):
+    _report_per_task(as_json, "cancelled", {t: api.cancel(app, t) for t in task_ids})
+
+
+def _report_per_task(as_json: bool, verb: str, counts: dict[str, int]) -> None:
+    """Print how many messages each task id had acted on; exit 1 if any had none."""
+    lines = [f"{task_id}: {verb} {n} message(s)" if n else f"{task_id}: nothing pending"
+             for task_id, n in counts.items()]  # fmt: skip
+    _emit(as_json, counts, "\n".join(lines))
+    if not all(counts.values()):
         raise SystemExit(1)
 
 
@@ -335,10 +334,7 @@ def reschedule(as_json: bool, task_id: str, eta: str | None, countdown: float | 
     moment = _moment(eta) if eta else None
     when = datetime.fromtimestamp(moment, timezone.utc) if moment is not None else None
     changed = api.reschedule(_app(), task_id, eta=when, countdown=countdown)
-    said = f"rescheduled {changed} message(s)" if changed else "nothing pending"
-    _emit(as_json, {task_id: changed}, f"{task_id}: {said}")
-    if not changed:
-        raise SystemExit(1)
+    _report_per_task(as_json, "rescheduled", {task_id: changed})
 
 
 @delayq.command()
@@ -358,16 +354,7 @@ def promote(as_json: bool, task_ids: tuple[str, ...], all_due: bool) -> None:
     promoted = {task_id: api.reschedule(app, task_id, countdown=0) for task_id in task_ids}
     with _store() as store:
         store.move_all_due()
-    _emit(
-        as_json,
-        promoted,
-        "\n".join(
-            f"{task_id}: delivered {n} message(s)" if n else f"{task_id}: nothing pending"
-            for task_id, n in promoted.items()
-        ),
-    )
-    if not all(promoted.values()):
-        raise SystemExit(1)
+    _report_per_task(as_json, "delivered", promoted)
 
 
 @delayq.command()
