@@ -71,7 +71,7 @@ def environment() -> str:
     )
 
 
-def render(results: list[ScenarioResult], profile: Profile, seconds: float) -> str:
+def render(results: list[ScenarioResult], profile: Profile, seconds: float, directory: Path) -> str:
     command = "python -m benchmarks" + (" --quick" if profile is QUICK else "")
     sections = [
         "# celery-delayq benchmarks: vanilla Celery vs celery-delayq",
@@ -82,8 +82,17 @@ def render(results: list[ScenarioResult], profile: Profile, seconds: float) -> s
         "Time per scenario (both sides, including worker start and stop): "
         + "; ".join(f"{r.title.split(',')[0]} {r.seconds:.0f} s" for r in results if not r.error)
         + ".",
-        METHOD,
     ]
+    plots = [(r.title, path) for r in results for path in r.plots]
+    if plots:
+        sections.append(
+            "## Plots\n\n"
+            + "\n\n".join(
+                f"**{title}**\n\n![{path.stem}]({path.relative_to(directory).as_posix()})"
+                for title, path in plots
+            )
+        )
+    sections.append(METHOD)
     errors = [(r.title, r.error.strip()) for r in results if r.error]
     if errors:
         sections.append(
@@ -96,23 +105,27 @@ def render(results: list[ScenarioResult], profile: Profile, seconds: float) -> s
 METHOD = """\
 ## Method
 
-Every scenario runs twice in one session, first with vanilla Celery (plain `redis://`
-transport), then with `broker_transport = "celery_delayq.transport:Transport"`; the
+Every scenario with a vanilla counterpart runs twice in one session, first with vanilla
+Celery (plain `redis://` transport), then with
+`broker_transport = "celery_delayq.transport:Transport"`; the
 two runs share sizes, transport options and the same private `redis-server`, which
 is flushed between runs. Workers are real `celery worker --pool=solo` subprocesses
 (`benchmarks/worker_app.py`), so held ETA messages, task execution and the delayq
 mover share the one process whose RSS is read. Tasks record each execution
 (task id, `time.time()` minus the task's own `request.eta`) with RPUSH in Redis.
-Ratios are delayq / vanilla; targets apply to the delayq value. A missed target is
-shown as MISSED and does not fail the run; a crashed scenario does.
+Ratios are delayq / vanilla; targets apply to the delayq value (to the ratio where
+the target says "ratio"); "n/a" in the vanilla column marks a celery-delayq-only
+measurement (moving has no vanilla equivalent). A missed target is shown as MISSED
+and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
 
-1. **Worker memory**: RSS of the worker's main process (psutil) once it has settled
-   while idle, and again after publishing the tasks with `countdown=3600`, once the
-   vanilla worker has received all of them (queue list empty and every message in
-   kombu's `unacked` hash) or, for delayq, `celery_delayq.backlog()` shows them all
-   pending. "Settled" means four readings 0.5 s apart within 0.25 MiB. Redis grows
-   on both sides: vanilla kombu also keeps a copy of every held message in its
-   `unacked` hash, celery-delayq keeps the message in its delayed store instead.
+1. **Worker memory**: one worker, loaded step by step to each backlog of
+   `countdown=3600` tasks (published from two processes above 2,000); after each
+   step its main process's RSS (psutil) is read once settled ("settled": four
+   readings 0.5 s apart within 0.25 MiB) and compared with the idle reading. Vanilla
+   counts as loaded when the queue list is empty and every message is in kombu's
+   `unacked` hash; delayq when `celery_delayq.backlog()` shows them all pending.
+   Redis grows on both sides: vanilla kombu keeps a copy of every held message in
+   `unacked`, celery-delayq keeps the message in its store instead.
 2. **Duplicates**: two workers; `broker_transport_options` = `visibility_timeout`
    below the countdown, plus `unacked_restore_interval=1` and
    `unacked_restore_throttle=1` for both sides. With kombu 5.7's defaults the scan
@@ -121,8 +134,36 @@ shown as MISSED and does not fail the run; a crashed scenario does.
    across a scan, i.e. any countdown beyond about 100 s plus the visibility
    timeout, is redelivered the same way. Counted once nothing is queued, unacked or
    delayed and no execution happened for 3 s.
-3. **Lateness**: one idle worker; countdowns drawn uniformly from the range with a
-   fixed seed (identical for both sides); percentiles are nearest-rank.
+3. **Lateness** (task start - ETA, recorded by the task): one idle worker;
+   countdowns drawn uniformly from the range with a fixed seed (identical for both
+   sides); percentiles are nearest-rank. **3b** is the same measure under load: a
+   timetable (fixed seed) of tasks falling due at a constant rate, each published
+   its countdown before its ETA by one of two publisher processes, two workers.
+   The delayq move-lateness rows come from the store's own histogram
+   (`DelayedStore.stats`; its smallest bucket is 5 ms).
+4. **Burst and Redis blocking (3c/4)**, celery-delayq only (vanilla has no move):
+   the store is filled with pipelined `schedule.lua` calls, all due at one instant
+   about 2 s after filling ends; one `celery_delayq.mover.Mover` in its own process
+   (as a worker runs it) delivers them. The orchestrator polls `LLEN` and `TIME`
+   every millisecond: "due instant -> every message in its list" is by the Redis
+   clock; the move rate is messages over first-to-last delivery. The longest script
+   call is the largest `EVALSHA` duration in `SLOWLOG` during the burst. The
+   threshold is 1 ms, not 0: at 0 Redis 7 logs every command run inside scripts too
+   (five per moved message) and the log overflows; calls under 1 ms cannot be the
+   longest. Batch sizes other than the default 500 are measured too, for choosing
+   a default.
+5. **Producer**: no worker; `apply_async(countdown=3600)` in a loop in the
+   orchestrator over one producer, best of three rounds per side after a warm-up;
+   the target is on the ratio. The limit rows call `schedule.lua` in pipelines of
+   2,000 with no Celery (one process), and read the Redis time per call from
+   `INFO commandstats` (`EVALSHA` `usec_per_call`).
+7. **Scale-out**, celery-delayq only: the store is filled with messages already
+   due (pipelined `schedule.lua` from two processes), then N processes each loop
+   `store.move_all_due()` (batch 500), released by one Redis list at the same
+   instant, and stop when the store is empty. Rate = messages / slowest mover's
+   time. Every delivered payload carries a unique id; all are read back from the
+   queue list and checked: each filled id present exactly once. All processes share
+   the machine's 2 CPUs with the one Redis server.
 """
 
 
@@ -134,9 +175,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_on_sigterm)
     signal.signal(signal.SIGHUP, _raise_on_sigterm)
 
+    plot_dir = output.parent / "plots" if output is not None else None
     started = time.monotonic()
     try:
-        results = run_all(profile, keys)
+        results = run_all(profile, keys, plot_dir)
     except KeyboardInterrupt:
         log("interrupted; workers and redis-server stopped")
         return 130
@@ -147,7 +189,7 @@ def main(argv: list[str] | None = None) -> int:
         print(line)
     print(f"\n{profile.name} run took {seconds:.1f} s")
     if output is not None:
-        output.write_text(render(results, profile, seconds))
+        output.write_text(render(results, profile, seconds, output.parent))
         log(f"wrote {output}")
     return 1 if any(result.error for result in results) else 0
 

@@ -1,6 +1,7 @@
 """Results as rows of (vanilla, delayq, ratio, target) and their markdown rendering.
 
-Targets apply to the celery-delayq value only. A missed target is reported (MISSED)
+Targets apply to the celery-delayq value (or, where a row says so, to the ratio
+delayq / vanilla). A missed target is reported (MISSED)
 but is not an error: the benchmark's job is to measure, and the exit status is
 reserved for scenarios that could not be measured at all.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 
 @dataclass(frozen=True)
@@ -35,6 +37,8 @@ class MetricSpec:
     unit: str
     target: Target | None = None
     digits: int = 1
+    #: The target applies to the delayq / vanilla ratio instead of the delayq value.
+    on_ratio: bool = False
 
 
 @dataclass(frozen=True)
@@ -53,7 +57,9 @@ class Row:
 
     @property
     def status(self) -> str:
-        return self.spec.target.status(self.delayq) if self.spec.target else ""
+        if self.spec.target is None:
+            return ""
+        return self.spec.target.status(self.ratio if self.spec.on_ratio else self.delayq)
 
 
 @dataclass
@@ -64,6 +70,8 @@ class ScenarioResult:
     rows: list[Row] = field(default_factory=list)
     error: str | None = None
     seconds: float = 0.0
+    #: PNG files the scenario drew from its measurements (linked from the report).
+    plots: list[Path] = field(default_factory=list)
 
     @classmethod
     def from_measurements(
@@ -85,7 +93,8 @@ class ScenarioResult:
 def missed_lines(results: list[ScenarioResult]) -> list[str]:
     """One line per missed target, for the console summary."""
     return [
-        f"MISSED: {row.scenario}: {row.spec.label} = {row.delayq} (target {row.spec.target.text})"
+        f"MISSED: {row.scenario}: {row.spec.label} = "
+        f"{row.ratio if row.spec.on_ratio else row.delayq} (target {row.spec.target.text})"
         for result in results
         for row in result.missed
         if row.spec.target is not None

@@ -13,30 +13,34 @@ from celery_delayq.testing import RedisServer
 from .harness import Bench, log
 from .profiles import Profile
 from .report import ScenarioResult
-from .runconfig import SIDES
-from .scenarios import SCENARIO_KEYS, Scenario, build
+from .scenarios import SCENARIO_KEYS, Scenario, build, draw, sides_of
 
 
-def run_scenario(bench: Bench, scenario: Scenario) -> ScenarioResult:
-    """Measure vanilla, then delayq, with identical sizes and transport options."""
+def run_scenario(bench: Bench, scenario: Scenario, plot_dir: Path | None) -> ScenarioResult:
+    """Measure vanilla, then delayq, with identical sizes and transport options; then plot."""
     started = time.monotonic()
-    measured = {}
-    for side in SIDES:
+    measured: dict[str, dict[str, float | None]] = {"vanilla": {}, "delayq": {}}
+    for side in sides_of(scenario):
         log(f"{scenario.title} -- {side}")
         with bench.run(scenario.key, side, scenario.transport_options) as run:
             measured[side] = scenario.measure(run)
         shown = ", ".join(f"{k}={v:.4g}" for k, v in measured[side].items() if v is not None)
         log(f"  {side}: {shown}")
-    return ScenarioResult.from_measurements(
+    result = ScenarioResult.from_measurements(
         scenario.title,
         scenario.specs,
         measured["vanilla"],
         measured["delayq"],
         seconds=time.monotonic() - started,
     )
+    if plot_dir is not None:
+        result.plots = draw(scenario, plot_dir)
+    return result
 
 
-def run_all(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[ScenarioResult]:
+def run_all(
+    profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS, plot_dir: Path | None = None
+) -> list[ScenarioResult]:
     """Every selected scenario; a crash is recorded in its result and the next one runs.
 
     KeyboardInterrupt and SystemExit are not caught: they unwind through every
@@ -50,7 +54,7 @@ def run_all(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[Sce
             bench = Bench(server.url, server.client(), log_dir)
             for scenario in build(profile, keys):
                 try:
-                    results.append(run_scenario(bench, scenario))
+                    results.append(run_scenario(bench, scenario, plot_dir))
                 except Exception:
                     error = traceback.format_exc()
                     log(f"{scenario.title} CRASHED:\n{error}")

@@ -1,15 +1,26 @@
-"""The three scenarios; each measures one side per call and declares its table rows."""
+"""The scenarios; each measures one side per call and declares its table rows.
+
+A scenario may also say which ``sides`` it runs (default both: celery-delayq-only
+measurements such as the move rate have no vanilla counterpart) and draw ``plot``s
+from what it measured.
+"""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..harness import Run
 from ..profiles import Profile
 from ..report import MetricSpec
+from ..runconfig import SIDES, Side
+from .burst import Burst
 from .duplicates import Duplicates
 from .lateness import Lateness
 from .memory import WorkerMemory
+from .producer import ProducerCost
+from .scaleout import ScaleOut
+from .stream import SteadyStream
 
 
 class Scenario(Protocol):
@@ -32,16 +43,32 @@ class Scenario(Protocol):
         ...
 
 
-SCENARIO_KEYS = ("memory", "duplicates", "lateness")
+SCENARIO_KEYS = ("memory", "duplicates", "lateness", "stream", "burst", "producer", "scaleout")
+
+
+def sides_of(scenario: Scenario) -> tuple[Side, ...]:
+    return tuple(getattr(scenario, "sides", SIDES))
+
+
+def draw(scenario: Scenario, directory: Path) -> list[Path]:
+    """The scenario's plots, drawn into ``directory`` (none if it draws none)."""
+    plot = getattr(scenario, "plot", None)
+    return list(plot(directory)) if plot else []
 
 
 def build(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[Scenario]:
     """The selected scenarios, sized by ``profile``, in table order."""
     every: dict[str, Scenario] = {
-        "memory": WorkerMemory(profile.memory_tasks),
+        "memory": WorkerMemory(profile.memory_backlogs, profile.memory_vanilla_max),
         "duplicates": Duplicates(
             profile.duplicate_tasks, profile.duplicate_countdown, profile.visibility_timeout
         ),
         "lateness": Lateness(profile.lateness_tasks, profile.lateness_countdowns),
+        "stream": SteadyStream(
+            profile.stream_rate, profile.stream_window, profile.stream_countdowns
+        ),  # fmt: skip
+        "burst": Burst(profile.burst_messages, profile.burst_batch_sizes),
+        "producer": ProducerCost(profile.producer_tasks, profile.producer_script_calls),
+        "scaleout": ScaleOut(profile.scaleout_messages),
     }
-    return [every[key] for key in SCENARIO_KEYS if key in keys]
+    return [every[key] for key in SCENARIO_KEYS if key in keys and key not in profile.skip]

@@ -1,0 +1,143 @@
+"""Scenario 3b: lateness under load, a steady stream of tasks falling due.
+
+Tasks fall due at a constant rate over a window; each is published ``countdown``
+seconds before its ETA, with countdowns drawn uniformly (fixed seed), by several
+publisher processes keeping to a timetable, so publishing, moving and executing
+overlap as in production. Lateness is what the task itself records (start - ETA),
+so it includes the worker's own queueing: the workers must keep up with the rate
+on both sides for the number to mean the delivery path. For delayq the store's
+move-lateness histogram is read too (move time - due time, by the Redis clock).
+Tasks that have not started a minute after the last due time count as infinitely
+late (shown as inf; the CDF then ends below 1).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+from celery_delayq.store import LATENESS_BUCKETS_MS
+
+from .. import plots
+from ..harness import Run, log, wait_until
+from ..publishers import publish_parallel
+from ..report import MetricSpec, Target
+from ..runconfig import Side
+from ..store_tools import make_store
+from .lateness import percentile
+
+SEED = 20240602
+WORKERS = 2
+PUBLISHERS = 2
+TARGET_P99_MS = 50.0
+#: How long after the last due time tasks may still start before the rest count as lost.
+GRACE_SECONDS = 60.0
+
+
+class SteadyStream:
+    key = "stream"
+
+    def __init__(self, rate: float, window: float, countdowns: tuple[float, float]) -> None:
+        self.rate = rate
+        self.window = window
+        self.low, self.high = countdowns
+        self.samples: dict[Side, list[float]] = {}
+
+    @property
+    def tasks(self) -> int:
+        return round(self.rate * self.window)
+
+    @property
+    def title(self) -> str:
+        return (
+            f"3b. Lateness under load, {self.rate:,.0f} tasks/s falling due for "
+            f"{self.window:g}s ({self.tasks:,} tasks, countdown {self.low:g}-{self.high:g}s), "
+            f"{WORKERS} workers"
+        )
+
+    @property
+    def specs(self) -> tuple[MetricSpec, ...]:
+        return (
+            MetricSpec("p50", "lateness p50", "ms"),
+            MetricSpec(
+                "p99", "lateness p99", "ms", Target(f"< {TARGET_P99_MS:g} ms", lambda v: v < 50)
+            ),
+            MetricSpec("max", "lateness max", "ms"),
+            MetricSpec("move_p99", "delayq move lateness p99 (histogram bucket bound)", "ms"),
+            MetricSpec("move_mean", "delayq move lateness mean (histogram)", "ms"),
+            MetricSpec(
+                "executed",
+                "executions",
+                "",
+                Target(f"= {self.tasks:,}", lambda v: v == self.tasks),
+                digits=0,
+            ),
+        )
+
+    @property
+    def transport_options(self) -> dict[str, Any]:
+        return {}
+
+    def measure(self, run: Run) -> dict[str, float | None]:
+        run.start_workers(WORKERS)
+        rng = random.Random(SEED)  # the same timetable, relative to start, for both sides
+        start = time.time() + 1.0  # publishers need about a second to start
+        first_due = start + self.high
+        sends = []
+        for i in range(self.tasks):
+            eta = first_due + i / self.rate
+            sends.append((eta - rng.uniform(self.low, self.high), eta))
+        log(f"  publishing {self.tasks:,} tasks on a timetable over {PUBLISHERS} processes")
+        publish_parallel(run.config, sends, PUBLISHERS)
+        try:
+            wait_until(
+                lambda: run.execution_count() >= self.tasks,
+                timeout=max(0.0, first_due + self.window - time.time()) + GRACE_SECONDS,
+                what=f"all {self.tasks} tasks ran",
+            )
+        except TimeoutError as exc:  # overloaded workers: a result, not a crash
+            log(f"  {exc}; counting the tasks that did not run as infinitely late")
+        late_ms = sorted(e.lateness * 1000 for e in run.executions() if e.lateness is not None)
+        late_ms += [math.inf] * max(0, self.tasks - len(late_ms))
+        self.samples[run.side] = late_ms
+        values: dict[str, float | None] = {
+            "p50": percentile(late_ms, 50),
+            "p99": percentile(late_ms, 99),
+            "max": late_ms[-1],
+            "executed": float(sum(1 for v in late_ms if v != math.inf)),
+        }
+        if run.config.delayq:
+            values.update(move_lateness(run.config.broker_url, run.config.queue))
+        return values
+
+    def plot(self, directory: Path) -> list[Path]:
+        drawn = plots.cdf(
+            directory / "lateness_stream.png",
+            {
+                side: [max(v, 0.01) for v in values if v != math.inf]
+                for side, values in self.samples.items()
+            },
+            title=f"Task start - ETA, {self.rate:,.0f} tasks/s falling due",
+            xlabel="lateness (ms, log; values below 0.01 ms shown at 0.01)",
+            vline=(TARGET_P99_MS, "target p99 (50 ms)"),
+        )
+        return [drawn] if drawn else []
+
+
+def move_lateness(url: str, queue: str) -> dict[str, float | None]:
+    """p99 (as the bound of the bucket that holds it) and mean of the store's histogram."""
+    stats = make_store(url).stats(queue)
+    count = stats.get("late_count", 0)
+    if not count:
+        return {"move_p99": None, "move_mean": None}
+    seen = 0
+    p99: float | None = None
+    for bound in LATENESS_BUCKETS_MS:
+        seen += stats.get(f"late_le_{bound}", 0)
+        if seen >= 0.99 * count:
+            p99 = float(bound)
+            break
+    return {"move_p99": p99, "move_mean": stats.get("late_sum_ms", 0) / count}

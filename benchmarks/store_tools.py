@@ -1,0 +1,98 @@
+"""Direct access to celery-delayq's store, with no Celery around it.
+
+The move-rate, Redis-blocking, producer-limit and scale-out scenarios measure the
+store's Lua scripts themselves, so they fill the store with pipelined
+``schedule.lua`` calls (the very KEYS/ARGV the transport sends) instead of paying
+for ``apply_async`` a million times.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import time
+
+import redis
+
+from celery_delayq.keys import KeySpace
+from celery_delayq.store import DelayedStore
+
+#: Messages per pipeline round trip while filling: large enough to hide the round
+#: trip, small enough that one ``execute`` does not hold a huge reply in memory.
+PIPELINE_CHUNK = 2_000
+
+#: Filler that brings a synthetic payload to about the size of a real ``bench.record``
+#: message (kombu's JSON envelope is ~900 bytes with its headers and base64 body).
+_PAD = "x" * 820
+
+
+def make_store(url: str, batch_size: int = 500) -> DelayedStore:
+    """A store with the default key layout, as a worker with default settings sees it."""
+    return DelayedStore(redis.Redis.from_url(url), KeySpace(), batch_size)
+
+
+def payload(index: int) -> bytes:
+    """A kombu-sized message whose first field is a unique, fixed-width id."""
+    return json.dumps({"id": f"{index:09d}", "pad": _PAD}).encode()
+
+
+def payload_id(raw: bytes) -> int:
+    """The id ``payload`` wrote, read without a JSON parse (fast for a million)."""
+    return int(raw[8:17])
+
+
+def fill(
+    store: DelayedStore, queue: str, count: int, due_ms: int, *, start: int = 0, tasks: bool = True
+) -> float:
+    """Schedule ``count`` messages (ids ``start``..) all due at ``due_ms``; returns seconds.
+
+    ``tasks`` gives each message its own Celery task id, so the task-id index is
+    written too, as for real tasks.
+    """
+    began = time.perf_counter()
+    for low in range(start, start + count, PIPELINE_CHUNK):
+        with store.client.pipeline(transaction=False) as pipe:
+            for i in range(low, min(low + PIPELINE_CHUNK, start + count)):
+                call = store.schedule_call(
+                    queue=queue,
+                    message_id=f"m{i}",
+                    task_id=f"t{i}" if tasks else None,
+                    due_ms=due_ms,
+                    destination=queue,
+                    payload=payload(i),
+                )
+                store.scripts.schedule(keys=call.keys, args=call.args, client=pipe)
+            pipe.execute()
+    return time.perf_counter() - began
+
+
+def delivered_ids(client: redis.Redis, list_key: str, chunk: int = 50_000) -> list[int]:
+    """Every payload id now in ``list_key`` (with repeats, if any), read in chunks."""
+    total = int(client.llen(list_key))
+    ids: list[int] = []
+    for low in range(0, total, chunk):
+        ids.extend(payload_id(raw) for raw in client.lrange(list_key, low, low + chunk - 1))
+    return ids
+
+
+def server_time_ms(client: redis.Redis) -> int:
+    seconds, micros = client.time()
+    return int(seconds) * 1000 + int(micros) // 1000
+
+
+def _fill_share(url: str, queue: str, count: int, due_ms: int, start: int) -> None:
+    fill(make_store(url), queue, count, due_ms, start=start)
+
+
+def parallel_fill(url: str, queue: str, count: int, due_ms: int, processes: int = 2) -> float:
+    """``fill`` split over ``processes`` spawned processes (building the calls is the
+    bottleneck, not Redis); returns seconds."""
+    share = -(-count // processes)
+    began = time.perf_counter()
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(processes) as pool:
+        pool.starmap(
+            _fill_share,
+            [(url, queue, min(share, count - low), due_ms, low) for low in range(0, count, share)],
+        )
+    return time.perf_counter() - began
