@@ -170,25 +170,27 @@ def test_a_worker_keeps_consuming_while_its_mover_drains_a_large_backlog(
     make_app, redis_server, redis_client
 ):
     """The mover has its own thread and connections: tasks keep running while it moves
-    100,000 due messages (to a queue this worker does not consume)."""
+    250,000 due messages (to a queue this worker does not consume)."""
     from celery_delayq.keys import KeySpace
     from celery_delayq.store import DelayedStore
 
     store = DelayedStore(redis_client, KeySpace(), 500)
-    due = store.server_time_ms() + 4000
+    later = store.server_time_ms() + 3_600_000
     with redis_client.pipeline(transaction=False) as pipe:
-        for i in range(100_000):
+        for i in range(250_000):
             call = store.schedule_call(queue="bulk", message_id=f"m{i}", task_id=None,
-                                       due_ms=due, destination="bulk", payload=b"x")  # fmt: skip
+                                       due_ms=later, destination="bulk", payload=b"x")  # fmt: skip
             store.scripts.schedule(keys=call.keys, args=call.args, client=pipe)
         pipe.execute()
     app = make_app()
     with celery_process("worker", redis_server.url, {}, "-P", "solo", "-Q", "default"):
-        wait_for(lambda: store.server_time_ms() >= due, timeout=10)
+        due = store.keys.for_queue("bulk").due
+        redis_client.zunionstore(due, {due: 0})  # weight 0: every message is due now
+        redis_client.publish(store.keys.wakeup_channel, 0)  # wake the sleeping mover
         sent = [remember(app, str(i)) for i in range(5)]
         wait_for(lambda: len(runs(redis_client)) == 5, timeout=10)
         drained_when_tasks_ran = redis_client.llen("bulk")
-        wait_for(lambda: redis_client.llen("bulk") == 100_000, timeout=60)
+        wait_for(lambda: redis_client.llen("bulk") == 250_000, timeout=60)
 
     assert sorted(r["id"] for r in runs(redis_client)) == sorted(s.id for s in sent)
-    assert drained_when_tasks_ran < 100_000, "the tasks ran only after the whole backlog moved"
+    assert drained_when_tasks_ran < 250_000, "the tasks ran only after the whole backlog moved"
