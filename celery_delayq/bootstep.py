@@ -14,6 +14,7 @@ from typing import Any
 
 from celery import bootsteps
 
+from .app_lookup import uses_delayq
 from .config import DelayqConfig
 from .connect import log_startup, mover_thread
 from .metrics import start_configured_exporter
@@ -60,8 +61,5 @@ class WorkerMover(bootsteps.StartStopStep):
 
 def add_worker_mover(worker: Any) -> None:
     """``worker_init`` handler: add the mover step when the worker uses our transport."""
-    from .transport import DelayedPublishMixin
-
-    channel_cls = worker.app.connection_for_read().transport.Channel
-    if issubclass(channel_cls, DelayedPublishMixin):
+    if uses_delayq(worker.app):
         worker.app.steps["worker"].add(WorkerMover)

@@ -22,6 +22,7 @@ import redis
 from celery import Celery
 from kombu.exceptions import KombuError
 
+from .app_lookup import uses_delayq
 from .config import DelayqConfig
 from .connect import TRANSPORT_HINT, open_store
 from .errors import ConfigurationError
@@ -197,14 +198,8 @@ def start_configured_exporter(app: Celery) -> WSGIServer | None:
 def _check_app(app: Celery) -> None:
     """Fail at start-up, not at every scrape, on settings that can never work."""
     DelayqConfig.from_app(app)
-    from .transport import DelayedPublishMixin
-
-    connection = app.connection_for_write()  # not connected: only the transport is built
-    try:
-        if not issubclass(connection.transport.Channel, DelayedPublishMixin):
-            raise ConfigurationError("the broker transport is not celery-delayq: " + TRANSPORT_HINT)
-    finally:
-        connection.release()
+    if not uses_delayq(app):
+        raise ConfigurationError("the broker transport is not celery-delayq: " + TRANSPORT_HINT)
 
 
 @click.command("exporter")
