@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import urlparse
 
 from celery import Celery
+from kombu.utils.url import maybe_sanitize_url
 
 from .errors import ConfigurationError
 
@@ -127,7 +128,7 @@ def check_broker_url(app: Celery, schemes: frozenset[str] = REDIS_SCHEMES) -> No
         if scheme and scheme not in schemes:
             raise ConfigurationError(
                 f"celery-delayq needs a {' or '.join(sorted(schemes))} broker URL, "
-                f"got {_hide_password(one_url)!r}"
+                f"got {maybe_sanitize_url(one_url)!r}"
             )
         if scheme == "rediss" and not app.conf.broker_use_ssl:
             raise ConfigurationError(
@@ -135,13 +136,6 @@ def check_broker_url(app: Celery, schemes: frozenset[str] = REDIS_SCHEMES) -> No
                 "(e.g. {'ssl_cert_reqs': ssl.CERT_REQUIRED, 'ssl_ca_certs': ...}) "
                 "when broker_transport names a class"
             )
-
-
-def _hide_password(url: str) -> str:
-    parsed = urlparse(url)
-    if parsed.password:
-        return url.replace(parsed.password, "***", 1)
-    return url
 
 
 def _check(ok: bool, message: str) -> None:
