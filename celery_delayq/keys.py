@@ -7,14 +7,20 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:movers            HASH   mover id -> JSON heartbeat (host, pid, kind, last seen, moved)
     P:wakeup            PUBSUB channel; a due time is published when a queue gets
                                 a new earliest message, so sleeping movers wake early
-    P:{Q}:due           ZSET   message id -> due time (ms since the epoch)
-    P:{Q}:msg           HASH   message id -> record (destination list, task id, payload)
-    P:{Q}:ids           HASH   Celery task id -> space-separated message ids
-    P:{Q}:stats         HASH   counters: scheduled, moved, cancelled, and the move
-                                lateness histogram (late_le_<ms>, late_sum_ms, late_count)
+    P:{Q}:msg           HASH   message key -> record (due time, destination list unless
+                                it is the queue's own, payload); see record.py
+    P:{Q}:pages         ZSET   page number -> page start (ms), pages in due order
+    P:{Q}:p:<n>         ZSET   one page: message key -> due time (ms since the epoch), at
+                                most store.PAGE_SIZE entries, so Redis keeps it as a compact
+                                listpack (see lua/prelude.lua)
+    P:{Q}:dup           HASH   task key -> sequence numbers of the task's extra messages
+    P:{Q}:stats         HASH   counters: scheduled, moved, cancelled, the move lateness
+                                histogram (late_le_<ms>, late_sum_ms, late_count), and
+                                page_seq/dup_seq for numbering pages and duplicates
 
 One queue's keys share the ``{Q}`` hash tag, so each atomic script touches one
-Redis Cluster slot (apart from the destination list, which kombu names).
+Redis Cluster slot (apart from the destination list, which kombu names). Page keys are
+formed inside the Lua scripts from the page prefix, under the same tag.
 """
 
 from __future__ import annotations
@@ -27,14 +33,19 @@ class QueueKeys:
     """The keys holding one queue's delayed messages."""
 
     queue: str
-    due: str
     messages: str
-    task_index: str
+    pages: str
+    duplicates: str
     stats: str
+    page_prefix: str
 
     def as_list(self) -> list[str]:
         """The keys in the order every per-queue script expects them as KEYS."""
-        return [self.due, self.messages, self.task_index, self.stats]
+        return [self.messages, self.pages, self.duplicates, self.stats]
+
+    def page(self, number: bytes | str) -> str:
+        number = number.decode() if isinstance(number, bytes) else number
+        return f"{self.page_prefix}{number}"
 
 
 @dataclass(frozen=True)
@@ -64,10 +75,11 @@ class KeySpace:
         tagged = f"{self.base}:{{{queue}}}"
         return QueueKeys(
             queue=queue,
-            due=f"{tagged}:due",
             messages=f"{tagged}:msg",
-            task_index=f"{tagged}:ids",
+            pages=f"{tagged}:pages",
+            duplicates=f"{tagged}:dup",
             stats=f"{tagged}:stats",
+            page_prefix=f"{tagged}:p:",
         )
 
     def destination(self, kombu_list: str) -> str:

@@ -72,6 +72,7 @@ def describe(payload: bytes) -> dict[str, Any]:
         "priority": properties.get("priority"),
         "args": headers.get("argsrepr"),
         "kwargs": headers.get("kwargsrepr"),
+        "message_id": properties.get("delivery_tag"),
     }
     if described["args"] is None:
         described["args"], described["kwargs"] = _body_reprs(message)

@@ -1,5 +1,8 @@
 """The Lua scripts of the delayed store, loaded from ``lua/*.lua`` as redis-py Scripts.
 
+Each script is ``lua/prelude.lua`` (the page layout's shared keys and helpers) followed
+by the script's own file.
+
 redis-py's ``Script`` computes the SHA locally, runs EVALSHA and reloads the script
 after NOSCRIPT (a restarted or flushed Redis), so no SHA cache of our own is kept.
 """
@@ -26,8 +29,10 @@ class StoreScripts:
     move_due: Script
     cancel: Script
     replace: Script
-    repair_entry: Script
-    repair_index: Script
+    count: Script
+    pending: Script
+    purge: Script
+    repair: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> StoreScripts:
@@ -36,4 +41,7 @@ class StoreScripts:
 
 #: Read once at import, not lazily: a lazy read in a mover thread could hold the import
 #: lock while a prefork pool forks, and the child would deadlock on its first read.
-SOURCES = {field.name: read_source(field.name) for field in dataclasses.fields(StoreScripts)}
+PRELUDE = read_source("prelude")
+SOURCES = {
+    field.name: PRELUDE + read_source(field.name) for field in dataclasses.fields(StoreScripts)
+}

@@ -1,55 +1,24 @@
 """The delayed store: every read and write of delayed messages in Redis goes through here.
 
-A delayed message is kept as a *record*: the destination kombu list and the Celery
-task id, length-prefixed, followed by the payload bytes exactly as kombu would have
-pushed them. The mover's Lua script splits the record and pushes the payload
-unchanged, so no JSON is ever decoded or re-encoded inside Redis.
+Each queue keeps its messages as records (record.py) in one hash, and their due times in
+small pages (lua/prelude.lua explains the layout, keys.py names the keys). Every change
+is one atomic Lua script, so movers, producers and operators never need a lock.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, cast
 
 import redis
+from redis.commands.core import Script
 
 from .keys import KeySpace, QueueKeys
+from .record import Record, duplicate_key, message_key, task_id_of, task_key
 from .scripts import StoreScripts
-
-
-@dataclass(frozen=True)
-class Record:
-    """One stored delayed message."""
-
-    destination: str
-    task_id: str
-    payload: bytes
-
-    def encode(self) -> bytes:
-        destination, task_id = self.destination.encode(), self.task_id.encode()
-        header = b"%d:%s%d:%s" % (len(destination), destination, len(task_id), task_id)
-        return header + self.payload
-
-    @classmethod
-    def decode(cls, raw: bytes) -> Record:
-        fields: list[bytes] = []
-        pos = 0
-        for _ in range(2):
-            colon = raw.index(b":", pos)
-            length = int(raw[pos:colon])
-            fields.append(raw[colon + 1 : colon + 1 + length])
-            pos = colon + 1 + length
-        return cls(fields[0].decode(), fields[1].decode(), raw[pos:])
-
-    @classmethod
-    def decode_or_raw(cls, raw: bytes) -> Record:
-        """For display: a record this store did not write is shown whole, as payload."""
-        try:
-            return cls.decode(raw)
-        except ValueError:
-            return cls("", "", raw)
 
 
 @dataclass(frozen=True)
@@ -99,17 +68,28 @@ class PendingMessage:
     """One pending delayed message, as listed by ``DelayedStore.pending``."""
 
     queue: str
-    message_id: str
+    key: bytes  # its message key (record.py)
     due: float  # epoch seconds
     record: Record
 
     @property
     def task_id(self) -> str:
-        return self.record.task_id
+        return task_id_of(self.key)
 
 
 #: Upper bounds (ms) of the move-lateness histogram kept in each queue's stats hash.
 LATENESS_BUCKETS_MS = (5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 30000, 60000)
+
+#: Fields of the stats hash that number pages and duplicates (not counters to report).
+NUMBERING_FIELDS = ("page_seq", "dup_seq")
+
+#: Entries per page of due times; below Redis's default zset-max-listpack-entries (128),
+#: so pages keep the compact encoding.
+PAGE_SIZE = 120
+
+#: A move stops after this many payload bytes, so one script call stays short (a few ms)
+#: even when messages are large.
+MOVE_BATCH_BYTES = 1 << 20
 
 
 class DelayedStore:
@@ -132,12 +112,12 @@ class DelayedStore:
         payload: bytes,
     ) -> ScheduleCall:
         """The KEYS and ARGV of ``schedule.lua`` for one message (rescue reuses them)."""
-        record = Record(destination, task_id or "", payload)
         keys = self.keys.for_queue(queue)
+        record = Record(due_ms, destination, payload)
         return ScheduleCall(
             keys=[*keys.as_list(), self.keys.queues],
-            args=[message_id, due_ms, record.encode(), task_id or "", queue,
-                  self.keys.wakeup_channel],
+            args=[*self._page_args(keys), message_key(task_id, message_id), due_ms,
+                  record.tail(self._own_list(queue)), queue, self.keys.wakeup_channel],
         )  # fmt: skip
 
     def schedule(self, **fields: Any) -> bool:
@@ -148,10 +128,11 @@ class DelayedStore:
 
     def move_due(self, queue: str) -> MoveResult:
         """Deliver at most one batch of this queue's due messages."""
-        moved, next_due, now, missing, max_late = self.scripts.move_due(
-            keys=self.keys.for_queue(queue).as_list(),
-            args=[self.move_batch_size, *LATENESS_BUCKETS_MS],
-        )
+        keys = self.keys.for_queue(queue)
+        moved, next_due, now, missing, max_late = self._run(
+            self.scripts.move_due, keys, self.move_batch_size, MOVE_BATCH_BYTES,
+            self._own_list(queue), *LATENESS_BUCKETS_MS,
+        )  # fmt: skip
         next_due_ms = None if next_due < 0 else int(next_due)
         return MoveResult(int(moved), next_due_ms, int(now), int(missing), int(max_late))
 
@@ -171,8 +152,12 @@ class DelayedStore:
                 missing += result.missing
                 max_late = max(max_late, result.max_lateness_ms)
                 now = max(now, result.now_ms)
-                if result.moved + result.missing >= self.move_batch_size:
-                    full.append(queue)
+                if (
+                    result.moved + result.missing
+                    and result.next_due_ms is not None
+                    and result.next_due_ms <= result.now_ms
+                ):
+                    full.append(queue)  # the batch's size or bytes stopped it: more is due
                 elif result.next_due_ms is not None:
                     next_due = min(result.next_due_ms, next_due or result.next_due_ms)
             active = full
@@ -180,10 +165,11 @@ class DelayedStore:
 
     def cancel(self, task_id: str) -> int:
         """Remove every pending message of ``task_id``; how many were removed."""
-        return sum(
-            int(self.scripts.cancel(keys=self.keys.for_queue(queue).as_list(), args=[task_id]))
-            for queue in self.queues()
-        )
+        removed = 0
+        for queue in self.queues():
+            keys = self.keys.for_queue(queue)
+            removed += int(self._run(self.scripts.cancel, keys, task_key(task_id)))
+        return removed
 
     def reschedule(
         self, task_id: str, due_ms: int, rewrite_payload: Callable[[bytes], bytes]
@@ -196,52 +182,54 @@ class DelayedStore:
         changed = 0
         for queue in self.queues():
             keys = self.keys.for_queue(queue)
-            for message_id in self._message_ids(keys, task_id):
-                changed += self._replace(keys, message_id, due_ms, rewrite_payload)
+            for key in self._message_keys(keys, task_id):
+                changed += self._replace(keys, key, due_ms, rewrite_payload)
         return changed
 
-    def _message_ids(self, keys: QueueKeys, task_id: str) -> list[bytes]:
-        ids = cast(Optional[bytes], self.client.hget(keys.task_index, task_id))
-        return ids.split() if ids else []
+    def _message_keys(self, keys: QueueKeys, task_id: str) -> list[bytes]:
+        """The message keys of a task: its own, and its duplicates' (if any)."""
+        own = task_key(task_id)
+        seqs = cast(Optional[bytes], self.client.hget(keys.duplicates, own))
+        return [own, *(duplicate_key(own, seq) for seq in (seqs or b"").split())]
 
     def _replace(
         self,
         keys: QueueKeys,
-        message_id: bytes,
+        key: bytes,
         due_ms: int,
         rewrite_payload: Callable[[bytes], bytes],
     ) -> int:
-        raw = cast(Optional[bytes], self.client.hget(keys.messages, message_id))
+        raw = cast(Optional[bytes], self.client.hget(keys.messages, key))
         if raw is None:
             return 0
-        record = Record.decode(raw)
-        new = Record(record.destination, record.task_id, rewrite_payload(record.payload))
-        return int(
-            self.scripts.replace(
-                keys=[keys.due, keys.messages],
-                args=[message_id, raw, new.encode(), due_ms, self.keys.wakeup_channel],
-            )
-        )
+        own_list = self._own_list(keys.queue)
+        record = Record.decode(raw, own_list)
+        new = Record(due_ms, record.destination, rewrite_payload(record.payload))
+        return int(self._run(self.scripts.replace, keys, key, raw, new.encode(own_list), due_ms,
+                             self.keys.wakeup_channel))  # fmt: skip
 
     def backlog(self) -> list[QueueBacklog]:
         """Pending, overdue and next due time per queue (queues with nothing pending too)."""
         queues = self.queues()
         now_ms = self.server_time_ms()
+        counts = self._counts(queues, ["-inf", now_ms + 1])
+        with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                pipe.hlen(self.keys.for_queue(queue).messages)
+            pending = pipe.execute()
+        return [
+            QueueBacklog(queue, int(waiting), int(overdue),
+                         None if next_due < 0 else next_due / 1000.0, now_ms / 1000.0)
+            for queue, waiting, (next_due, overdue) in zip(queues, pending, counts)
+        ]  # fmt: skip
+
+    def _counts(self, queues: list[str], edges_ms: list[Any]) -> list[list[int]]:
+        """Per queue: next due ms (-1 if none), then counts in [edges[i], edges[i + 1])."""
         with self.client.pipeline(transaction=False) as pipe:
             for queue in queues:
                 keys = self.keys.for_queue(queue)
-                pipe.zcard(keys.due)
-                pipe.zcount(keys.due, "-inf", now_ms)
-                pipe.zrange(keys.due, 0, 0, withscores=True)
-            replies = pipe.execute()
-        backlog = []
-        for i, queue in enumerate(queues):
-            pending, overdue, head = replies[3 * i : 3 * i + 3]
-            next_due = head[0][1] / 1000.0 if head else None
-            backlog.append(
-                QueueBacklog(queue, int(pending), int(overdue), next_due, now_ms / 1000.0)
-            )
-        return backlog
+                self._run(self.scripts.count, keys, *edges_ms, client=pipe)
+            return [[int(n) for n in reply] for reply in pipe.execute()]
 
     def pending(
         self,
@@ -254,21 +242,15 @@ class DelayedStore:
     ) -> list[PendingMessage]:
         """Pending messages in due order (latest first with ``newest_first``), at most
         ``limit``, optionally of one queue and within a due-time window (epoch seconds)."""
-        low = "-inf" if due_after is None else due_after * 1000
-        high = "+inf" if due_before is None else due_before * 1000
+        low = "-inf" if due_after is None else repr(due_after * 1000)
+        high = "+inf" if due_before is None else repr(due_before * 1000)
         found: list[PendingMessage] = []
         for name in [queue] if queue else self.queues():
             keys = self.keys.for_queue(name)
-            entries: Any
-            if newest_first:
-                entries = self.client.zrevrangebyscore(
-                    keys.due, high, low, start=0, num=limit, withscores=True
-                )
-            else:
-                entries = self.client.zrangebyscore(
-                    keys.due, low, high, start=0, num=limit, withscores=True
-                )
-            found.extend(self._with_records(name, keys, entries))
+            order = "1" if newest_first else "0"
+            flat = self._run(self.scripts.pending, keys, low, high, limit, order)
+            entries = [(key, int(float(due))) for key, due in zip(flat[::2], flat[1::2])]
+            found.extend(self._with_records(keys, entries))
         found.sort(key=lambda message: message.due, reverse=newest_first)
         return found[:limit]
 
@@ -277,64 +259,92 @@ class DelayedStore:
         found: list[PendingMessage] = []
         for name in self.queues():
             keys = self.keys.for_queue(name)
-            ids = self._message_ids(keys, task_id)
-            if ids:
-                scores: list[float | None] = self.client.zmscore(keys.due, ids)  # type: ignore[arg-type]
-                entries = [(i, score) for i, score in zip(ids, scores) if score is not None]
-                found.extend(self._with_records(name, keys, entries))
+            keyed: list[tuple[bytes, int | None]] = [
+                (key, None) for key in self._message_keys(keys, task_id)
+            ]
+            found.extend(self._with_records(keys, keyed))
         return sorted(found, key=lambda message: message.due)
 
     def _with_records(
-        self, queue: str, keys: QueueKeys, entries: list[tuple[bytes, float]]
+        self, keys: QueueKeys, entries: Sequence[tuple[bytes, int | None]]
     ) -> list[PendingMessage]:
+        """The messages of these keys that still have a record (due from the page entry
+        when known, else from the record)."""
         if not entries:
             return []
-        raws: list[Any] = self.client.hmget(keys.messages, [i for i, _ in entries])
-        return [
-            PendingMessage(queue, message_id.decode(), score / 1000.0, Record.decode_or_raw(raw))
-            for (message_id, score), raw in zip(entries, raws)
-            if raw is not None
-        ]
+        own_list = self._own_list(keys.queue)
+        raws: list[Any] = self.client.hmget(keys.messages, [key for key, _ in entries])
+        found = []
+        for (key, due_ms), raw in zip(entries, raws):
+            if raw is not None:
+                record = Record.decode_or_raw(raw, own_list, due_ms or 0)
+                due = record.due_ms if due_ms is None else due_ms
+                found.append(PendingMessage(keys.queue, key, due / 1000.0, record))
+        return found
 
     def purge(self, queue: str) -> int:
         """Delete every pending message of ``queue`` at once; how many there were."""
         keys = self.keys.for_queue(queue)
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.zcard(keys.due)
-            pipe.delete(keys.due, keys.messages, keys.task_index)
-            pipe.srem(self.keys.queues, queue)
-            count = pipe.execute()[0]
-        return int(count)
+        return int(self._run(self.scripts.purge, keys, queue, extra_key=self.keys.queues))
 
     def stats(self, queue: str) -> dict[str, int]:
         """The counters of one queue (see ``keys``): scheduled, moved, cancelled, lateness."""
         raw: dict[bytes, bytes] = self.client.hgetall(self.keys.for_queue(queue).stats)  # type: ignore[assignment]
-        return {key.decode(): int(value) for key, value in raw.items()}
+        counters = {key.decode(): int(value) for key, value in raw.items()}
+        return {k: v for k, v in counters.items() if k not in NUMBERING_FIELDS}
 
     def timeline(self, edges: list[float]) -> dict[str, list[int]]:
         """Per queue, how many messages fall due in each window between ``edges``
         (epoch seconds, ascending): counts for [edges[0], edges[1]), ... ."""
         queues = self.queues()
-        with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                due = self.keys.for_queue(queue).due
-                for low, high in zip(edges, edges[1:]):
-                    pipe.zcount(due, low * 1000, f"({high * 1000}")
-            counts = pipe.execute()
-        width = len(edges) - 1
-        return {q: counts[i * width : (i + 1) * width] for i, q in enumerate(queues)}
+        edges_ms = [
+            round(edge * 1000) if math.isfinite(edge) else ("+inf" if edge > 0 else "-inf")
+            for edge in edges
+        ]
+        counts = self._counts(queues, edges_ms)
+        return {queue: reply[1:] for queue, reply in zip(queues, counts)}
 
-    def repair_entry(self, queue: str, message_id: bytes, due_ms: int) -> bool:
-        """Add a missing schedule entry (at ``due_ms``) or drop one without a record."""
+    def page_entries(self, queue: str) -> dict[bytes, tuple[bytes, int]]:
+        """Every page entry of a queue, message key -> (page number, due ms); for
+        consistency checks."""
         keys = self.keys.for_queue(queue)
-        return bool(self.scripts.repair_entry(keys=[keys.due, keys.messages],
-                                              args=[message_id, due_ms]))  # fmt: skip
+        entries: dict[bytes, tuple[bytes, int]] = {}
+        pages: list[bytes] = self.client.zrange(keys.pages, 0, -1)  # type: ignore[assignment]
+        for page in pages:
+            page_entries: list[tuple[bytes, float]] = self.client.zrange(  # type: ignore[assignment]
+                keys.page(page), 0, -1, withscores=True
+            )
+            entries.update((key, (page, int(due))) for key, due in page_entries)
+        return entries
 
-    def repair_task_index(self, queue: str, task_id: str, message_ids: list[bytes]) -> int:
-        """Index exactly the existing messages of ``task_id`` (known ones plus these)."""
+    def repair(self, queue: str, key: bytes, seen_page: bytes | None) -> bool:
+        """Schedule a message at its record's due time, dropping its entry from
+        ``seen_page`` (if any); False when it has no readable record (nothing left)."""
         keys = self.keys.for_queue(queue)
-        return int(self.scripts.repair_index(keys=[keys.messages, keys.task_index],
-                                             args=[task_id, *message_ids]))  # fmt: skip
+        return bool(self._run(self.scripts.repair, keys, key, seen_page or ""))
+
+    @staticmethod
+    def _page_args(keys: QueueKeys) -> list[Any]:
+        """ARGV[1] and ARGV[2] of every per-queue script (lua/prelude.lua)."""
+        return [keys.page_prefix, PAGE_SIZE]
+
+    def _run(
+        self,
+        script: Script,
+        keys: QueueKeys,
+        *args: Any,
+        extra_key: str | None = None,
+        client: Any = None,
+    ) -> Any:
+        """Run a per-queue script: KEYS are the queue's keys (then ``extra_key``), ARGV
+        the page arguments, then ``args``."""
+        extra = [extra_key] if extra_key else []
+        return script(keys=[*keys.as_list(), *extra], args=[*self._page_args(keys), *args],
+                      client=client)  # fmt: skip
+
+    def _own_list(self, queue: str) -> str:
+        """The kombu list of the queue itself (the destination most records have)."""
+        return self.keys.destination(queue)
 
     def heartbeat(self, mover_id: str, info: dict[str, Any]) -> None:
         """Record that a mover is alive (``celery delayq status`` lists these)."""

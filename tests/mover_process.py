@@ -16,6 +16,7 @@ def main(port: int, batch: int) -> None:
     def connect() -> DelayedStore:
         return DelayedStore(redis.Redis(port=port), KeySpace(), batch)
 
+    print("ready", flush=True)  # imported: the test's kill timer starts now
     Mover(connect, max_sleep=0.2, retry_max=1).run(threading.Event())
 
 

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from celery_delayq.cli import delayq
-from celery_delayq.store import Record
+from celery_delayq.keys import KeySpace
+from celery_delayq.record import Record, task_key
 from celery_delayq.testing import RedisServer
 
 from .conftest import REPO_ROOT, wait_for
@@ -183,24 +184,24 @@ def test_doctor_passes_on_a_well_set_up_redis(make_app):
 def test_doctor_repair_fixes_an_inconsistent_store(app, redis_client):
     keep = send(app, "kept", countdown=600)
     lost_schedule = send(app, "record without schedule", countdown=900)
-    keys = "delayq:{default}"
-    redis_client.zadd(f"{keys}:due", {"ghost": 1})  # scheduled, no record
-    (message_id,) = redis_client.hget(f"{keys}:ids", lost_schedule.id).split()
-    redis_client.zrem(f"{keys}:due", message_id)  # record, no schedule entry
-    redis_client.hset(f"{keys}:ids", "dangling-task", "nothing")
+    keys = KeySpace().for_queue("default")
+    page = keys.page(redis_client.zrange(keys.pages, 0, 0)[0])
+    redis_client.zadd(page, {"ghost": 1})  # scheduled, no record
+    redis_client.zrem(page, task_key(lost_schedule.id))  # record, no schedule entry
+    redis_client.hset(keys.duplicates, task_key(keep.id), "7")  # lists a missing duplicate
 
     found = json.loads(invoke(app, "doctor", "--json").output)["findings"]
     (store_finding,) = [f for f in found if f["check"] == "store default"]
     assert "1 scheduled without a record" in store_finding["message"]
     assert "1 records without a schedule entry" in store_finding["message"]
-    assert "1 task index entries out of date" in store_finding["message"]
+    assert "1 duplicate listings out of date" in store_finding["message"]
 
     invoke(app, "doctor", "--repair")
     after = json.loads(invoke(app, "doctor", "--json").output)["findings"]
     assert [f["message"] for f in after if f["check"].startswith("store")] == [
-        "schedule, records and task index agree"
+        "records, schedule and duplicate listings agree"
     ]
-    # The orphan is scheduled again at the ETA in its own headers, not lost.
+    # The orphan is scheduled again at the due time in its record, not lost.
     (restored,) = json.loads(invoke(app, "show", "--json", lost_schedule.id).output)
     assert restored["eta"].startswith(restored["due"][:19])
     assert len(json.loads(invoke(app, "list", "--json").output)) == 2
@@ -217,11 +218,12 @@ def test_the_delayq_command_is_registered_with_celery(redis_server):
     assert json.loads(result.stdout)["redis"] == redis_server.url.replace("redis://", "redis://")
 
 
-@pytest.mark.parametrize("raw", [b"not a record", Record("default", "t", b"{").encode()])
+@pytest.mark.parametrize("raw", [b"not a record", Record(10**13, "default", b"{").encode("q")])
 def test_list_survives_odd_records(app, redis_client, raw):
     send(app, "fine", countdown=60)
-    redis_client.hset("delayq:{default}:msg", "odd", raw)
-    redis_client.zadd("delayq:{default}:due", {"odd": 10**13})
+    keys = KeySpace().for_queue("default")
+    redis_client.hset(keys.messages, "odd", raw)
+    redis_client.zadd(keys.page(redis_client.zrange(keys.pages, 0, 0)[0]), {"odd": 10**13})
     result = invoke(app, "list", "--json")
     assert result.exit_code == 0, result.output
     listed = json.loads(result.output)

@@ -28,14 +28,17 @@ def store_on(port: int, batch: int = 500) -> DelayedStore:
 
 def fill(store: DelayedStore, n: int, due_ms: int) -> None:
     """Schedule n messages (payload = their number) in one pipelined round trip."""
-    keys = [*store.keys.for_queue("q").as_list(), store.keys.queues]
     with store.client.pipeline(transaction=False) as pipe:
         for i in range(n):
-            record = b"1:q0:%d" % i
-            store.scripts.schedule(
-                keys=keys, args=[f"m{i}", due_ms, record, "", "q", store.keys.wakeup_channel],
-                client=pipe,
-            )  # fmt: skip
+            call = store.schedule_call(
+                queue="q",
+                message_id=f"m{i}",
+                task_id=None,
+                due_ms=due_ms,
+                destination="q",
+                payload=b"%d" % i,
+            )
+            store.scripts.schedule(keys=call.keys, args=call.args, client=pipe)  # fmt: skip
         pipe.execute()
 
 
@@ -72,16 +75,17 @@ def test_movers_killed_mid_batch_lose_nothing_and_duplicate_nothing():
         while client.llen("q") < 20_000:
             mover = subprocess.Popen(
                 [sys.executable, "-m", "tests.mover_process", str(server.port), "50"],
-                cwd=REPO_ROOT,
-            )
-            time.sleep(rng.uniform(0.2, 0.6))
+                cwd=REPO_ROOT, stdout=subprocess.PIPE,
+            )  # fmt: skip
+            assert mover.stdout is not None and mover.stdout.readline() == b"ready\n"
+            time.sleep(rng.uniform(0.05, 0.4))
             mover.kill()  # SIGKILL, wherever it is
             mover.wait()
             kills += 1
             assert kills < 100, "the movers made no progress"
         assert kills >= 2, "the first mover finished before any kill: make the test harder"
         assert delivered(client) == list(range(20_000))
-        assert client.zcard(store.keys.for_queue("q").due) == 0
+        assert client.hlen(store.keys.for_queue("q").messages) == 0
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["clean restart", "SIGKILL"])

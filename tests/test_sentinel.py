@@ -55,7 +55,7 @@ def test_sentinel_transport_delays_and_delivers_through_the_master(make_app, sen
     app = make_app(url=url, **settings)
 
     sent = app.send_task("tests.worker_app.remember", ("via sentinel",), countdown=1)
-    assert master.client().zcard("delayq:{default}:due") == 1
+    assert master.client().hlen("delayq:{default}:msg") == 1
     assert celery_delayq.backlog(app)[0].pending == 1
 
     with celery_process("worker", url, settings, "-P", "solo", record_url=master.url):

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import multiprocessing
+import random
 import threading
 
 import pytest
 import redis
 
 from celery_delayq.keys import KeySpace
-from celery_delayq.store import DelayedStore, Record
+from celery_delayq.record import Record, message_key, task_id_of, task_key
+from celery_delayq.store import MOVE_BATCH_BYTES, PAGE_SIZE, DelayedStore
 
 from .conftest import wait_for
 
@@ -49,9 +51,9 @@ def test_a_due_message_reaches_its_list_byte_for_byte_and_leaves_the_store(redis
     assert result.next_due_ms is None
     assert redis_client.lrange("prefix:q\x06\x163", 0, -1) == [payload]
     keys = store.keys.for_queue("q")
-    assert redis_client.zcard(keys.due) == 0
+    assert redis_client.zcard(keys.pages) == 0
     assert redis_client.hlen(keys.messages) == 0
-    assert redis_client.hlen(keys.task_index) == 0
+    assert redis_client.keys(keys.page("*")) == []
 
 
 def test_moves_are_bounded_batches_and_move_all_due_drains_every_queue(redis_client):
@@ -96,13 +98,17 @@ def test_four_concurrent_movers_deliver_10000_messages_exactly_once(redis_server
     due = store.server_time_ms() + 300
     with redis_client.pipeline(transaction=False) as pipe:
         for i in range(10_000):
-            store.scripts.schedule(
-                keys=[*store.keys.for_queue("q").as_list(), store.keys.queues],
-                args=[f"m{i}", due + i % 50, Record("q", f"t{i}", b"%d" % i).encode(), f"t{i}",
-                      "q", store.keys.wakeup_channel],
-                client=pipe,
-            )  # fmt: skip
+            call = store.schedule_call(
+                queue="q",
+                message_id=f"m{i}",
+                task_id=f"t{i}",
+                due_ms=due + i % 50,
+                destination="q",
+                payload=b"%d" % i,
+            )
+            store.scripts.schedule(keys=call.keys, args=call.args, client=pipe)  # fmt: skip
         pipe.execute()
+    assert_pages_in_order(redis_client, store, "q", 10_000)
     moved = multiprocessing.Value("i", 0)
     movers = [
         multiprocessing.Process(target=_drain, args=(redis_server.port, moved)) for _ in range(4)
@@ -148,8 +154,9 @@ def test_moving_one_of_two_messages_of_a_task_keeps_the_other_cancellable(redis_
         store.schedule(queue="q", message_id=message_id, task_id="t", due_ms=due,
                        destination="q", payload=message_id.encode())  # fmt: skip
     store.move_all_due()
-    assert redis_client.hget(store.keys.for_queue("q").task_index, "t") == b"late"
+    assert [m.record.payload for m in store.find("t")] == [b"late"]
     assert store.cancel("t") == 1
+    assert redis_client.hlen(store.keys.for_queue("q").duplicates) == 0
 
 
 def test_reschedule_changes_due_time_and_rewrites_the_payload(redis_client):
@@ -198,14 +205,15 @@ def test_an_unreadable_record_does_not_block_the_queue(redis_client):
     now = store.server_time_ms()
     keys = store.keys.for_queue("q")
     schedule(store, 2, now - 1)
-    redis_client.hset(keys.messages, "m0", b"not a record")
-    redis_client.zadd(keys.due, {"ghost": now - 2})
+    redis_client.hset(keys.messages, task_key("t0"), b"not a record")
+    (page,) = redis_client.zrange(keys.pages, 0, 0)
+    redis_client.zadd(keys.page(page), {b"ghost": now - 2})
 
     result = store.move_all_due()
 
     assert (result.moved, result.missing) == (1, 2)
     assert redis_client.lrange("q", 0, -1) == [b'{"n": 1}']
-    assert redis_client.hget(keys.messages, "m0") == b"not a record"  # kept for inspection
+    assert redis_client.hget(keys.messages, task_key("t0")) == b"not a record"  # for doctor
 
 
 def test_scripts_are_reloaded_after_noscript(redis_client):
@@ -219,14 +227,27 @@ def test_global_keyprefix_is_applied_to_every_store_key(redis_client):
     store = make_store(redis_client, prefix="app1:")
     schedule(store, 1, store.server_time_ms() + 60_000)
     assert sorted(redis_client.keys("*")) == [
-        b"app1:delayq:queues", b"app1:delayq:{q}:due", b"app1:delayq:{q}:ids",
-        b"app1:delayq:{q}:msg", b"app1:delayq:{q}:stats",
+        b"app1:delayq:queues", b"app1:delayq:{q}:msg", b"app1:delayq:{q}:p:1",
+        b"app1:delayq:{q}:pages", b"app1:delayq:{q}:stats",
     ]  # fmt: skip
 
 
-def test_record_round_trips_destination_task_id_and_payload():
-    record = Record("q\x06\x163", "tâsk:1", b"5:abc:payload")
-    assert Record.decode(record.encode()) == record
+@pytest.mark.parametrize("destination", ["q", "q\x06\x163", "other:q"])
+def test_record_round_trips_due_time_destination_and_payload(destination):
+    record = Record(1_763_712_000_123, destination, b"5:abc:d3:payload")
+    assert Record.decode(record.encode("q"), "q") == record
+    assert len(record.encode("q")) < len(record.encode("elsewhere")) or destination != "q"
+
+
+@pytest.mark.parametrize(
+    ("task_id", "size"),
+    [("0b5e9e5c-3f7e-4e4c-9a37-6f0d2f1f8a10", 16), ("0B5E9E5C-3F7E-4E4C-9A37-6F0D2F1F8A10", 37),
+     ("t1", 3), ("x" * 15, 17), ("x" * 16, 17), ("tâsk:1", 8)],
+)  # fmt: skip
+def test_message_keys_pack_uuids_and_stand_for_their_task_ids(task_id, size):
+    key = message_key(task_id, "delivery-tag")
+    assert (task_id_of(key), len(key)) == (task_id, size)
+    assert task_id_of(message_key(None, "delivery-tag")) == ""
 
 
 def test_movers_in_threads_share_nothing_but_redis(redis_client, redis_server):
@@ -250,3 +271,110 @@ def test_small_batches_still_drain_everything(redis_client, batch):
     store = make_store(redis_client, batch=batch)
     schedule(store, 20, store.server_time_ms() - 1)
     assert store.move_all_due().moved == 20
+
+
+def assert_pages_in_order(client: redis.Redis, store: DelayedStore, queue: str, n: int) -> None:
+    """The page layout's invariants: listed pages are non-empty listpacks (unless one due
+    time filled them), each page's due times lie at or after its start and after every
+    due time of the page before, and pages hold exactly the records."""
+    keys = store.keys.for_queue(queue)
+    previous_last, total = float("-inf"), 0
+    for page, start in client.zrange(keys.pages, 0, -1, withscores=True):
+        entries = client.zrange(keys.page(page), 0, -1, withscores=True)
+        assert entries, "an empty page is listed"
+        assert entries[0][1] >= start and entries[0][1] > previous_last
+        if len({due for _, due in entries}) > 1:
+            assert len(entries) <= PAGE_SIZE
+            assert client.object("encoding", keys.page(page)) in (b"listpack", b"ziplist")
+        previous_last, total = entries[-1][1], total + len(entries)
+    assert total == client.hlen(keys.messages) == n
+
+
+def test_a_flood_of_messages_due_in_one_millisecond_is_delivered_in_order(redis_client):
+    store = make_store(redis_client, batch=100)
+    now = store.server_time_ms()
+    groups = [("flood", now + 50, 3 * PAGE_SIZE), ("early", now + 10, PAGE_SIZE),
+              ("late", now + 90, PAGE_SIZE)]  # fmt: skip
+    for name, due, count in groups:  # one due time for the flood: its page grows past the size
+        for i in range(count):
+            store.schedule(queue="q", message_id=f"{name}{i}", task_id=f"{name}{i}", due_ms=due,
+                           destination="q", payload=name.encode())  # fmt: skip
+    assert_pages_in_order(redis_client, store, "q", 5 * PAGE_SIZE)
+
+    wait_for(lambda: store.server_time_ms() > now + 90)
+    assert store.move_all_due().moved == 5 * PAGE_SIZE
+    delivered = redis_client.lrange("q", 0, -1)[::-1]  # LPUSHed: the oldest is at the end
+    assert delivered == [b"early"] * PAGE_SIZE + [b"flood"] * 3 * PAGE_SIZE + [b"late"] * PAGE_SIZE
+    assert redis_client.zcard(store.keys.for_queue("q").pages) == 0
+
+
+def test_random_schedules_cancels_and_reschedules_keep_the_pages_in_order(redis_client):
+    store = make_store(redis_client)
+    rnd = random.Random(7)
+    now = store.server_time_ms()
+    tasks = [f"t{i}" for i in range(2000)]
+    for task in tasks:
+        store.schedule(queue="q", message_id=task, task_id=task, destination="q",
+                       due_ms=now + 60_000 + rnd.choice([0, 0, rnd.randint(0, 5000)]),
+                       payload=task.encode())  # fmt: skip
+    rnd.shuffle(tasks)
+    assert sum(store.cancel(task) for task in tasks[:500]) == 500
+    moved_early = tasks[500:800]
+    for task in moved_early:
+        assert store.reschedule(task, now - 1, lambda payload: payload) == 1
+    for task in tasks[800:1100]:
+        assert store.reschedule(task, now + rnd.randint(60_000, 10**7), lambda p: p) == 1
+    assert_pages_in_order(redis_client, store, "q", 1500)
+
+    assert store.move_all_due().moved == 300
+    assert sorted(redis_client.lrange("q", 0, -1)) == sorted(t.encode() for t in moved_early)
+    assert_pages_in_order(redis_client, store, "q", 1200)
+
+
+def test_a_second_message_of_a_task_id_is_kept_moved_and_cancelled_too(redis_client):
+    store = make_store(redis_client)
+    now = store.server_time_ms()
+    for n, due in enumerate([now + 60_000, now - 1, now + 60_000]):
+        store.schedule(queue="q", message_id=f"m{n}", task_id="same", due_ms=due,
+                       destination="q", payload=b"copy %d" % n)  # fmt: skip
+    assert len(store.find("same")) == 3
+    assert store.move_all_due().moved == 1
+    assert redis_client.lrange("q", 0, -1) == [b"copy 1"]
+    assert sorted(m.record.payload for m in store.find("same")) == [b"copy 0", b"copy 2"]
+    assert store.cancel("same") == 2
+    assert redis_client.hlen(store.keys.for_queue("q").messages) == 0
+    assert redis_client.hlen(store.keys.for_queue("q").duplicates) == 0
+
+
+def test_one_move_stops_after_its_byte_budget_and_the_next_goes_on(redis_client):
+    store = make_store(redis_client)
+    big = b"x" * (MOVE_BATCH_BYTES // 4)
+    for i in range(10):
+        store.schedule(queue="q", message_id=f"m{i}", task_id=f"t{i}",
+                       due_ms=store.server_time_ms() - 1, destination="q", payload=big)  # fmt: skip
+
+    first = store.move_due("q")
+
+    assert first.moved == 4
+    assert first.next_due_ms is not None and first.next_due_ms <= first.now_ms
+    assert store.move_all_due().moved == 6
+
+
+def test_a_flood_in_one_millisecond_then_an_earlier_message_splits_cleanly(redis_client):
+    """20,000 messages due in one millisecond make one big page; an earlier message then
+    splits it, moving 20,000 entries at once (beyond Lua's unpack limit, so in chunks)."""
+    store = make_store(redis_client)
+    due = store.server_time_ms() + 100
+    with redis_client.pipeline(transaction=False) as pipe:
+        for i in range(20_000):
+            call = store.schedule_call(queue="q", message_id=f"m{i}", task_id=None, due_ms=due,
+                                       destination="q", payload=b"flood")  # fmt: skip
+            store.scripts.schedule(keys=call.keys, args=call.args, client=pipe)
+        pipe.execute()
+    store.schedule(queue="q", message_id="first", task_id=None, due_ms=due - 50,
+                   destination="q", payload=b"first")  # fmt: skip
+    assert_pages_in_order(redis_client, store, "q", 20_001)
+
+    wait_for(lambda: store.server_time_ms() > due)
+    assert store.move_all_due().moved == 20_001
+    assert redis_client.lindex("q", -1) == b"first"

@@ -16,10 +16,11 @@ from kombu.utils.json import dumps
 
 import celery_delayq
 from celery_delayq import ConfigurationError, InvalidETA
-from celery_delayq.store import Record
+from celery_delayq.connect import open_store
+from celery_delayq.record import Record, task_id_of, task_key
 from celery_delayq.testing import RedisServer
 
-SCHEDULE = "delayq:{default}:due"
+RECORDS = "delayq:{default}:msg"
 
 
 def task_of(app):
@@ -38,7 +39,7 @@ def test_a_future_countdown_is_stored_not_queued(app, redis_client):
 
     assert redis_client.llen("default") == 0
     assert celery_delayq.backlog(app)[0].pending == 1
-    assert redis_client.hget("delayq:{default}:ids", result.id) is not None
+    assert redis_client.hexists(RECORDS, task_key(result.id))
 
 
 @pytest.mark.parametrize(
@@ -50,7 +51,7 @@ def test_a_future_countdown_is_stored_not_queued(app, redis_client):
 def test_messages_without_a_future_eta_are_queued_at_once_as_vanilla(app, redis_client, options):
     task_of(app).apply_async(**options)
     assert redis_client.llen("default") == 1
-    assert redis_client.zcard(SCHEDULE) == 0
+    assert redis_client.hlen(RECORDS) == 0
 
 
 def test_a_malformed_eta_is_a_clear_error_and_writes_nothing(app, redis_client):
@@ -65,7 +66,7 @@ def test_an_eta_header_of_the_wrong_type_is_refused(app, redis_client):
     with app.producer_or_acquire() as producer:
         with pytest.raises(InvalidETA, match="must be an ISO 8601 string, got int"):
             producer.publish({}, routing_key="default", headers={"eta": 12345}, retry=False)
-    assert redis_client.zcard(SCHEDULE) == 0
+    assert redis_client.hlen(RECORDS) == 0
 
 
 def test_a_naive_eta_means_what_it_means_to_a_vanilla_worker(make_app, redis_client):
@@ -75,9 +76,10 @@ def test_a_naive_eta_means_what_it_means_to_a_vanilla_worker(make_app, redis_cli
     naive_utc = (datetime.now(timezone.utc) + timedelta(hours=2)).replace(tzinfo=None)
     task_of(app).apply_async(eta=naive_utc)
 
-    ((_, score),) = redis_client.zrange(SCHEDULE, 0, 0, withscores=True)
+    with open_store(app) as store:
+        (stored,) = store.pending()
     worker_view = maybe_make_aware(maybe_iso8601(naive_utc.isoformat()), app.conf.timezone)
-    assert score == math.ceil(worker_view.timestamp() * 1000)
+    assert stored.due * 1000 == math.ceil(worker_view.timestamp() * 1000)
 
     # New York wall-clock time two hours ahead is already past in UTC: a vanilla worker
     # runs it at once, so it is queued at once.
@@ -91,11 +93,11 @@ def test_a_naive_eta_means_what_it_means_to_a_vanilla_worker(make_app, redis_cli
 def test_the_stored_payload_is_exactly_what_kombu_would_have_queued(app, redis_client):
     big = 12345678901234567
     task_of(app).apply_async((big, "é"), countdown=60, priority=5)
-    (raw,) = redis_client.hvals("delayq:{default}:msg")
-    record = Record.decode(raw)
+    ((key, raw),) = redis_client.hgetall("delayq:{default}:msg").items()
+    record = Record.decode(raw, "default")
     message = json.loads(record.payload)
     assert message["headers"]["task"] == "tests.noop"
-    assert record.task_id == message["headers"]["id"]
+    assert task_id_of(key) == message["headers"]["id"]
     assert b"12345678901234567" in base64.b64decode(message["body"])
     assert record.payload == dumps(message).encode()  # kombu's own serialisation
     # Priority 5 goes to the list of kombu's step 3, as kombu's _q_for_pri picks it.
@@ -108,7 +110,7 @@ def test_priorities_and_global_keyprefix_choose_the_destination_list(make_app, r
     task_of(app).apply_async(countdown=60)
 
     records = redis_client.hvals("tenant1:delayq:{default}:msg")
-    destinations = sorted(Record.decode(raw).destination for raw in records)
+    destinations = sorted(Record.decode(raw, "tenant1:default").destination for raw in records)
     assert destinations == ["tenant1:default", "tenant1:default\x06\x169"]
     assert not redis_client.exists("delayq:queues")
 
@@ -150,7 +152,7 @@ def test_settings_are_read_from_a_django_style_namespace(make_app, redis_server,
     app = make_app()
     app.config_from_object(Settings, namespace="CELERY")
     task_of(app).apply_async(countdown=60)
-    assert redis_client.zcard("django-delayed:{default}:due") == 1
+    assert redis_client.hlen("django-delayed:{default}:msg") == 1
 
 
 def test_redis_down_while_publishing_raises_kombus_error_and_leaves_nothing(make_app):
@@ -163,7 +165,7 @@ def test_redis_down_while_publishing_raises_kombus_error_and_leaves_nothing(make
             task_of(app).apply_async(countdown=60, retry=False)
 
         server.start()
-        assert server.client().zcard(SCHEDULE) == 0  # no AOF: the server restarted empty
+        assert server.client().hlen(RECORDS) == 0  # no AOF: the server restarted empty
 
 
 def test_publish_retry_policy_applies_while_redis_is_down(make_app):
@@ -178,7 +180,7 @@ def test_publish_retry_policy_applies_while_redis_is_down(make_app):
             retry_policy={"max_retries": 30, "interval_start": 0.2, "interval_step": 0.2,
                           "interval_max": 0.5},
         )  # fmt: skip
-        assert server.client().zcard(SCHEDULE) == 2
+        assert server.client().hlen(RECORDS) == 2
 
 
 def test_an_eta_in_year_9999_is_stored_and_listed(app, redis_client):
@@ -198,7 +200,7 @@ def test_a_publish_from_another_thread_uses_the_apps_own_settings(make_app, redi
     publisher.join()
     task.apply_async(countdown=60)  # the main thread may reuse the thread's pooled channel
 
-    assert redis_client.zcard("custom:{default}:due") == 2
+    assert redis_client.hlen("custom:{default}:msg") == 2
     assert celery_delayq.backlog(app)[0].pending == 2
 
 

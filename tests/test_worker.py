@@ -10,6 +10,7 @@ import pytest
 from celery import Celery
 
 import celery_delayq
+from celery_delayq.record import task_key
 
 from .conftest import celery_process, runs, wait_for
 
@@ -68,7 +69,7 @@ def test_a_retry_with_countdown_goes_through_the_store(make_app, redis_server, r
         wait_for(lambda: runs(redis_client))
         # The retry (same task id) now waits in Redis, not in the worker.
         wait_for(lambda: celery_delayq.backlog(app)[0].pending == 1)
-        assert redis_client.hget("delayq:{default}:ids", result.id)
+        assert redis_client.hexists("delayq:{default}:msg", task_key(result.id))
         wait_for(lambda: len(runs(redis_client)) == 2, timeout=10)
 
     first, second = runs(redis_client)
@@ -141,7 +142,7 @@ def test_priorities_and_global_keyprefix_are_respected_end_to_end(
     app = make_app(**settings)
     remember(app, "urgent", countdown=0.5, priority=9)
     remember(app, "plain", countdown=0.5)
-    assert redis_client.zcard("tenant:delayq:{default}:due") == 2
+    assert redis_client.hlen("tenant:delayq:{default}:msg") == 2
 
     with celery_process("worker", redis_server.url, settings, "-P", "solo"):
         wait_for(lambda: len(runs(redis_client)) == 2, timeout=15)
@@ -184,8 +185,9 @@ def test_a_worker_keeps_consuming_while_its_mover_drains_a_large_backlog(
         pipe.execute()
     app = make_app()
     with celery_process("worker", redis_server.url, {}, "-P", "solo", "-Q", "default"):
-        due = store.keys.for_queue("bulk").due
-        redis_client.zunionstore(due, {due: 0})  # weight 0: every message is due now
+        keys = store.keys.for_queue("bulk")
+        for page in [keys.pages, *(keys.page(p) for p in redis_client.zrange(keys.pages, 0, -1))]:
+            redis_client.zunionstore(page, {page: 0})  # weight 0: every message is due now
         redis_client.publish(store.keys.wakeup_channel, 0)  # wake the sleeping mover
         sent = [remember(app, str(i)) for i in range(5)]
         wait_for(lambda: len(runs(redis_client)) == 5, timeout=10)

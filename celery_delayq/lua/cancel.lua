@@ -1,19 +1,18 @@
--- Remove every pending delayed message of one Celery task id.
+-- Remove every pending message of one Celery task (after prelude.lua).
 --
--- KEYS[1]  P:{Q}:due     zset  message id -> due time (ms)
--- KEYS[2]  P:{Q}:msg     hash  message id -> record
--- KEYS[3]  P:{Q}:ids     hash  task id -> space-separated message ids
--- KEYS[4]  P:{Q}:stats   hash  counters (cancelled is incremented)
--- ARGV[1]  Celery task id
+-- ARGV[3]  task key
 -- Returns  how many messages were removed (0: already delivered, or never delayed here)
 
-local ids = redis.call('HGET', KEYS[3], ARGV[1])
-if not ids then return 0 end
 local removed = 0
-for message_id in string.gmatch(ids, '%S+') do
-  removed = removed + redis.call('ZREM', KEYS[1], message_id)
-  redis.call('HDEL', KEYS[2], message_id)
+for _, key in ipairs(message_keys(ARGV[3])) do
+  local record = redis.call('HGET', MSG, key)
+  if record then
+    local due = parse(record)
+    if due then remove_entry(key, due) end
+    redis.call('HDEL', MSG, key)
+    removed = removed + 1
+  end
 end
-redis.call('HDEL', KEYS[3], ARGV[1])
-if removed > 0 then redis.call('HINCRBY', KEYS[4], 'cancelled', removed) end
+redis.call('HDEL', DUP, ARGV[3])
+if removed > 0 then redis.call('HINCRBY', STATS, 'cancelled', removed) end
 return removed

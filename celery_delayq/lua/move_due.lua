@@ -1,90 +1,102 @@
--- Deliver a bounded batch of due messages to their kombu queue lists, atomically.
+-- Deliver a bounded batch of due messages to their kombu queue lists, atomically
+-- (after prelude.lua).
 --
--- "Due" is judged by the Redis server's clock, so movers on hosts with different
--- clocks agree. Several movers may run this at once without a lock: each call is
--- atomic, so every message is delivered by exactly one of them.
--- Payloads are pushed byte-for-byte as stored; they are never decoded here.
+-- "Due" is judged by the Redis server's clock, so movers on hosts with different clocks
+-- agree. Several movers may run this at once without a lock: each call is atomic, so
+-- every message is delivered by exactly one of them. Payloads are pushed byte-for-byte
+-- as stored; they are never decoded here.
 --
--- KEYS[1]  P:{Q}:due     zset  message id -> due time (ms)
--- KEYS[2]  P:{Q}:msg     hash  message id -> record
--- KEYS[3]  P:{Q}:ids     hash  task id -> space-separated message ids
--- KEYS[4]  P:{Q}:stats   hash  counters: moved, and the lateness histogram (now - due)
--- ARGV[1]  most messages to move in this call
--- ARGV[2..] upper bounds (ms) of the lateness histogram buckets, ascending
+-- ARGV[3]  most messages to move in this call
+-- ARGV[4]  payload bytes after which this call stops (keeps calls short for big messages)
+-- ARGV[5]  the queue's own list (destination of records that name none)
+-- ARGV[6..] upper bounds (ms) of the lateness histogram buckets, ascending
 -- Returns  {moved, next due time in ms or -1 when the queue is empty, server time in ms,
---           due ids whose record was missing or unreadable (dropped from the schedule;
---           an unreadable record stays in KEYS[2] for inspection),
+--           due entries whose record was missing or unreadable (dropped from the schedule;
+--           an unreadable record stays in KEYS[1] for `doctor`),
 --           greatest lateness (now - due, ms) among the moved messages}
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+local remaining, budget, own_list = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 
--- Remove one message id from a task's space-separated id list.
-local function unindex(task_id, message_id)
-  local ids = redis.call('HGET', KEYS[3], task_id)
-  if not ids then return end
-  local rest = {}
-  for id in string.gmatch(ids, '%S+') do
-    if id ~= message_id then rest[#rest + 1] = id end
-  end
-  if #rest == 0 then
-    redis.call('HDEL', KEYS[3], task_id)
-  else
-    redis.call('HSET', KEYS[3], task_id, table.concat(rest, ' '))
-  end
-end
-
--- Read one "<len>:<bytes>" field of a record starting at pos; return it and the next
--- pos, or nil for a record this store did not write (it is then left for `doctor`).
-local function field(record, pos)
-  local colon = string.find(record, ':', pos, true)
-  local len = colon and tonumber(string.sub(record, pos, colon - 1))
-  if not len or colon + len > #record then return nil end
-  return string.sub(record, colon + 1, colon + len), colon + len + 1
-end
-
--- Count one delivery's lateness into the first bucket that holds it (non-cumulative;
--- readers add them up). Counted in a table and written once per call.
+-- Lateness histogram, counted here and written once per call (non-cumulative buckets).
+local bounds = {}
+for i = 6, #ARGV do bounds[#bounds + 1] = tonumber(ARGV[i]) end
 local late_counts, late_sum, late_max = {}, 0, 0
 local function observe_lateness(late)
   late_sum = late_sum + late
   if late > late_max then late_max = late end
   local bucket = 'late_le_inf'
-  for i = 2, #ARGV do
-    if late <= tonumber(ARGV[i]) then bucket = 'late_le_' .. ARGV[i]; break end
+  for i, bound in ipairs(bounds) do
+    if late <= bound then bucket = 'late_le_' .. ARGV[i + 5]; break end
   end
   late_counts[bucket] = (late_counts[bucket] or 0) + 1
 end
 
-local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now, 'LIMIT', 0, tonumber(ARGV[1]),
-                       'WITHSCORES')
-local moved, missing = 0, 0
-for i = 1, #due, 2 do
-  local message_id = due[i]
-  local record = redis.call('HGET', KEYS[2], message_id)
-  local destination, pos, task_id, payload_start
-  if record then destination, pos = field(record, 1) end
-  if destination then task_id, payload_start = field(record, pos) end
-  if task_id then
-    redis.call('LPUSH', destination, string.sub(record, payload_start))
-    redis.call('HDEL', KEYS[2], message_id)
-    if task_id ~= '' then unindex(task_id, message_id) end
-    observe_lateness(now - tonumber(due[i + 1]))
-    moved = moved + 1
-  else
-    missing = missing + 1
+-- Commands with many arguments, in chunks well below Lua's unpack limit.
+local function call_chunked(command, key, values)
+  for i = 1, #values, 1000 do
+    redis.call(command, key, unpack(values, i, math.min(i + 999, #values)))
   end
-  redis.call('ZREM', KEYS[1], message_id)
 end
+
+local payloads, destinations, delivered = {}, {}, {}
+local moved, missing, bytes = 0, 0, 0
+while remaining > 0 and bytes < budget do
+  local first = redis.call('ZRANGE', PAGES, 0, 0, 'WITHSCORES')
+  if not first[1] or tonumber(first[2]) > now then break end
+  local page_key = PAGE_PREFIX .. first[1]
+  local entries = redis.call('ZRANGEBYSCORE', page_key, '-inf', now, 'WITHSCORES',
+                             'LIMIT', 0, remaining)
+  local keys = {}
+  for i = 1, #entries, 2 do keys[#keys + 1] = entries[i] end
+  local taken = 0
+  if #keys > 0 then
+    local records = redis.call('HMGET', MSG, unpack(keys))
+    for i, key in ipairs(keys) do
+      taken = i
+      local record, due, destination, start = records[i], nil, nil, nil
+      if record then due, destination, start = parse(record) end
+      if due then
+        local payload = string.sub(record, start)
+        destination = destination or own_list
+        if not payloads[destination] then
+          payloads[destination] = {}
+          destinations[#destinations + 1] = destination
+        end
+        table.insert(payloads[destination], payload)
+        delivered[#delivered + 1] = key
+        forget_duplicate(key)
+        observe_lateness(now - tonumber(entries[2 * i]))
+        moved = moved + 1
+        bytes = bytes + #payload
+        if bytes >= budget then break end
+      else
+        missing = missing + 1
+      end
+    end
+    redis.call('ZREMRANGEBYRANK', page_key, 0, taken - 1)
+    remaining = remaining - taken
+  end
+  if redis.call('EXISTS', page_key) == 0 then
+    redis.call('ZREM', PAGES, first[1])
+  elseif taken == #keys then
+    break  -- the rest of this page is not due yet
+  end
+end
+
+-- One LPUSH per destination, in due order, as kombu's own put would have pushed them.
+for _, destination in ipairs(destinations) do
+  call_chunked('LPUSH', destination, payloads[destination])
+end
+call_chunked('HDEL', MSG, delivered)
 
 if moved > 0 then
-  redis.call('HINCRBY', KEYS[4], 'moved', moved)
-  redis.call('HINCRBY', KEYS[4], 'late_count', moved)
-  redis.call('HINCRBY', KEYS[4], 'late_sum_ms', late_sum)
-  for bucket, count in pairs(late_counts) do redis.call('HINCRBY', KEYS[4], bucket, count) end
+  redis.call('HINCRBY', STATS, 'moved', moved)
+  redis.call('HINCRBY', STATS, 'late_count', moved)
+  redis.call('HINCRBY', STATS, 'late_sum_ms', late_sum)
+  for bucket, count in pairs(late_counts) do redis.call('HINCRBY', STATS, bucket, count) end
 end
 
-local head = redis.call('ZRANGE', KEYS[1], 0, 0, 'WITHSCORES')
-local next_due = -1
-if head[2] then next_due = tonumber(head[2]) end
-return {moved, next_due, now, missing, late_max}
+local _, next_due = head()
+return {moved, next_due and tonumber(next_due) or -1, now, missing, late_max}

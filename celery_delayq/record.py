@@ -1,0 +1,108 @@
+"""How one delayed message is written in Redis: its record and its message key.
+
+A record is ``<due ms>[d<len>:<destination>]:<payload>``: the due time, the kombu list
+to push to when it is not the queue's own list (a priority sub-list, say), and the
+payload bytes exactly as kombu would have pushed them. The mover's Lua script splits the
+record and pushes the payload unchanged, so no JSON is ever decoded inside Redis.
+
+Records are keyed by the Celery task id, packed small because every pending message
+carries its key twice (record hash and page of due times): a canonical uuid becomes its
+16 bytes; any other id ``\\x00`` + its text (``\\x01\\x01`` + text when that would be
+16 bytes long, so 16 bytes always means a uuid); a message without a task id ``\\x03`` +
+its delivery tag. A second message of the same task id gets ``\\xff<seq>:<task key>``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+UUID_SIZE = 16
+TEXT_ID = b"\x00"
+TEXT_ID_OF_UUID_SIZE = b"\x01\x01"
+NO_TASK_ID = b"\x03"
+DUPLICATE = b"\xff"
+
+
+def task_key(task_id: str) -> bytes:
+    """The message key of a task's (first) message."""
+    try:
+        packed = uuid.UUID(task_id)
+        if str(packed) == task_id:
+            return packed.bytes
+    except ValueError:
+        pass
+    text = task_id.encode("utf-8", "surrogatepass")
+    if len(text) + len(TEXT_ID) == UUID_SIZE:
+        return TEXT_ID_OF_UUID_SIZE + text
+    return TEXT_ID + text
+
+
+def message_key(task_id: str | None, message_id: str) -> bytes:
+    """The message key of a message: by task id, or by delivery tag when it has none."""
+    if task_id:
+        return task_key(task_id)
+    return NO_TASK_ID + message_id.encode("utf-8", "surrogatepass")
+
+
+def duplicate_key(task_key: bytes, seq: bytes) -> bytes:
+    """The message key of a task's extra message number ``seq`` (as schedule.lua forms it)."""
+    return DUPLICATE + seq + b":" + task_key
+
+
+def is_duplicate(key: bytes) -> bool:
+    return key[:1] == DUPLICATE and len(key) != UUID_SIZE
+
+
+def task_id_of(key: bytes) -> str:
+    """The Celery task id a message key stands for ("" for a message without one)."""
+    if is_duplicate(key):
+        key = key[key.index(b":") + 1 :]
+    if len(key) == UUID_SIZE:
+        return str(uuid.UUID(bytes=key))
+    if key.startswith(TEXT_ID_OF_UUID_SIZE):
+        return key[len(TEXT_ID_OF_UUID_SIZE) :].decode("utf-8", "surrogatepass")
+    if key.startswith(TEXT_ID):
+        return key[len(TEXT_ID) :].decode("utf-8", "surrogatepass")
+    return ""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One stored delayed message."""
+
+    due_ms: int
+    destination: str  # the kombu list it is pushed to
+    payload: bytes
+
+    def tail(self, own_list: str) -> bytes:
+        """The record without its due time (``schedule.lua`` prepends it)."""
+        if self.destination == own_list:
+            return b":" + self.payload
+        destination = self.destination.encode()
+        return b"d%d:%s:" % (len(destination), destination) + self.payload
+
+    def encode(self, own_list: str) -> bytes:
+        return b"%d" % self.due_ms + self.tail(own_list)
+
+    @classmethod
+    def decode(cls, raw: bytes, own_list: str) -> Record:
+        """Read a record of a queue whose own list is ``own_list``; ValueError if unreadable."""
+        digits = len(raw) - len(raw.lstrip(b"0123456789"))
+        due, pos, destination = int(raw[:digits]), digits, own_list
+        if raw[pos : pos + 1] == b"d":
+            colon = raw.index(b":", pos)
+            length = int(raw[pos + 1 : colon])
+            destination = raw[colon + 1 : colon + 1 + length].decode()
+            pos = colon + 1 + length
+        if raw[pos : pos + 1] != b":":
+            raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
+        return cls(due, destination, raw[pos + 1 :])
+
+    @classmethod
+    def decode_or_raw(cls, raw: bytes, own_list: str, due_ms: int) -> Record:
+        """For display: a record this store did not write is shown whole, as payload."""
+        try:
+            return cls.decode(raw, own_list)
+        except ValueError:
+            return cls(due_ms, "", raw)
