@@ -57,7 +57,7 @@ def _drain(url: str, queue: str, go_key: str, result_key: str, batch_size: int) 
         result = store.move_all_due()
         moved += result.moved
         calls += 1
-        if result.moved == 0 and store.client.zcard(store.keys.for_queue(queue).due) == 0:
+        if result.moved == 0 and store.client.hlen(store.keys.for_queue(queue).messages) == 0:
             break
     report: dict[str, Any] = {"moved": moved, "seconds": time.perf_counter() - started}
     store.client.rpush(result_key, json.dumps(report))

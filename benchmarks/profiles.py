@@ -29,6 +29,8 @@ class Profile:
     #: Scenario 5: apply_async calls per round; schedule.lua calls without Celery.
     producer_tasks: int
     producer_script_calls: int
+    #: Scenario 6: (payload bytes, messages) whose Redis memory is read.
+    store_cost_sizes: tuple[tuple[int, int], ...]
     #: Scenario 7: due messages drained by 1, 2 and 4 movers.
     scaleout_messages: int
     #: Scenarios left out of this profile (the quick run keeps CI under a minute).
@@ -51,6 +53,7 @@ FULL = Profile(
     burst_batch_sizes=(500, 250, 100, 1000),
     producer_tasks=5_000,
     producer_script_calls=50_000,
+    store_cost_sizes=((100, 200_000), (10_000, 20_000)),
     scaleout_messages=1_000_000,
 )
 
@@ -70,6 +73,7 @@ QUICK = Profile(
     burst_batch_sizes=(500,),
     producer_tasks=500,
     producer_script_calls=5_000,
+    store_cost_sizes=((100, 5_000), (10_000, 500)),
     scaleout_messages=20_000,
     skip=("lateness",),  # the idle-worker case; "stream" covers the same path under load
 )

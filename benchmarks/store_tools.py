@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
+import uuid
 
 import redis
 
@@ -31,9 +32,18 @@ def make_store(url: str, batch_size: int = 500) -> DelayedStore:
     return DelayedStore(redis.Redis.from_url(url), KeySpace(), batch_size)
 
 
-def payload(index: int) -> bytes:
-    """A kombu-sized message whose first field is a unique, fixed-width id."""
-    return json.dumps({"id": f"{index:09d}", "pad": _PAD}).encode()
+def payload(index: int, size: int | None = None) -> bytes:
+    """A message whose first field is a unique, fixed-width id: kombu-sized by default,
+    else padded to exactly ``size`` bytes."""
+    if size is None:
+        return json.dumps({"id": f"{index:09d}", "pad": _PAD}).encode()
+    head = b'{"id": "%09d", "pad": "' % index
+    return head + b"x" * (size - len(head) - 2) + b'"}'
+
+
+def task_id(index: int) -> str:
+    """A Celery-like task id (a canonical uuid, as ``apply_async`` makes), fixed by index."""
+    return str(uuid.UUID(int=index + 1, version=4))
 
 
 def payload_id(raw: bytes) -> int:
@@ -42,13 +52,17 @@ def payload_id(raw: bytes) -> int:
 
 
 def fill(
-    store: DelayedStore, queue: str, count: int, due_ms: int, *, start: int = 0, tasks: bool = True
+    store: DelayedStore,
+    queue: str,
+    count: int,
+    due_ms: int,
+    *,
+    start: int = 0,
+    size: int | None = None,
+    spread_ms: int = 0,
 ) -> float:
-    """Schedule ``count`` messages (ids ``start``..) all due at ``due_ms``; returns seconds.
-
-    ``tasks`` gives each message its own Celery task id, so the task-id index is
-    written too, as for real tasks.
-    """
+    """Schedule ``count`` messages (ids ``start``..) due at ``due_ms`` (plus a spread of
+    ``spread_ms`` over them), each with its own uuid task id; returns seconds."""
     began = time.perf_counter()
     for low in range(start, start + count, PIPELINE_CHUNK):
         with store.client.pipeline(transaction=False) as pipe:
@@ -56,10 +70,10 @@ def fill(
                 call = store.schedule_call(
                     queue=queue,
                     message_id=f"m{i}",
-                    task_id=f"t{i}" if tasks else None,
-                    due_ms=due_ms,
+                    task_id=task_id(i),
+                    due_ms=due_ms + (i * spread_ms) // max(count, 1),
                     destination=queue,
-                    payload=payload(i),
+                    payload=payload(i, size),
                 )
                 store.scripts.schedule(keys=call.keys, args=call.args, client=pipe)
             pipe.execute()

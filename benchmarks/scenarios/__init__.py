@@ -20,6 +20,7 @@ from .lateness import Lateness
 from .memory import WorkerMemory
 from .producer import ProducerCost
 from .scaleout import ScaleOut
+from .storecost import StoreCost
 from .stream import SteadyStream
 
 
@@ -43,7 +44,9 @@ class Scenario(Protocol):
         ...
 
 
-SCENARIO_KEYS = ("memory", "duplicates", "lateness", "stream", "burst", "producer", "scaleout")
+SCENARIO_KEYS = (
+    "memory", "duplicates", "lateness", "stream", "burst", "producer", "storecost", "scaleout",
+)  # fmt: skip
 
 
 def sides_of(scenario: Scenario) -> tuple[Side, ...]:
@@ -69,6 +72,7 @@ def build(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[Scena
         ),  # fmt: skip
         "burst": Burst(profile.burst_messages, profile.burst_batch_sizes),
         "producer": ProducerCost(profile.producer_tasks, profile.producer_script_calls),
+        "storecost": StoreCost(profile.store_cost_sizes),
         "scaleout": ScaleOut(profile.scaleout_messages),
     }
     return [every[key] for key in SCENARIO_KEYS if key in keys and key not in profile.skip]
