@@ -19,10 +19,9 @@ class Profile:
     #: Scenario 3: tasks with countdowns spread uniformly over the range, idle worker.
     lateness_tasks: int
     lateness_countdowns: tuple[float, float]
-    #: Scenario 3b: tasks/s falling due, for how many seconds, and their countdowns.
+    #: Scenario 3b: tasks/s falling due, for how many seconds.
     stream_rate: float
     stream_window: float
-    stream_countdowns: tuple[float, float]
     #: Scenarios 3c/4: messages due in the same instant; batch sizes to try (500 first).
     burst_messages: int
     burst_batch_sizes: tuple[int, ...]
@@ -48,7 +47,6 @@ FULL = Profile(
     lateness_countdowns=(1.0, 10.0),
     stream_rate=1_000.0,
     stream_window=30.0,
-    stream_countdowns=(2.0, 45.0),
     burst_messages=100_000,
     burst_batch_sizes=(500, 250, 100, 1000),
     producer_tasks=5_000,
@@ -68,7 +66,6 @@ QUICK = Profile(
     lateness_countdowns=(0.5, 2.0),
     stream_rate=200.0,
     stream_window=2.0,
-    stream_countdowns=(0.5, 1.5),
     burst_messages=10_000,
     burst_batch_sizes=(500,),
     producer_tasks=500,

@@ -67,9 +67,7 @@ def build(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[Scena
             profile.duplicate_tasks, profile.duplicate_countdown, profile.visibility_timeout
         ),
         "lateness": Lateness(profile.lateness_tasks, profile.lateness_countdowns),
-        "stream": SteadyStream(
-            profile.stream_rate, profile.stream_window, profile.stream_countdowns
-        ),  # fmt: skip
+        "stream": SteadyStream(profile.stream_rate, profile.stream_window),
         "burst": Burst(profile.burst_messages, profile.burst_batch_sizes),
         "producer": ProducerCost(profile.producer_tasks, profile.producer_script_calls),
         "storecost": StoreCost(profile.store_cost_sizes),

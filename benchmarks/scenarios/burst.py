@@ -24,7 +24,7 @@ from .. import plots
 from ..harness import Run, log
 from ..movers import start_mover, stop
 from ..report import MetricSpec, Target
-from ..store_tools import parallel_fill, server_time_ms
+from ..store_tools import make_store, parallel_fill, server_time_ms
 from .stream import move_lateness
 
 DEFAULT_BATCH = 500
@@ -33,6 +33,8 @@ TARGET_CALL_MS = 10.0
 SLOWLOG_THRESHOLD_US = 1_000
 #: Seconds between filling the store and the due instant, so the mover is asleep.
 LEAD_SECONDS = 2.0
+#: Filling is estimated from a probe fill of 5%; this margin covers a busier machine.
+FILL_MARGIN = 1.5
 
 
 class Burst:
@@ -89,7 +91,7 @@ class Burst:
         client, url, queue = run.client, run.config.broker_url, f"{run.config.queue}.{batch_size}"
         mover = start_mover(url, batch_size)
         try:
-            estimate = self.messages / 30_000  # the fill rate measured on 2 cores, with margin
+            estimate = self._fill_seconds(url, f"{queue}.probe") * FILL_MARGIN
             due_ms = server_time_ms(client) + int((estimate + LEAD_SECONDS) * 1000)
             fill_seconds = parallel_fill(url, queue, self.messages, due_ms)
             if server_time_ms(client) > due_ms - 200:
@@ -113,6 +115,13 @@ class Burst:
         result.update(move_lateness(url, queue))
         client.delete(queue)
         return result
+
+    def _fill_seconds(self, url: str, probe_queue: str) -> float:
+        """How long filling will take on this machine now, from a small probe fill."""
+        probe = max(1, self.messages // 20)
+        seconds = parallel_fill(url, probe_queue, probe, 2**41)
+        make_store(url).purge(probe_queue)
+        return seconds * self.messages / probe
 
     def _watch(self, run: Run, queue: str, due_ms: int) -> tuple[float, float]:
         """Epoch seconds (Redis clock) of the first and the last delivery, by polling LLEN."""
