@@ -20,15 +20,18 @@ local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 local remaining, budget, own_list = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 
 -- Lateness histogram, counted here and written once per call (non-cumulative buckets).
-local bounds = {}
-for i = 6, #ARGV do bounds[#bounds + 1] = tonumber(ARGV[i]) end
+local bounds, buckets = {}, {}
+for i = 6, #ARGV do
+  bounds[#bounds + 1] = tonumber(ARGV[i])
+  buckets[#buckets + 1] = 'late_le_' .. ARGV[i]
+end
 local late_counts, late_sum, late_max = {}, 0, 0
 local function observe_lateness(late)
   late_sum = late_sum + late
   if late > late_max then late_max = late end
   local bucket = 'late_le_inf'
-  for i, bound in ipairs(bounds) do
-    if late <= bound then bucket = 'late_le_' .. ARGV[i + 5]; break end
+  for i = 1, #bounds do
+    if late <= bounds[i] then bucket = buckets[i]; break end
   end
   late_counts[bucket] = (late_counts[bucket] or 0) + 1
 end
