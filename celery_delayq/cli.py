@@ -350,7 +350,9 @@ def promote(as_json: bool, task_ids: tuple[str, ...], all_due: bool) -> None:
             moved = store.move_all_due().moved
         _emit(as_json, {"moved": moved}, f"delivered {moved} overdue message(s)")
         return
-    promoted = {task_id: api.reschedule(app, task_id, countdown=0) for task_id in task_ids}
+    with _store() as store:  # "now" by the Redis clock, which the movers go by
+        now = datetime.fromtimestamp(store.server_time_ms() / 1000, timezone.utc)
+    promoted = {task_id: api.reschedule(app, task_id, eta=now) for task_id in task_ids}
     with _store() as store:
         store.move_all_due()
     _report_per_task(as_json, "delivered", promoted)

@@ -7,9 +7,10 @@ record and pushes the payload unchanged, so no JSON is ever decoded inside Redis
 
 Records are keyed by the Celery task id, packed small because every pending message
 carries its key twice (record hash and page of due times): a canonical uuid becomes its
-16 bytes; any other id ``\\x00`` + its text (``\\x01\\x01`` + text when that would be
-16 bytes long, so 16 bytes always means a uuid); a message without a task id ``\\x03`` +
-its delivery tag. A second message of the same task id gets ``\\xff<seq>:<task key>``.
+16 bytes; any other id ``\\x00`` + its text; a message without a task id ``\\x03`` + its
+delivery tag; a second message of the same task id ``\\xff<seq>:<task key>``. Only a uuid
+key is 16 bytes long (a uuid may start with any byte): any other key that would be 16
+bytes long is prefixed with ``\\x02``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 
 UUID_SIZE = 16
 TEXT_ID = b"\x00"
-TEXT_ID_OF_UUID_SIZE = b"\x01\x01"
+NOT_UUID = b"\x02"
 NO_TASK_ID = b"\x03"
 DUPLICATE = b"\xff"
 
@@ -32,38 +33,40 @@ def task_key(task_id: str) -> bytes:
             return packed.bytes
     except ValueError:
         pass
-    text = task_id.encode("utf-8", "surrogatepass")
-    if len(text) + len(TEXT_ID) == UUID_SIZE:
-        return TEXT_ID_OF_UUID_SIZE + text
-    return TEXT_ID + text
+    return _not_uuid_sized(TEXT_ID + task_id.encode("utf-8", "surrogatepass"))
 
 
 def message_key(task_id: str | None, message_id: str) -> bytes:
     """The message key of a message: by task id, or by delivery tag when it has none."""
     if task_id:
         return task_key(task_id)
-    return NO_TASK_ID + message_id.encode("utf-8", "surrogatepass")
+    return _not_uuid_sized(NO_TASK_ID + message_id.encode("utf-8", "surrogatepass"))
 
 
 def duplicate_key(task_key: bytes, seq: bytes) -> bytes:
     """The message key of a task's extra message number ``seq`` (as schedule.lua forms it)."""
-    return DUPLICATE + seq + b":" + task_key
+    return _not_uuid_sized(DUPLICATE + seq + b":" + task_key)
+
+
+def _not_uuid_sized(key: bytes) -> bytes:
+    """The key, prefixed so it cannot pass for a packed uuid if it is 16 bytes long
+    (``duplicate_key`` in lua/prelude.lua does the same)."""
+    return NOT_UUID + key if len(key) == UUID_SIZE else key
 
 
 def is_duplicate(key: bytes) -> bool:
-    return key[:1] == DUPLICATE and len(key) != UUID_SIZE
+    return len(key) != UUID_SIZE and key.removeprefix(NOT_UUID)[:1] == DUPLICATE
 
 
 def task_id_of(key: bytes) -> str:
     """The Celery task id a message key stands for ("" for a message without one)."""
-    if is_duplicate(key):
-        key = key[key.index(b":") + 1 :]
     if len(key) == UUID_SIZE:
         return str(uuid.UUID(bytes=key))
-    if key.startswith(TEXT_ID_OF_UUID_SIZE):
-        return key[len(TEXT_ID_OF_UUID_SIZE) :].decode("utf-8", "surrogatepass")
-    if key.startswith(TEXT_ID):
-        return key[len(TEXT_ID) :].decode("utf-8", "surrogatepass")
+    key = key.removeprefix(NOT_UUID)
+    if key[:1] == DUPLICATE:
+        return task_id_of(key[key.index(b":") + 1 :])
+    if key[:1] == TEXT_ID:
+        return key[1:].decode("utf-8", "surrogatepass")
     return ""
 
 

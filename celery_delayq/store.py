@@ -8,6 +8,7 @@ is one atomic Lua script, so movers, producers and operators never need a lock.
 from __future__ import annotations
 
 import json
+import logging
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from redis.commands.core import Script
 from .keys import KeySpace, QueueKeys
 from .record import Record, duplicate_key, message_key, task_id_of, task_key
 from .scripts import StoreScripts
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -139,7 +142,9 @@ class DelayedStore:
     def move_all_due(self) -> MoveResult:
         """Deliver everything due in every queue, one bounded batch per call.
 
-        Queues take turns, so a huge backlog in one does not hold up another.
+        Queues take turns, so a huge backlog in one does not hold up another, and a
+        queue whose move fails (its destination key is not a list, say) is logged and
+        skipped: its messages stay pending, and the other queues are still moved.
         """
         moved = missing = max_late = now = 0
         next_due: int | None = None
@@ -147,7 +152,11 @@ class DelayedStore:
         while active:
             full = []
             for queue in active:
-                result = self.move_due(queue)
+                try:
+                    result = self.move_due(queue)
+                except redis.ResponseError as exc:
+                    logger.warning("celery-delayq: cannot move queue %r: %s", queue, exc)
+                    continue
                 moved += result.moved
                 missing += result.missing
                 max_late = max(max_late, result.max_lateness_ms)

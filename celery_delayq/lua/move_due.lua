@@ -14,6 +14,8 @@
 --           due entries whose record was missing or unreadable (dropped from the schedule;
 --           an unreadable record stays in KEYS[1] for `doctor`),
 --           greatest lateness (now - due, ms) among the moved messages}
+-- Errors   when a due message's destination holds something other than a list; then
+--          nothing at all was written, and the queue's messages wait for the key to be fixed
 
 local time = redis.call('TIME')
 local now = tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
@@ -43,12 +45,14 @@ local function call_chunked(command, key, values)
   end
 end
 
-local payloads, destinations, delivered = {}, {}, {}
-local moved, missing, bytes = 0, 0, 0
+-- Read first, write last: a destination that is not a list is refused before anything
+-- changes (Redis does not undo a script's earlier writes when a later command fails).
+local payloads, destinations, delivered, taken_from = {}, {}, {}, {}
+local moved, missing, bytes, page_index = 0, 0, 0, 0
 while remaining > 0 and bytes < budget do
-  local first = redis.call('ZRANGE', PAGES, 0, 0, 'WITHSCORES')
-  if not first[1] or tonumber(first[2]) > now then break end
-  local page_key = PAGE_PREFIX .. first[1]
+  local page = redis.call('ZRANGE', PAGES, page_index, page_index, 'WITHSCORES')
+  if not page[1] or tonumber(page[2]) > now then break end
+  local page_key = PAGE_PREFIX .. page[1]
   local entries = redis.call('ZRANGEBYSCORE', page_key, '-inf', now, 'WITHSCORES',
                              'LIMIT', 0, remaining)
   local keys = {}
@@ -64,12 +68,16 @@ while remaining > 0 and bytes < budget do
         local payload = string.sub(record, start)
         destination = destination or own_list
         if not payloads[destination] then
+          local kind = redis.call('TYPE', destination)['ok']
+          if kind ~= 'list' and kind ~= 'none' then
+            return redis.error_reply('celery-delayq: cannot deliver to ' .. destination ..
+                                     ': it holds a ' .. kind .. ', not a list')
+          end
           payloads[destination] = {}
           destinations[#destinations + 1] = destination
         end
         table.insert(payloads[destination], payload)
         delivered[#delivered + 1] = key
-        forget_duplicate(key)
         observe_lateness(now - tonumber(entries[2 * i]))
         moved = moved + 1
         bytes = bytes + #payload
@@ -78,14 +86,11 @@ while remaining > 0 and bytes < budget do
         missing = missing + 1
       end
     end
-    redis.call('ZREMRANGEBYRANK', page_key, 0, taken - 1)
     remaining = remaining - taken
   end
-  if redis.call('EXISTS', page_key) == 0 then
-    redis.call('ZREM', PAGES, first[1])
-  elseif taken == #keys then
-    break  -- the rest of this page is not due yet
-  end
+  taken_from[#taken_from + 1] = {page[1], page_key, taken}
+  if taken < redis.call('ZCARD', page_key) then break end  -- the rest is not due (or no room)
+  page_index = page_index + 1
 end
 
 -- One LPUSH per destination, in due order, as kombu's own put would have pushed them.
@@ -93,6 +98,12 @@ for _, destination in ipairs(destinations) do
   call_chunked('LPUSH', destination, payloads[destination])
 end
 call_chunked('HDEL', MSG, delivered)
+for _, key in ipairs(delivered) do forget_duplicate(key) end
+for _, taken in ipairs(taken_from) do
+  local number, page_key, count = taken[1], taken[2], taken[3]
+  if count > 0 then redis.call('ZREMRANGEBYRANK', page_key, 0, count - 1) end
+  if redis.call('EXISTS', page_key) == 0 then redis.call('ZREM', PAGES, number) end
+end
 
 if moved > 0 then
   redis.call('HINCRBY', STATS, 'moved', moved)

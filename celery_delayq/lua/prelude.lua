@@ -17,8 +17,9 @@
 -- the start of page n+1, so the first page holds the earliest messages, and a due time is
 -- never split across two pages. Page keys share the queue's {Q} hash tag.
 --
--- Message key: the task id packed by store.py (16 bytes for a uuid), or, for a second
--- message of the same task id, "\255<seq>:<task key>", listed under the task key in KEYS[3].
+-- Message key: the task id packed by record.py (16 bytes for a uuid, and only then), or,
+-- for a second message of the same task id, "\255<seq>:<task key>" (prefixed with "\2"
+-- if that is 16 bytes long), listed under the task key in KEYS[3].
 
 local MSG, PAGES, DUP, STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local PAGE_PREFIX, PAGE_MAX = ARGV[1], tonumber(ARGV[2])
@@ -117,12 +118,18 @@ local function head()
   return entry[1], entry[2]
 end
 
+-- The message key of a task's extra message number seq (record.duplicate_key).
+local function duplicate_key(task_key, seq)
+  local key = '\255' .. seq .. ':' .. task_key
+  if #key == 16 then return '\2' .. key end
+  return key
+end
+
 -- The task key and sequence number of a duplicate's message key, else nil.
 local function duplicate_of(key)
-  if #key ~= 16 and string.byte(key, 1) == 255 then
-    local colon = string.find(key, ':', 2, true)
-    if colon then return string.sub(key, colon + 1), string.sub(key, 2, colon - 1) end
-  end
+  if #key == 16 then return nil end
+  local seq, colon = string.match(key, '^\2?\255(%d+)():')
+  if seq then return string.sub(key, colon + 1), seq end
 end
 
 -- Forget a delivered or removed duplicate in its task's list of extra messages.
@@ -146,7 +153,7 @@ end
 local function message_keys(task_key)
   local keys = {task_key}
   for seq in string.gmatch(redis.call('HGET', DUP, task_key) or '', '%S+') do
-    keys[#keys + 1] = '\255' .. seq .. ':' .. task_key
+    keys[#keys + 1] = duplicate_key(task_key, seq)
   end
   return keys
 end

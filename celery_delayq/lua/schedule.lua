@@ -14,7 +14,7 @@ if redis.call('HSETNX', MSG, key, record) == 0 then
   local seq = redis.call('HINCRBY', STATS, 'dup_seq', 1)
   local seqs = redis.call('HGET', DUP, key)
   redis.call('HSET', DUP, key, seqs and (seqs .. ' ' .. seq) or seq)
-  key = '\255' .. seq .. ':' .. key
+  key = duplicate_key(key, seq)
   redis.call('HSET', MSG, key, record)
 end
 add_entry(key, due)

@@ -1,0 +1,64 @@
+"""What the model-based and fuzz tests observe of Redis from the outside.
+
+Only public behaviour is read here: kombu's queue lists (whose names kombu forms), whole
+database snapshots (to prove that nothing at all was written), and the store's public
+methods. No key name or record encoding of the store itself appears in these helpers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import redis
+
+from celery_delayq.checks import consistency_findings
+from celery_delayq.store import DelayedStore
+
+#: kombu's Redis transport: priority sub-lists are "<queue><SEP><step>" (step 0 is the
+#: queue's own list), with these steps by default.
+SEP = "\x06\x16"
+PRIORITY_STEPS = (0, 3, 6, 9)
+
+
+def kombu_lists(queue: str, global_keyprefix: str = "") -> list[str]:
+    """Every list kombu may push a message of ``queue`` to, prefix included."""
+    return [
+        f"{global_keyprefix}{queue}{SEP}{step}" if step else f"{global_keyprefix}{queue}"
+        for step in PRIORITY_STEPS
+    ]
+
+
+def drain(client: redis.Redis, lists: Iterable[str]) -> dict[str, list[bytes]]:
+    """Take every message out of these lists; per list in delivery order (oldest first,
+    as a consumer's RPOP/BRPOP sees them). Empty lists are left out of the result."""
+    names = sorted(set(lists))
+    with client.pipeline(transaction=True) as pipe:
+        for name in names:
+            pipe.lrange(name, 0, -1)
+            pipe.delete(name)
+        replies = pipe.execute()
+    return {name: list(reversed(replies[2 * i])) for i, name in enumerate(names) if replies[2 * i]}
+
+
+def snapshot(client: redis.Redis) -> dict[bytes, bytes | None]:
+    """Every key of the database with its serialized value (``DUMP``): two equal snapshots
+    mean nothing was written in between."""
+    return {key: client.dump(key) for key in sorted(client.scan_iter(count=1000))}
+
+
+def inconsistencies(store: DelayedStore) -> list[str]:
+    """What ``celery delayq doctor`` would report about the store; [] when consistent."""
+    return [f"{f.check}: {f.message}" for f in consistency_findings(store) if f.level != "ok"]
+
+
+def payload_of(message: object) -> bytes:
+    """The payload bytes of a message listed by ``DelayedStore.pending`` or ``find``."""
+    payload = getattr(message, "payload", None)
+    if payload is None:
+        payload = message.record.payload  # type: ignore[attr-defined]
+    return bytes(payload)
+
+
+def due_ms_of(message: object) -> int:
+    """The due time, in ms, of a message listed by ``pending`` or ``find``."""
+    return round(message.due * 1000)  # type: ignore[attr-defined]
