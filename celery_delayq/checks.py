@@ -45,10 +45,16 @@ def redis_location(client: redis.Redis) -> str:
 
 
 def server_findings(client: redis.Redis) -> list[Finding]:
-    """Version, persistence and eviction policy of the server."""
-    server, persistence, memory = (
-        client.info(section) for section in ("server", "persistence", "memory")
-    )
+    """Version, persistence and eviction policy of the server (a warning instead when
+    this user may not run INFO, as an ACL user confined to its keys may not)."""
+    try:
+        server, persistence, memory = (
+            client.info(section) for section in ("server", "persistence", "memory")
+        )
+    except redis.exceptions.NoPermissionError:
+        message = "INFO is not allowed for this Redis user: persistence and eviction policy "
+        return [Finding("server settings", WARN, message + "cannot be checked",
+                        "grant +info, or check them yourself")]  # fmt: skip
     return [_version(server), _persistence(client, persistence), _eviction(memory)]
 
 

@@ -27,6 +27,7 @@ from celery import Celery
 from click.testing import CliRunner
 
 import celery_delayq
+from celery_delayq.checks import server_findings
 from celery_delayq.cli import delayq
 from celery_delayq.connect import open_store
 from celery_delayq.testing import RedisServer, free_port, redis_server_binary
@@ -286,6 +287,24 @@ def test_the_acl_user_cannot_touch_keys_or_channels_outside_its_prefix(
 
     assert admin.keys("*") == [b"app1:mine"]
     app1.close()
+
+
+def test_without_info_the_checks_warn_instead_of_failing(
+    locked_down: tuple[RedisServer, redis.Redis],
+) -> None:
+    server, admin = locked_down
+    admin.execute_command("ACL", "SETUSER", "noinfo", *APP1_ACL.replace("+info", "-info").split())
+    client = redis.Redis(port=server.port, username="noinfo", password="secret")
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.info("server")
+    (finding,) = server_findings(client)
+    assert (finding.level, finding.fix) == ("warn", "grant +info, or check them yourself")
+    client.close()
+
+
+def test_the_readme_quotes_the_acl_line() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert f"ACL SETUSER app1 {APP1_ACL}" in readme
 
 
 # --- TLS with a private CA -------------------------------------------------------------
