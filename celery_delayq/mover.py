@@ -1,8 +1,11 @@
 """The mover loop: deliver due messages, then sleep until the next is due or a wake-up.
 
 No fixed poll: the store reports when the next message is due (by the Redis clock)
-and the schedule script publishes a wake-up when a message becomes its queue's
-earliest. ``max_sleep`` is only a safety net for a wake-up lost while reconnecting.
+and the schedule script publishes a wake-up, carrying the due time, when a message
+becomes its queue's earliest; a wake-up only brings the planned pass forward, so a
+stream of new messages costs no extra passes. Passes are at least ``MIN_PASS_SECONDS``
+apart, so messages falling due in a steady stream are moved a few at a time rather than
+one pass each. ``max_sleep`` is only a safety net for a wake-up lost while reconnecting.
 Any number of movers may run at once; the atomic move script keeps delivery
 exactly-once without a lock.
 """
@@ -24,6 +27,9 @@ from .store import DelayedStore, MoveResult
 
 logger = logging.getLogger(__name__)
 
+#: Least time between two move passes of one mover: bounds the passes (and the CPU) a
+#: stream of due messages costs, at the price of up to this much lateness.
+MIN_PASS_SECONDS = 0.01
 #: How often a sleeping mover looks at its stop flag (no Redis traffic involved).
 STOP_CHECK_SECONDS = 0.5
 RETRY_MIN_SECONDS = 0.5
@@ -56,6 +62,8 @@ class Mover:
         self._last_move_ms: int | None = None
         self._last_beat = 0.0
         self._last_lag_warning = -LAG_WARNING_EVERY_SECONDS
+        #: Redis clock minus this host's monotonic clock (ms), as of the last pass.
+        self._clock_offset_ms = 0.0
 
     def run(self, stop: threading.Event) -> None:
         """Loop until ``stop`` is set; Redis outages are logged and retried, never fatal."""
@@ -75,7 +83,7 @@ class Mover:
                     )
                     self._reset_pubsub()
                     delay, retry = retry, min(retry * 2, self.retry_max)
-                self._wait(delay, stop)
+                self._wait(max(delay, MIN_PASS_SECONDS), stop)
         finally:
             self._reset_pubsub()
             self._say_goodbye()
@@ -90,6 +98,7 @@ class Mover:
             pubsub.subscribe(self.store.keys.wakeup_channel)
             self._pubsub = pubsub
         result = self.store.move_all_due()
+        self._clock_offset_ms = result.now_ms - time.monotonic() * 1000
         self.moved_total += result.moved
         if result.moved or result.missing:
             self._last_move_ms = result.now_ms
@@ -106,7 +115,8 @@ class Mover:
         return self.max_sleep if until_next is None else min(until_next, self.max_sleep)
 
     def _wait(self, delay: float, stop: threading.Event) -> None:
-        """Sleep up to ``delay`` seconds; return early on a wake-up or stop."""
+        """Sleep up to ``delay`` seconds, less when a wake-up announces an earlier due
+        time; return early on stop."""
         deadline = time.monotonic() + delay
         while not stop.is_set():
             remaining = deadline - time.monotonic()
@@ -117,10 +127,19 @@ class Mover:
                 stop.wait(step)
                 continue
             try:
-                if self._pubsub.get_message(timeout=step) is not None:
-                    return
+                message = self._pubsub.get_message(timeout=step)
             except Exception:  # noqa: BLE001 - reconnect on the next pass
                 self._reset_pubsub()
+                continue
+            if message is not None:
+                deadline = min(deadline, self._local_time(message["data"]))
+
+    def _local_time(self, due_ms: Any) -> float:
+        """This host's monotonic time of a Redis-clock due time (now if unreadable)."""
+        try:
+            return (int(due_ms) - self._clock_offset_ms) / 1000
+        except (TypeError, ValueError):
+            return time.monotonic()
 
     def _reset_pubsub(self) -> None:
         if self._pubsub is not None:
