@@ -1,0 +1,105 @@
+"""The run's Celery app and its one task, ``chaos.work``, which notes every execution.
+
+A task's plan is a list of retry countdowns: it retries (``self.retry(countdown=...)``,
+same task id) until ``request.retries`` reaches the plan's length, with countdowns cut
+short so no ETA falls after ``last_eta``. Each execution writes a begin entry before
+doing anything and an end entry once done (or once its retry was published), so an
+execution cut short by SIGKILL shows as begun, not ended.
+
+Publishes retried by kombu after a connection error are noted too, through the
+``errback`` of Celery's publish retry policy: a retried publish whose first attempt
+reached Redis is the one way a single publish can store two messages.
+"""
+
+from __future__ import annotations
+
+import os
+from contextvars import ContextVar
+from datetime import datetime
+from itertools import count
+from typing import Any
+
+from celery import Celery
+from celery.exceptions import Retry
+
+from .config import SharedSettings, capped_countdown
+from .ledger import process_ledger
+
+TASK_NAME = "chaos.work"
+
+#: The message being published in this thread: (task id, its retries value).
+publishing: ContextVar[tuple[str, int] | None] = ContextVar("publishing", default=None)
+
+_execution_ids = count()
+
+
+def publish_retry_policy() -> dict[str, Any]:
+    """Retry a publish for about 20 s (longer than any Redis restart of the monkey's)."""
+    return {
+        "max_retries": 40,
+        "interval_start": 0.1,
+        "interval_step": 0.2,
+        "interval_max": 0.5,
+        "errback": _note_publish_error,
+    }
+
+
+def _note_publish_error(exc: BaseException, interval: float) -> None:
+    target = publishing.get()
+    if target is not None:
+        process_ledger().write("P", id=target[0], r=target[1], e=_short(exc))
+
+
+def _short(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]
+
+
+def eta_seconds(eta: Any) -> float | None:
+    """``request.eta`` (ISO 8601 string or datetime) as epoch seconds."""
+    if not eta:
+        return None
+    moment = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
+    return moment.timestamp()
+
+
+def make_app(
+    settings: SharedSettings, *, acks_late: bool, incarnation: str, worker_mover: bool = True
+) -> Celery:
+    """The app of every chaos process; workers differ in ``acks_late`` and whether they
+    run a mover."""
+    app = Celery("chaos", set_as_current=True)
+    app.conf.update(settings.celery_settings(acks_late, worker_mover))
+    app.conf.task_publish_retry_policy = publish_retry_policy()
+
+    def work(self: Any, plan: list[float], last_eta: float) -> None:
+        request = self.request
+        ledger = process_ledger()
+        execution = f"{incarnation}/{os.getpid()}/{next(_execution_ids)}"
+        ledger.write(
+            "B",
+            x=execution,
+            id=request.id,
+            r=request.retries,
+            tag=(request.properties or {}).get("delivery_tag"),
+            inc=incarnation,
+            al=acks_late,
+            rd=bool((request.delivery_info or {}).get("redelivered")),
+            eta=eta_seconds(request.eta),
+        )
+        if request.retries >= len(plan):
+            ledger.write("E", x=execution, o="done")
+            return
+        token = publishing.set((request.id, request.retries + 1))
+        try:
+            raise self.retry(countdown=capped_countdown(plan[request.retries], last_eta))
+        except Retry:
+            ledger.write("E", x=execution, o="retry")
+            raise
+        except Exception as exc:
+            ledger.write("E", x=execution, o="retry-failed", e=_short(exc))
+            raise
+        finally:
+            publishing.reset(token)
+
+    app.task(name=TASK_NAME, bind=True, max_retries=None)(work)
+    return app
