@@ -7,7 +7,8 @@ one instant a little ahead; one ``celery_delayq.mover.Mover`` in its own process
 sleeps until then, as in a worker. Measured: the time from the due instant until
 every message is in its queue list (LLEN polled every millisecond), the move rate,
 the store's move-lateness histogram, and the longest single script call Redis ran
-during the burst (SLOWLOG), at each batch size (``delayq_move_batch_size``).
+during the burst (SLOWLOG), at each batch size (``delayq_move_batch_size``), after one
+unmeasured warm-up burst.
 
 SLOWLOG threshold: with ``slowlog-log-slower-than 0`` Redis 7 also logs every
 command a script runs (five per moved message), so the log overflows; a 1 ms
@@ -76,6 +77,9 @@ class Burst:
 
     def measure(self, run: Run) -> dict[str, float | None]:
         values: dict[str, float | None] = {}
+        # One unmeasured burst first: Redis's first touch of the burst's memory (page
+        # faults as jemalloc grows) would otherwise be charged to whichever size ran first.
+        log(f"  warm-up: {self._burst(run, DEFAULT_BATCH)}")
         for size in self.batch_sizes:
             result = self._burst(run, size)
             log(f"  batch {size}: {result}")

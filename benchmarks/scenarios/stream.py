@@ -16,6 +16,7 @@ late (shown as inf; the CDF then ends below 1).
 from __future__ import annotations
 
 import math
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,12 @@ class SteadyStream:
             MetricSpec("move_p99", "delayq move lateness p99 (histogram bucket bound)", "ms"),
             MetricSpec("move_mean", "delayq move lateness mean (histogram)", "ms"),
             MetricSpec(
+                "queue_peak",
+                "most messages waiting in the queue list (workers behind)",
+                "",
+                digits=0,
+            ),  # fmt: skip
+            MetricSpec(
                 "executed",
                 "executions",
                 "",
@@ -95,6 +102,7 @@ class SteadyStream:
         publish_parallel(run.config, sends, PUBLISHERS)
         if time.time() > first_due:
             raise RuntimeError("publishing outlasted the lead: the stream began early")
+        peak = QueuePeak(run)
         try:
             wait_until(
                 lambda: run.execution_count() >= self.tasks,
@@ -103,6 +111,8 @@ class SteadyStream:
             )
         except TimeoutError as exc:  # overloaded workers: a result, not a crash
             log(f"  {exc}; counting the tasks that did not run as infinitely late")
+        finally:
+            peak.stop()
         late_ms = sorted(e.lateness * 1000 for e in run.executions() if e.lateness is not None)
         late_ms += [math.inf] * max(0, self.tasks - len(late_ms))
         self.samples[run.side] = late_ms
@@ -111,6 +121,7 @@ class SteadyStream:
             "p99": percentile(late_ms, 99),
             "max": late_ms[-1],
             "executed": float(sum(1 for v in late_ms if v != math.inf)),
+            "queue_peak": float(peak.value),
         }
         if run.config.delayq:
             values.update(move_lateness(run.config.broker_url, run.config.queue))
@@ -128,6 +139,25 @@ class SteadyStream:
             vline=(TARGET_P99_MS, "target p99 (50 ms)"),
         )
         return [drawn] if drawn else []
+
+
+class QueuePeak:
+    """The longest the run's queue lists get, sampled every 0.1 s in a thread: messages
+    delivered but not yet taken by a worker (for delayq, the store has done its part)."""
+
+    def __init__(self, run: Run) -> None:
+        self.value = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._sample, args=(run,), daemon=True)
+        self._thread.start()
+
+    def _sample(self, run: Run) -> None:
+        while not self._done.wait(0.1):
+            self.value = max(self.value, run.queued())
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join()
 
 
 def move_lateness(url: str, queue: str) -> dict[str, float | None]:
