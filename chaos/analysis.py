@@ -38,7 +38,9 @@ the kombu delivery tag, which kombu assigns once per publish and a redelivery ke
    worker was SIGKILLed while running it (acks_late), or after it ended but before
    its ack reached Redis (acks_late), or as it began but before the early ack reached
    Redis (acks_late off: Celery acks once the pool has taken the message, a moment
-   after the child starts it); or its ack failed on a broken connection, or it sent
+   after the child starts it); or its worker's connection broke while it ran under
+   acks_late (kombu's Channel.close puts every unacked message back, and the task's
+   later ack then removes nothing); or its ack failed on a broken connection, or it sent
    none while the monkey was disrupting Redis, or it acked only after holding the
    message longer than the visibility timeout. A rerun without the flag of a message pushed twice
    onto the queue list (AOF) is the store's double delivery (ours); any other rerun
@@ -88,6 +90,10 @@ DUP_CASCADE_OURS = "ours: the previous attempt ran twice by our fault, so it ret
 DUP_PUBLISH_RETRY = "Celery: kombu retried a publish after a connection error"
 DUP_PUSHED_TWICE = "ours: pushed onto the queue list twice"
 DUP_NOT_REDELIVERED = "unexplained: same delivery tag ran again without a kombu restore"
+DUP_RESTORED_ON_CLOSE = (
+    "Celery: its worker's broker connection broke while it ran (acks_late), so kombu put "
+    "it back as the channel closed"
+)
 DUP_AFTER_ACK = "unexplained: redelivered although its ack had succeeded"
 DUP_ACK_NOT_SENT_CALM = "unexplained: redelivered, no ack sent, no disruption near it"
 DUP_EXTRA_MESSAGES = "unexplained: more messages than publishes"
@@ -277,6 +283,11 @@ def rerun_cause(book: Book, key: Key, previous: Execution, rerun: Execution) -> 
         return DUP_HELD_PAST_VT
     acked = book.acked(previous, before=rerun.began)
     if acked:
+        # kombu's Channel.close restores every unacked message the channel delivered
+        # (QoS.restore_unacked_once), so a connection lost mid-task under acks_late puts
+        # the message back; the task's later ack then finds nothing left to remove.
+        if previous.acks_late and book.disrupted_near(previous.began):
+            return DUP_RESTORED_ON_CLOSE
         return DUP_AFTER_ACK
     if book.killed(previous.incarnation):
         if not previous.acks_late:
