@@ -136,17 +136,20 @@ and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
    delayed and no execution happened for 3 s.
 3. **Lateness** (task start - ETA, recorded by the task): one idle worker;
    countdowns drawn uniformly from the range with a fixed seed (identical for both
-   sides); percentiles are nearest-rank. **3b** is the same measure under load: a
-   timetable (fixed seed) of tasks falling due at a constant rate, each published
-   its countdown before its ETA by one of two publisher processes, two workers.
+   sides); percentiles are nearest-rank. **3b** is the same measure under load:
+   tasks falling due at a constant rate, all published first by two publisher
+   processes with ETAs starting once publishing is done (publishing during the
+   window would make publishers and workers fight over the two cores), two workers.
    The delayq move-lateness rows come from the store's own histogram
-   (`DelayedStore.stats`; its smallest bucket is 5 ms).
+   (`DelayedStore.stats`; its smallest bucket is 5 ms); the queue-list peak (LLEN
+   every 0.1 s) shows how far the workers fell behind.
 4. **Burst and Redis blocking (3c/4)**, celery-delayq only (vanilla has no move):
-   the store is filled with pipelined `schedule.lua` calls, all due at one instant
-   about 2 s after filling ends; one `celery_delayq.mover.Mover` in its own process
-   (as a worker runs it) delivers them. The orchestrator polls `LLEN` and `TIME`
-   every millisecond: "due instant -> every message in its list" is by the Redis
-   clock; the move rate is messages over first-to-last delivery. The longest script
+   after one unmeasured warm-up burst, the store is filled with pipelined
+   `schedule.lua` calls, all due at one instant about 2 s after filling ends; one
+   `celery_delayq.mover.Mover` in its own process (as a worker runs it) delivers
+   them. The orchestrator polls `LLEN` and `TIME` every millisecond: "due instant
+   -> every message in its list" is by the Redis clock; the move rate is messages
+   over first-to-last delivery. The longest script
    call is the largest `EVALSHA` duration in `SLOWLOG` during the burst. The
    threshold is 1 ms, not 0: at 0 Redis 7 logs every command run inside scripts too
    (five per moved message) and the log overflows; calls under 1 ms cannot be the
@@ -157,6 +160,11 @@ and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
    the target is on the ratio. The limit rows call `schedule.lua` in pipelines of
    2,000 with no Celery (one process), and read the Redis time per call from
    `INFO commandstats` (`EVALSHA` `usec_per_call`).
+6. **Store cost**: Redis `used_memory` growth per message, for each payload size,
+   with celery-delayq's store (uuid task ids, due times over an hour) and, on the
+   vanilla side, with the same payloads LPUSHed to a kombu queue list. The target
+   (< 150 B) is on what the store adds over that list: near 10 KB jemalloc rounds
+   the payload's own allocation up by ~300 B wherever it lives.
 7. **Scale-out**, celery-delayq only: the store is filled with messages already
    due (pipelined `schedule.lua` from two processes), then N processes each loop
    `store.move_all_due()` (batch 500), released by one Redis list at the same
