@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from collections import deque
+from collections.abc import Mapping
 from pathlib import Path
 
 import psutil
@@ -34,6 +35,25 @@ def _die_with_parent() -> None:
     """Runs in the child between fork and exec: SIGKILL it when the orchestrator exits."""
     if _libc is not None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def spawn(command: list[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
+    """Start a subprocess from the repository root (importable there), its output in
+    ``log_path``, in a session of its own (so its whole group can be signalled) and
+    SIGKILLed if this process dies."""
+    env = dict(env)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    with open(log_path, "wb") as log:
+        return subprocess.Popen(
+            command,
+            cwd=REPO_ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only calls prctl
+        )
 
 
 class WorkerProcess:
@@ -64,19 +84,7 @@ class WorkerProcess:
         ]  # fmt: skip
 
     def start(self) -> None:
-        env = {**os.environ, **self.config.to_env()}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                self.command(),
-                cwd=REPO_ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only calls prctl
-            )
+        self.process = spawn(self.command(), {**os.environ, **self.config.to_env()}, self.log_path)
 
     def wait_ready(self, client: redis.Redis, timeout: float = 60.0) -> None:
         """Block until the worker announced itself ready; fail fast if it exited."""

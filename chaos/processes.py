@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from benchmarks.processes import REPO_ROOT, _die_with_parent
+from benchmarks.processes import spawn
 
 from .config import ENV_ACKS_LATE, ENV_INCARNATION, ENV_WORKER_MOVER, QUEUE
 from .ledger import LedgerWriter
@@ -85,18 +85,7 @@ class Slot:
             ENV_ACKS_LATE: "1" if self.acks_late else "0",
             ENV_WORKER_MOVER: "1" if self.worker_mover else "0",
         }
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-        with open(self.log_path, "wb") as log:
-            self.process = subprocess.Popen(
-                self.command(self.incarnation),
-                cwd=REPO_ROOT,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-                preexec_fn=_die_with_parent,  # noqa: PLW1509 - only calls prctl
-            )
+        self.process = spawn(self.command(self.incarnation), env, self.log_path)
         self.started_at = time.time()
         self.killed = False
         self.restart_at = None
