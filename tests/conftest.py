@@ -10,7 +10,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +102,7 @@ def celery_process(
     ready: str = "ready.",
     timeout: float = 30.0,
     record_url: str | None = None,
+    log_level: str | None = "info",
 ) -> Iterator[subprocess.Popen[str]]:
     """Run ``celery -A tests.worker_app <command>`` until the block ends.
 
@@ -112,7 +113,16 @@ def celery_process(
     env["BEAT_SCHEDULE_FILE"] = tempfile.mktemp(prefix="delayq-beat-")
     env["RECORD_URL"] = record_url or broker_url
     proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.worker_app", command, "-l", "info", *args],
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.worker_app",
+            command,
+            *(["-l", log_level] if log_level else []),
+            *args,
+        ],  # fmt: skip
         cwd=REPO_ROOT,
         env=env,
         stdout=subprocess.PIPE,
@@ -144,6 +154,14 @@ def celery_process(
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def standalone_mover(
+    broker_url: str, settings: dict[str, Any] | None = None
+) -> AbstractContextManager[subprocess.Popen[str]]:
+    """``celery -A tests.worker_app delayq mover`` until the block ends, once running."""
+    return celery_process("delayq", broker_url, settings, "mover",
+                          ready="standalone mover running", log_level=None)  # fmt: skip
 
 
 def _drain(proc: subprocess.Popen[str], lines: list[str]) -> None:

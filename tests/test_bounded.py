@@ -7,15 +7,10 @@ the full-size run.
 
 from __future__ import annotations
 
-import json
 import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import psutil
@@ -27,7 +22,7 @@ from celery_delayq.connect import open_store
 from celery_delayq.store import DelayedStore
 from celery_delayq.testing import RedisServer
 
-from .conftest import REPO_ROOT, wait_for
+from .conftest import standalone_mover, wait_for
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -62,26 +57,6 @@ def delivered(client: redis.Redis, chunk: int = 100_000) -> list[int]:
     for start in range(0, length, chunk):
         numbers.extend(int(x) for x in client.lrange(QUEUE, start, start + chunk - 1))
     return sorted(numbers)
-
-
-@contextmanager
-def standalone_mover(url: str) -> Iterator[psutil.Process]:
-    """``celery -A tests.worker_app delayq mover`` until the block ends."""
-    env = dict(os.environ, BROKER_URL=url, DELAYQ_SETTINGS=json.dumps({}))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.worker_app", "delayq", "mover"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        yield psutil.Process(proc.pid)
-    finally:
-        proc.send_signal(signal.SIGCONT)
-        proc.terminate()
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 @dataclass
@@ -135,7 +110,8 @@ def test_a_standalone_mover_drains_a_huge_backlog_in_flat_memory_exactly_once(
     a small bound, and another client's Redis round trips stay short throughout."""
     app = make_app(url=big_server.url)
     client = big_server.client()
-    with open_store(app) as store, standalone_mover(big_server.url) as mover:
+    with open_store(app) as store, standalone_mover(big_server.url) as process:
+        mover = psutil.Process(process.pid)
         wait_for(store.movers, timeout=30)
         now = store.server_time_ms()
         load(store, N, WARM_UP, now - 1000)  # numbered after the backlog

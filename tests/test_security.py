@@ -6,17 +6,14 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import socket
 import ssl
 import subprocess
 import sys
-import threading
 import time
 import types
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -32,7 +29,7 @@ from celery_delayq.cli import delayq
 from celery_delayq.connect import open_store
 from celery_delayq.testing import RedisServer, free_port, redis_server_binary
 
-from .conftest import REPO_ROOT, celery_process, runs, wait_for
+from .conftest import REPO_ROOT, celery_process, runs, standalone_mover, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -113,33 +110,6 @@ def cli_status(broker_url: str, settings: dict[str, Any]) -> dict[str, Any]:
     assert result.returncode in (0, 1), result.stderr
     status: dict[str, Any] = json.loads(result.stdout)
     return status
-
-
-@contextmanager
-def standalone_mover(broker_url: str, settings: dict[str, Any]) -> Iterator[None]:
-    """``celery -A tests.worker_app delayq mover`` until the block ends."""
-    env = dict(os.environ, BROKER_URL=broker_url, DELAYQ_SETTINGS=json.dumps(settings))
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.worker_app", "delayq", "mover"],
-        cwd=REPO_ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            if "standalone mover running" in line:
-                break
-        else:
-            raise AssertionError(f"the standalone mover exited: {proc.wait()}")
-        # Keep reading its log, so a full pipe never blocks it.
-        threading.Thread(target=proc.stderr.read, daemon=True).start()
-        yield
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.communicate(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.communicate()
 
 
 def alive_movers(app: Celery) -> set[str]:
