@@ -319,11 +319,11 @@ class DelayedStore:
         keys = self.keys.for_queue(queue)
         entries: dict[bytes, tuple[bytes, int]] = {}
         pages: list[bytes] = self.client.zrange(keys.pages, 0, -1)  # type: ignore[assignment]
-        for page in pages:
-            page_entries: list[tuple[bytes, float]] = self.client.zrange(  # type: ignore[assignment]
-                keys.page(page), 0, -1, withscores=True
-            )
-            entries.update((key, (page, int(due))) for key, due in page_entries)
+        with self.client.pipeline(transaction=False) as pipe:  # one round trip, not one a page
+            for page in pages:
+                pipe.zrange(keys.page(page), 0, -1, withscores=True)
+            for page, page_entries in zip(pages, pipe.execute()):
+                entries.update((key, (page, int(due))) for key, due in page_entries)
         return entries
 
     def repair(self, queue: str, key: bytes, seen_page: bytes | None) -> bool:
