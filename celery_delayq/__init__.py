@@ -6,14 +6,18 @@ Switch it on in Celery settings::
     beat_scheduler = "celery_delayq.beat:Scheduler"      # optional; workers move too
 
 Then ``cancel``, ``reschedule`` and ``backlog`` act on the pending delayed tasks.
+
+Layers, each importing only those below it: ``core`` (the store; Redis only) ->
+``celery`` (transport, bootstep, beat, settings) -> ``ops`` (API, doctor, rescue) ->
+``cli`` (the ``celery delayq`` commands).
 """
 
 from __future__ import annotations
 
-from .api import backlog, cancel, reschedule
-from .config import DelayqConfig
-from .errors import ConfigurationError, InvalidETA
-from .store import QueueBacklog
+from .celery.errors import ConfigurationError, InvalidETA
+from .celery.settings import DelayqConfig
+from .core.results import QueueBacklog
+from .ops.api import backlog, cancel, promote, reschedule
 
 __version__ = "0.1.0"
 
@@ -25,5 +29,6 @@ __all__ = [
     "__version__",
     "backlog",
     "cancel",
+    "promote",
     "reschedule",
 ]

@@ -1,0 +1,158 @@
+"""The kombu Redis channel that keeps future-ETA messages in the delayed store.
+
+Every non-fanout publish passes through ``Channel._put``: a message whose ``eta``
+header lies in the future is written to the delayed store instead of the queue list;
+everything else goes exactly the way kombu's Redis transport sends it. Fanout
+(broadcast) messages are never delayed. A queue's purge and delete take its delayed
+messages with it, as they take the messages in its lists.
+
+kombu gives a channel no reference to the Celery app that opened its connection, and
+``current_app`` is Celery's empty fallback app in any thread that did not create the
+app (a thread-pool web server, for one). So a channel takes its settings from the
+thread's current app if it selects this transport, else from the one app in the
+process that does (``delayq_app``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+import redis
+from celery import Celery
+from celery._state import _get_active_apps, get_current_app
+from kombu.transport import get_transport_cls
+from kombu.utils.json import dumps
+
+from ..core.handover import SameRedisMove
+from ..core.keys import KeySpace
+from ..core.store import DelayedStore, Scheduled
+from .errors import ConfigurationError
+from .message import due_ms, eta_of, eta_timestamp
+from .settings import REDIS_SCHEMES, DelayqConfig, check_broker_url, config_of
+
+
+class DelayedPublishMixin:
+    """Adds the delayed store to a kombu Redis channel and diverts future ETAs to it."""
+
+    #: Broker URL schemes this channel can serve.
+    url_schemes: frozenset[str] = REDIS_SCHEMES
+
+    # Provided by kombu's Redis Channel.
+    global_keyprefix: str
+    pool: redis.ConnectionPool
+    priority_steps: list[int]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        app = delayq_app()
+        check_broker_url(app, self.url_schemes)
+        self.delayq_config = config_of(app)
+        self._delayed_store: DelayedStore | None = None
+        super().__init__(*args, **kwargs)
+
+    def store_for(self, config: DelayqConfig) -> DelayedStore:
+        """A delayed store on this channel's Redis, with the given settings.
+
+        The client is a plain (unprefixed) one on kombu's own connection pool: kombu's
+        prefixing client would prefix only some keys of a script call, so the prefix
+        is applied by ``KeySpace`` instead.
+        """
+        client = redis.Redis(connection_pool=self.pool)
+        keys = KeySpace(self.global_keyprefix, config.key_prefix)
+        handover = SameRedisMove(client, queue_lists=self.real_queue_lists)
+        return DelayedStore(client, keys, config.move_batch_size, handover)
+
+    @property
+    def delayed_store(self) -> DelayedStore:
+        """The store this channel publishes delayed messages to (its app's settings)."""
+        if self._delayed_store is None:
+            self._delayed_store = self.store_for(self.delayq_config)
+        return self._delayed_store
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        """Publish, or store until due. Inside a kombu publish batch a delayed message is
+        stored at once rather than at the batch's flush."""
+        eta = eta_of(message)
+        if eta is not None:
+            seconds = eta_timestamp(eta, self.delayq_config.timezone)
+            if seconds > time.time():
+                payload = dumps(message).encode()
+                self.delayed_store.schedule(self.delayed(queue, message, payload, seconds))
+                return
+        super()._put(queue, message, **kwargs)  # type: ignore[misc]
+
+    def delayed(
+        self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
+    ) -> Scheduled:
+        """What the store keeps of a delayed message: the list kombu would push it to
+        (priority and ``global_keyprefix`` applied), its delivery tag as id, its task id."""
+        properties = message.get("properties") or {}
+        headers = message.get("headers") or {}
+        priority = self._get_message_priority(message, reverse=False)  # type: ignore[attr-defined]
+        kombu_list = self._q_for_pri(queue, priority)  # type: ignore[attr-defined]
+        task_id = headers.get("id")
+        return Scheduled(
+            queue=queue,
+            message_id=str(properties.get("delivery_tag") or uuid.uuid4()),
+            task_id=str(task_id) if task_id is not None else None,
+            due_ms=due_ms(eta_seconds),
+            destination=self.real_key(kombu_list),
+            payload=payload,
+            expires_ms=(getattr(self, "_expires", None) or {}).get(queue),
+        )
+
+    def real_key(self, kombu_key: str) -> str:
+        """The Redis key of a kombu key (kombu's ``global_keyprefix`` applied)."""
+        return KeySpace(self.global_keyprefix).destination(kombu_key)
+
+    def queue_lists(self, queue: str) -> list[str]:
+        """The kombu lists of one queue: the bare name and its priority sub-lists."""
+        steps = self.priority_steps
+        return list(dict.fromkeys(self._q_for_pri(queue, step) for step in steps))  # type: ignore[attr-defined]
+
+    def real_queue_lists(self, queue: str) -> list[str]:
+        """The Redis keys of the queue's kombu lists."""
+        return [self.real_key(name) for name in self.queue_lists(queue)]
+
+    def _purge(self, queue: str) -> int:
+        """Empty the queue, its delayed messages included, in one atomic call; how many
+        messages there were (``celery purge`` and ``app.control.purge()`` count them)."""
+        return self.delayed_store.purge(queue, self.real_queue_lists(queue))
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        """Delete the queue (kombu's own), then its delayed messages: they would
+        otherwise be moved into a list that no longer belongs to any queue."""
+        super()._delete(queue, *args, **kwargs)  # type: ignore[misc]
+        self.delayed_store.purge(queue)
+
+
+def uses_delayq(app: Celery) -> bool:
+    """Whether ``app``'s ``broker_transport`` is a celery-delayq transport."""
+    transport = app.conf.broker_transport
+    if not transport:
+        return False
+    try:
+        cls: Any = get_transport_cls(transport) if isinstance(transport, str) else transport
+    except (ImportError, KeyError, ValueError, AttributeError):
+        return False
+    channel = getattr(cls, "Channel", object) if isinstance(cls, type) else object
+    return issubclass(channel, DelayedPublishMixin)
+
+
+def delayq_app() -> Celery:
+    """The app a new channel takes its ``delayq_*`` settings from."""
+    current = get_current_app()
+    if uses_delayq(current):
+        return current
+    candidates = [app for app in list(_get_active_apps()) if uses_delayq(app)]
+    if not candidates:
+        return current  # kombu used directly, with the transport named in code
+    settings = {config_of(app) for app in candidates}
+    if len(settings) > 1:
+        raise ConfigurationError(
+            "several Celery apps in this process use celery-delayq with different delayq_* "
+            "settings; make the publishing app current with app.set_current() in this "
+            "thread, or app.set_default()"
+        )
+    return candidates[0]

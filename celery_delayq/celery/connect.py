@@ -1,0 +1,103 @@
+"""How a Celery app reaches its delayed store, and the movers that run beside it.
+
+Going through the app's own broker connection gives the store exactly the Redis that
+kombu publishes to (URL, TLS, Sentinel, ``global_keyprefix`` and all). ``open_store`` is
+for short operations on a pooled connection; a mover keeps a ``StoreConnection`` of its
+own, which it can reopen after an outage.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from celery import Celery
+from kombu.connection import Connection
+from kombu.utils.url import maybe_sanitize_url
+
+from ..core.health import OK, redis_location, server_findings
+from ..core.mover import Mover, MoverThread
+from ..core.store import DelayedStore
+from .channel import DelayedPublishMixin
+from .errors import ConfigurationError
+from .settings import config_of
+
+logger = logging.getLogger(__name__)
+
+TRANSPORT_HINT = 'set broker_transport = "celery_delayq.transport:Transport"'
+
+
+def store_on(app: Celery, connection: Connection) -> DelayedStore:
+    """The app's delayed store behind an open kombu connection of our transport."""
+    channel = connection.default_channel
+    if not isinstance(channel, DelayedPublishMixin):
+        raise ConfigurationError(
+            f"the broker transport is {type(channel).__module__}, not celery-delayq: "
+            + TRANSPORT_HINT
+        )
+    return channel.store_for(config_of(app))
+
+
+@contextmanager
+def open_store(app: Celery) -> Iterator[DelayedStore]:
+    """The app's delayed store, on a pooled broker connection, for short operations."""
+    with app.connection_or_acquire() as connection:
+        yield store_on(app, connection)
+
+
+class StoreConnection:
+    """A store on a broker connection of its own, for a long-lived mover.
+
+    ``open`` may fail while Redis is down; the mover calls it again after a back-off,
+    and each call first releases the connection the previous one made.
+    """
+
+    def __init__(self, app: Celery) -> None:
+        self.app = app
+        self._connection: Connection | None = None
+
+    def open(self) -> DelayedStore:
+        self.close()
+        self._connection = self.app.connection_for_write()
+        return store_on(self.app, self._connection)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.release()
+            self._connection = None
+
+
+def mover_thread(app: Celery, name: str) -> MoverThread:
+    """A mover for ``app`` in a thread of its own, with its own broker connection."""
+    config = config_of(app)
+    connection = StoreConnection(app)
+    mover = Mover(
+        connection.open,
+        max_sleep=config.mover_max_sleep,
+        retry_max=config.mover_retry_max,
+        name=name,
+        on_connect=warn_about_risks,
+    )
+    return MoverThread(mover, on_exit=connection.close)
+
+
+def warn_about_risks(store: DelayedStore) -> None:
+    """Log, at every (re)connect of a mover, the Redis settings that put delayed tasks
+    at risk (no persistence, an evicting memory policy, ...)."""
+    logger.debug("celery-delayq: mover connected to %s", redis_location(store.client))
+    for finding in server_findings(store.client):
+        if finding.level != OK:
+            logger.warning("celery-delayq: %s: %s; %s", finding.check, finding.message, finding.fix)
+
+
+def log_startup(app: Celery, mover_mode: str) -> None:
+    """The one line workers and beat log at start: where the store is, its key prefix and
+    whether this process moves (the URL's password is masked)."""
+    url = maybe_sanitize_url(app.conf.broker_write_url or app.conf.broker_url or "redis://")
+    logger.info(
+        "celery-delayq: delayed tasks in %s under key prefix %r; %s",
+        url,
+        config_of(app).key_prefix,
+        mover_mode,
+    )

@@ -1,0 +1,166 @@
+"""All celery-delayq settings, read once from a Celery app into one frozen object.
+
+Every option is an ordinary Celery setting named ``delayq_*`` (or ``CELERY_DELAYQ_*``
+with a Django-style namespace), so users switch behaviour in settings, never in code.
+``config_of(app)`` reads and validates them the first time and keeps the result with the
+app, as Celery keeps most of its own settings once read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from dataclasses import dataclass
+from datetime import tzinfo
+from typing import Any
+from urllib.parse import urlparse
+
+from celery import Celery
+from kombu.utils.url import maybe_sanitize_url
+
+from .errors import ConfigurationError
+
+SETTING_PREFIX = "delayq_"
+
+#: URL schemes a Redis broker may be given with (``socket`` and ``unix`` are Unix sockets).
+REDIS_SCHEMES = frozenset({"redis", "rediss", "socket", "unix", "redis+socket"})
+SENTINEL_SCHEMES = frozenset({"sentinel"})
+
+
+@dataclass(frozen=True)
+class DelayqConfig:
+    """celery-delayq's settings; the field name plus ``delayq_`` is the Celery setting."""
+
+    #: Prefix of every key the delayed store writes (after kombu's ``global_keyprefix``).
+    key_prefix: str = "delayq"
+    #: Run a mover thread in every worker that uses the transport.
+    worker_mover: bool = True
+    #: Most messages one atomic move call delivers; bounds how long Redis is busy per call.
+    move_batch_size: int = 500
+    #: Longest a mover sleeps without a wake-up, a safety net for a missed notification.
+    mover_max_sleep: float = 5.0
+    #: Longest back-off between retries while Redis is unreachable.
+    mover_retry_max: float = 10.0
+    #: Serve Prometheus metrics on this port from each worker and beat (needs the
+    #: ``prometheus`` extra); None: off. ``celery delayq exporter`` serves them standalone.
+    metrics_port: int | None = None
+    #: Address the metrics server listens on.
+    metrics_addr: str = "0.0.0.0"
+    #: Most delayed messages one worker adds to its reply to ``inspect scheduled`` (the
+    #: earliest due); 0: add none.
+    inspect_limit: int = 1000
+    #: Not a ``delayq_`` setting: Celery's own ``timezone``, used for naive ETAs as the
+    #: worker would read them.
+    timezone: tzinfo | None = dataclasses.field(default=None, compare=False)
+
+    def __post_init__(self) -> None:
+        _check(
+            self.metrics_port is None
+            or (isinstance(self.metrics_port, int) and 0 < self.metrics_port < 65536),
+            f"delayq_metrics_port must be a TCP port number or None, got {self.metrics_port!r}",
+        )
+        _check(
+            isinstance(self.key_prefix, str) and bool(self.key_prefix.strip()),
+            f"delayq_key_prefix must be a non-empty string, got {self.key_prefix!r}",
+        )
+        _check(
+            isinstance(self.worker_mover, bool),
+            f"delayq_worker_mover must be True or False, got {self.worker_mover!r}",
+        )
+        _check(
+            isinstance(self.move_batch_size, int)
+            and not isinstance(self.move_batch_size, bool)
+            and 1 <= self.move_batch_size <= 10_000,
+            "delayq_move_batch_size must be an integer from 1 to 10000, "
+            f"got {self.move_batch_size!r}",
+        )
+        _check(
+            isinstance(self.inspect_limit, int)
+            and not isinstance(self.inspect_limit, bool)
+            and 0 <= self.inspect_limit <= 100_000,
+            f"delayq_inspect_limit must be an integer from 0 to 100000, got {self.inspect_limit!r}",
+        )
+        for name in ("mover_max_sleep", "mover_retry_max"):
+            value = getattr(self, name)
+            _check(
+                isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
+                f"delayq_{name} must be a number of seconds above 0, got {value!r}",
+            )
+
+    @property
+    def mover_alive_within(self) -> float:
+        """How recent a heartbeat must be for its mover to count as alive: a mover beats
+        after every wake-up, at least every ``mover_max_sleep`` seconds."""
+        return 2 * self.mover_max_sleep + 5
+
+    @classmethod
+    def setting_names(cls) -> list[str]:
+        """The Celery setting names this object reads."""
+        return [SETTING_PREFIX + f.name for f in dataclasses.fields(cls) if f.name != "timezone"]
+
+    @classmethod
+    def from_app(cls, app: Celery) -> DelayqConfig:
+        """Read and validate the ``delayq_*`` settings of ``app``.
+
+        Unknown ``delayq_*`` names are refused: a typo would otherwise silently
+        leave a default in force.
+        """
+        conf = app.conf
+        known = set(cls.setting_names())
+        namespace = (getattr(conf, "prefix", None) or "").lower()
+        for key in list(conf):
+            name = key.lower()
+            if namespace and name.startswith(namespace):
+                name = name[len(namespace) :]
+            if name.startswith(SETTING_PREFIX) and name not in known:
+                raise ConfigurationError(
+                    f"unknown celery-delayq setting {key!r}; known: {', '.join(sorted(known))}"
+                )
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            if field.name == "timezone":
+                continue
+            value = conf.get(SETTING_PREFIX + field.name)
+            if value is not None:
+                values[field.name] = value
+        return cls(timezone=app.timezone, **values)
+
+
+_configs: weakref.WeakKeyDictionary[Celery, DelayqConfig] = weakref.WeakKeyDictionary()
+
+
+def config_of(app: Celery) -> DelayqConfig:
+    """The app's validated settings, read once per app."""
+    config = _configs.get(app)
+    if config is None:
+        config = _configs[app] = DelayqConfig.from_app(app)
+    return config
+
+
+def check_broker_url(app: Celery, schemes: frozenset[str] = REDIS_SCHEMES) -> None:
+    """Refuse a broker URL the Redis transport cannot use, with a clear message.
+
+    When ``broker_transport`` names a class, kombu drops the URL's scheme and would
+    try an ``amqp://`` host as if it were Redis; failing early here is kinder.
+    """
+    url = app.conf.broker_write_url or app.conf.broker_url
+    if not url:
+        return  # kombu's default: redis on localhost
+    for one_url in str(url).split(";"):
+        scheme = urlparse(one_url.strip()).scheme.lower()
+        if scheme and scheme not in schemes:
+            raise ConfigurationError(
+                f"celery-delayq needs a {' or '.join(sorted(schemes))} broker URL, "
+                f"got {maybe_sanitize_url(one_url)!r}"
+            )
+        if scheme == "rediss" and not app.conf.broker_use_ssl:
+            raise ConfigurationError(
+                "a rediss:// broker URL needs the broker_use_ssl setting "
+                "(e.g. {'ssl_cert_reqs': ssl.CERT_REQUIRED, 'ssl_ca_certs': ...}) "
+                "when broker_transport names a class"
+            )
+
+
+def _check(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigurationError(message)

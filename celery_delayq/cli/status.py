@@ -1,0 +1,131 @@
+"""``celery delayq status``: pending, overdue and lag per queue, the movers alive, and
+optionally a chart of what falls due when."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..celery.connect import open_store
+from ..celery.settings import config_of
+from ..core.health import redis_location
+from ..core.results import QueueBacklog
+from ..core.status import StoreStatus, read_status
+from ..core.store import DelayedStore
+from .render import ago, current_app, due_in, emit, iso, json_option, table
+
+#: Time buckets of ``status --timeline``, in seconds from now.
+TIMELINE_EDGES = (0, 60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
+TIMELINE_LABELS = (
+    "< 1 min",
+    "1-5 min",
+    "5-15 min",
+    "15-60 min",
+    "1-6 h",
+    "6-24 h",
+    "1-7 d",
+    "> 7 d",
+)
+BAR_WIDTH = 40
+STRANDED_WARNING = (
+    "WARNING: {overdue} messages are overdue and no mover is alive: start a worker, "
+    "beat with celery_delayq.beat:Scheduler, or `celery delayq mover`"
+)
+
+
+@click.command()
+@json_option
+@click.option("--timeline", is_flag=True, help="Also show how many fall due in coming windows.")
+def status(as_json: bool, timeline: bool) -> None:
+    """Pending, overdue and lag per queue, and the movers alive.
+
+    Exits 1 with a warning when messages are overdue and no mover is alive.
+    """
+    app = current_app()
+    with open_store(app) as store:
+        snapshot = read_status(store, config_of(app).mover_alive_within)
+        counts = timeline_counts(store, snapshot.now) if timeline else None
+        location = redis_location(store.client)
+    data = status_json(location, snapshot)
+    human = [f"store: {location}", queues_table(snapshot), "", movers_table(snapshot)]
+    if counts is not None:
+        data["timeline"] = counts
+        human += ["", timeline_chart(counts)]
+    if snapshot.stranded:
+        human += ["", STRANDED_WARNING.format(overdue=snapshot.overdue)]
+    emit(as_json, data, "\n".join(human))
+    if snapshot.stranded:
+        raise SystemExit(1)
+
+
+def status_json(location: str, snapshot: StoreStatus) -> dict[str, Any]:
+    return {
+        "redis": location,
+        "queues": [queue_json(q) for q in snapshot.backlog],
+        "movers": snapshot.movers,
+        "movers_alive": len(snapshot.alive),
+        "overdue": snapshot.overdue,
+        "ok": not snapshot.stranded,
+    }
+
+
+def queue_json(q: QueueBacklog) -> dict[str, Any]:
+    return {
+        "queue": q.queue,
+        "pending": q.pending,
+        "overdue": q.overdue,
+        "lag_seconds": round(q.lag, 3),
+        "next_due": iso(q.next_due),
+    }
+
+
+def queues_table(snapshot: StoreStatus) -> str:
+    if not snapshot.backlog:
+        return "no delayed messages"
+    rows = [
+        [
+            q.queue,
+            q.pending,
+            q.overdue,
+            ago(q.lag) if q.overdue else "-",
+            due_in(q.next_due, snapshot.now),
+        ]
+        for q in snapshot.backlog
+    ]
+    return table(["queue", "pending", "overdue", "lag", "next due"], rows)
+
+
+def movers_table(snapshot: StoreStatus) -> str:
+    if not snapshot.alive:
+        return "no mover alive"
+    now = snapshot.now
+    rows = [
+        [
+            m["name"],
+            m["host"],
+            m["pid"],
+            f"{ago(now - m['last_seen'])} ago",
+            f"{ago(now - m['last_move'])} ago" if m.get("last_move") else "-",
+            m["moved"],
+        ]
+        for m in snapshot.alive
+    ]
+    return table(["mover", "host", "pid", "last seen", "last move", "moved"], rows)
+
+
+def timeline_counts(store: DelayedStore, now: float) -> list[dict[str, Any]]:
+    edges = [now + edge for edge in TIMELINE_EDGES] + [float("inf")]
+    edges[0] = float("-inf")  # overdue messages count in the first window
+    per_queue = store.timeline(edges)
+    totals = [sum(counts[i] for counts in per_queue.values()) for i in range(len(edges) - 1)]
+    return [{"window": label, "due": total} for label, total in zip(TIMELINE_LABELS, totals)]
+
+
+def timeline_chart(counts: list[dict[str, Any]]) -> str:
+    peak = max((c["due"] for c in counts), default=0) or 1
+    lines = ["falling due"]
+    for c in counts:
+        bar = "#" * (round(BAR_WIDTH * c["due"] / peak) if c["due"] else 0)
+        lines.append(f"  {c['window']:>9}  {bar:<{BAR_WIDTH}}  {c['due']}")
+    return "\n".join(lines)

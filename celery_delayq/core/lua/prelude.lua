@@ -1,0 +1,168 @@
+-- Shared start of every per-queue store script (scripts.py puts it in front of each).
+--
+-- One queue's delayed messages live in a record hash and in small "pages" of due times:
+--
+-- KEYS[1]  P:{Q}:msg    hash  message key -> record
+--                             "<due ms>[d<len>:<destination>][x<expires ms>]:<payload>"
+--                             (the destination is left out when it is the queue's own list;
+--                             x: the queue's x-expires, when its publisher declared one)
+-- KEYS[2]  P:{Q}:pages  zset  page number -> page start (<= every due time in the page)
+-- KEYS[3]  P:{Q}:dup    hash  task key -> sequence numbers of its extra messages (rarely used)
+-- KEYS[4]  P:{Q}:stats  hash  counters (scheduled, moved, cancelled, lateness histogram,
+--                             page_seq, dup_seq)
+-- ARGV[1]  page key prefix "P:{Q}:p:"; page n is the zset P:{Q}:p:<n> of message key -> due
+-- ARGV[2]  most entries a page gets before it is split (below zset-max-listpack-entries,
+--          so pages stay in Redis's compact listpack encoding)
+--
+-- Why pages: a sorted-set entry in a big zset costs ~100 bytes of skiplist and hashtable;
+-- in a listpack page it costs the key and the due time. Every due time in page n is below
+-- the start of page n+1, so the first page holds the earliest messages, and a due time is
+-- never split across two pages. Page keys share the queue's {Q} hash tag.
+--
+-- Message key: the task id packed by record.py (16 bytes for a uuid, and only then), or,
+-- for a second message of the same task id, "\255<seq>:<task key>" (prefixed with "\2"
+-- if that is 16 bytes long), listed under the task key in KEYS[3].
+
+local MSG, PAGES, DUP, STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local PAGE_PREFIX, PAGE_MAX = ARGV[1], tonumber(ARGV[2])
+
+-- A record's due time, destination (nil: the queue's own list), the index of its
+-- payload's first byte and the queue's x-expires in ms (nil: none); nil for a record
+-- this store did not write. Record: "<due>[d<len>:<destination>][x<ms>]:<payload>".
+local function parse(record)
+  local due_end = string.find(record, '[^0-9]')
+  if not due_end or due_end == 1 then return nil end
+  local due, destination, expires, pos = string.sub(record, 1, due_end - 1), nil, nil, due_end
+  if string.sub(record, pos, pos) == 'd' then
+    local colon = string.find(record, ':', pos, true)
+    local len = colon and tonumber(string.sub(record, pos + 1, colon - 1))
+    if not len then return nil end
+    destination = string.sub(record, colon + 1, colon + len)
+    pos = colon + len + 1
+  end
+  if string.sub(record, pos, pos) == 'x' then
+    local expires_end = string.find(record, '[^0-9]', pos + 1)
+    if not expires_end or expires_end == pos + 1 then return nil end
+    expires = string.sub(record, pos + 1, expires_end - 1)
+    pos = expires_end
+  end
+  if string.sub(record, pos, pos) ~= ':' then return nil end
+  return due, destination, pos + 1, expires
+end
+
+local function new_page(start)
+  local n = redis.call('HINCRBY', STATS, 'page_seq', 1)
+  redis.call('ZADD', PAGES, start, n)
+  return tostring(n)
+end
+
+-- The page a due time goes to: the last page starting at or before it; below the first
+-- page, the first page (whose start is lowered).
+local function page_for(due)
+  local found = redis.call('ZREVRANGEBYSCORE', PAGES, due, '-inf', 'LIMIT', 0, 1)
+  if found[1] then return found[1] end
+  found = redis.call('ZRANGE', PAGES, 0, 0)
+  if found[1] then
+    redis.call('ZADD', PAGES, due, found[1])
+    return found[1]
+  end
+  return new_page(due)
+end
+
+-- Split a full page where the due time changes, nearest its middle, in O(log n) reads:
+-- a flood of messages due in the same millisecond must not cost a full read per add. A
+-- page of one single due time is left to grow (correct, only less compact).
+local function split(page_key, size)
+  local middle = redis.call('ZRANGE', page_key, math.floor(size / 2), math.floor(size / 2),
+                            'WITHSCORES')[2]
+  local below = redis.call('ZCOUNT', page_key, '-inf', '(' .. middle)  -- rank of its first
+  local through = redis.call('ZCOUNT', page_key, '-inf', middle)      -- rank after its last
+  local cut = below
+  if below == 0 or (through < size and through - size / 2 < size / 2 - below) then
+    cut = through
+  end
+  if cut == 0 or cut == size then return end
+  local entries = redis.call('ZRANGE', page_key, cut, -1, 'WITHSCORES')
+  local upper_key = PAGE_PREFIX .. new_page(entries[2])
+  for first = 1, #entries, 1000 do  -- in chunks: Lua's unpack has a limit
+    local chunk = {}
+    for i = first, math.min(first + 998, #entries), 2 do
+      chunk[#chunk + 1] = entries[i + 1]
+      chunk[#chunk + 1] = entries[i]
+    end
+    redis.call('ZADD', upper_key, unpack(chunk))
+  end
+  redis.call('ZREMRANGEBYRANK', page_key, cut, -1)
+end
+
+local function add_entry(key, due)
+  local page_key = PAGE_PREFIX .. page_for(due)
+  redis.call('ZADD', page_key, due, key)
+  local size = redis.call('ZCARD', page_key)
+  if size > PAGE_MAX then split(page_key, size) end
+end
+
+-- Remove a message key from the page holding its due time; 1 when it was there.
+local function remove_entry(key, due)
+  local offset, due_number = 0, tonumber(due)
+  while true do
+    local found = redis.call('ZREVRANGEBYSCORE', PAGES, due, '-inf', 'WITHSCORES', 'LIMIT',
+                             offset, 1)
+    if not found[1] then return 0 end
+    local page_key = PAGE_PREFIX .. found[1]
+    if redis.call('ZREM', page_key, key) == 1 then
+      if redis.call('EXISTS', page_key) == 0 then redis.call('ZREM', PAGES, found[1]) end
+      return 1
+    end
+    if tonumber(found[2]) < due_number then return 0 end
+    offset = offset + 1
+  end
+end
+
+-- The earliest pending message: its key and due time, or nil.
+local function head()
+  local first = redis.call('ZRANGE', PAGES, 0, 0)
+  if not first[1] then return nil end
+  local entry = redis.call('ZRANGE', PAGE_PREFIX .. first[1], 0, 0, 'WITHSCORES')
+  return entry[1], entry[2]
+end
+
+-- The message key of a task's extra message number seq (record.duplicate_key).
+local function duplicate_key(task_key, seq)
+  local key = '\255' .. seq .. ':' .. task_key
+  if #key == 16 then return '\2' .. key end
+  return key
+end
+
+-- The task key and sequence number of a duplicate's message key, else nil.
+local function duplicate_of(key)
+  if #key == 16 then return nil end
+  local seq, colon = string.match(key, '^\2?\255(%d+)():')
+  if seq then return string.sub(key, colon + 1), seq end
+end
+
+-- Forget a delivered or removed duplicate in its task's list of extra messages.
+local function forget_duplicate(key)
+  local task_key, seq = duplicate_of(key)
+  if not task_key then return end
+  local seqs = redis.call('HGET', DUP, task_key)
+  if not seqs then return end
+  local rest = {}
+  for s in string.gmatch(seqs, '%S+') do
+    if s ~= seq then rest[#rest + 1] = s end
+  end
+  if #rest == 0 then
+    redis.call('HDEL', DUP, task_key)
+  else
+    redis.call('HSET', DUP, task_key, table.concat(rest, ' '))
+  end
+end
+
+-- Every message key of one task: its own and its duplicates'.
+local function message_keys(task_key)
+  local keys = {task_key}
+  for seq in string.gmatch(redis.call('HGET', DUP, task_key) or '', '%S+') do
+    keys[#keys + 1] = duplicate_key(task_key, seq)
+  end
+  return keys
+end

@@ -1,0 +1,33 @@
+-- Make one message's schedule entry and duplicate listing agree with its record, checked
+-- inside the script so a concurrent move, cancel or schedule is never undone (used by
+-- `doctor --repair`; after prelude.lua).
+--
+-- ARGV[3]  message key
+-- ARGV[4]  number of a page where an entry for it was seen that may be wrong, or ''
+--          (the entry may break the page order, so it is removed from that very page)
+-- Returns  1 when the message is now scheduled at its record's due time; 0 when it has
+--          no readable record (and then no page entry or duplicate listing either)
+
+local key, seen_page = ARGV[3], ARGV[4]
+local record = redis.call('HGET', MSG, key)
+local due = record and parse(record)
+if seen_page ~= '' then
+  redis.call('ZREM', PAGE_PREFIX .. seen_page, key)
+  if redis.call('EXISTS', PAGE_PREFIX .. seen_page) == 0 then
+    redis.call('ZREM', PAGES, seen_page)
+  end
+end
+if not due then
+  forget_duplicate(key)
+  return 0
+end
+remove_entry(key, due)
+add_entry(key, due)
+local task_key, seq = duplicate_of(key)
+if task_key then
+  local seqs = redis.call('HGET', DUP, task_key)
+  local listed = false
+  for s in string.gmatch(seqs or '', '%S+') do listed = listed or s == seq end
+  if not listed then redis.call('HSET', DUP, task_key, seqs and (seqs .. ' ' .. seq) or seq) end
+end
+return 1

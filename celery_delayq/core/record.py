@@ -1,0 +1,130 @@
+"""How one delayed message is written in Redis: its record and its message key.
+
+A record is ``<due ms>[d<len>:<destination>][x<ms>]:<payload>``: the due time, the
+kombu list to push to when it is not the queue's own list (a priority sub-list, say),
+the queue's ``x-expires`` when the publisher declared one (the move refreshes the
+queue lists' expiry, as kombu's own publish does), and the payload bytes exactly as
+kombu would have pushed them. The mover's Lua script splits the
+record and pushes the payload unchanged, so no JSON is ever decoded inside Redis.
+
+Records are keyed by the Celery task id, packed small because every pending message
+carries its key twice (record hash and page of due times): a canonical uuid becomes its
+16 bytes; any other id ``\\x00`` + its text; a message without a task id ``\\x03`` + its
+delivery tag; a second message of the same task id ``\\xff<seq>:<task key>``. Only a uuid
+key is 16 bytes long (a uuid may start with any byte): any other key that would be 16
+bytes long is prefixed with ``\\x02``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+
+UUID_SIZE = 16
+TEXT_ID = b"\x00"
+NOT_UUID = b"\x02"
+NO_TASK_ID = b"\x03"
+DUPLICATE = b"\xff"
+
+
+def task_key(task_id: str) -> bytes:
+    """The message key of a task's (first) message."""
+    try:
+        packed = uuid.UUID(task_id)
+        if str(packed) == task_id:
+            return packed.bytes
+    except ValueError:
+        pass
+    return _not_uuid_sized(TEXT_ID + task_id.encode("utf-8", "surrogatepass"))
+
+
+def message_key(task_id: str | None, message_id: str) -> bytes:
+    """The message key of a message: by task id, or by delivery tag when it has none."""
+    if task_id:
+        return task_key(task_id)
+    return _not_uuid_sized(NO_TASK_ID + message_id.encode("utf-8", "surrogatepass"))
+
+
+def duplicate_key(task_key: bytes, seq: bytes) -> bytes:
+    """The message key of a task's extra message number ``seq`` (as schedule.lua forms it)."""
+    return _not_uuid_sized(DUPLICATE + seq + b":" + task_key)
+
+
+def _not_uuid_sized(key: bytes) -> bytes:
+    """The key, prefixed so it cannot pass for a packed uuid if it is 16 bytes long
+    (``duplicate_key`` in lua/prelude.lua does the same)."""
+    return NOT_UUID + key if len(key) == UUID_SIZE else key
+
+
+def is_duplicate(key: bytes) -> bool:
+    return len(key) != UUID_SIZE and key.removeprefix(NOT_UUID)[:1] == DUPLICATE
+
+
+def task_id_of(key: bytes) -> str:
+    """The Celery task id a message key stands for ("" for a message without one)."""
+    if len(key) == UUID_SIZE:
+        return str(uuid.UUID(bytes=key))
+    key = key.removeprefix(NOT_UUID)
+    if key[:1] == DUPLICATE:
+        return task_id_of(key[key.index(b":") + 1 :])
+    if key[:1] == TEXT_ID:
+        return key[1:].decode("utf-8", "surrogatepass")
+    return ""
+
+
+@dataclass(frozen=True)
+class Record:
+    """One stored delayed message."""
+
+    due_ms: int
+    destination: str  # the kombu list it is pushed to
+    payload: bytes
+    expires_ms: int | None = None  # the queue's x-expires, as the publisher knew it
+
+    def tail(self, own_list: str) -> bytes:
+        """The record without its due time (``schedule.lua`` prepends it)."""
+        tail = b""
+        if self.destination != own_list:
+            destination = self.destination.encode()
+            tail += b"d%d:%s" % (len(destination), destination)
+        if self.expires_ms is not None:
+            tail += b"x%d" % self.expires_ms
+        return tail + b":" + self.payload
+
+    def encode(self, own_list: str) -> bytes:
+        return b"%d" % self.due_ms + self.tail(own_list)
+
+    @classmethod
+    def decode(cls, raw: bytes, own_list: str) -> Record:
+        """Read a record of a queue whose own list is ``own_list``; ValueError if unreadable."""
+        due, pos = _digits(raw, 0)
+        destination, expires = own_list, None
+        if raw[pos : pos + 1] == b"d":
+            length, colon = _digits(raw, pos + 1)
+            if raw[colon : colon + 1] != b":":
+                raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
+            destination = raw[colon + 1 : colon + 1 + length].decode()
+            pos = colon + 1 + length
+        if raw[pos : pos + 1] == b"x":
+            expires, pos = _digits(raw, pos + 1)
+        if raw[pos : pos + 1] != b":":
+            raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
+        return cls(due, destination, raw[pos + 1 :], expires)
+
+    @classmethod
+    def decode_or_raw(cls, raw: bytes, own_list: str, due_ms: int) -> Record:
+        """For display: a record this store did not write is shown whole, as payload."""
+        try:
+            return cls.decode(raw, own_list)
+        except ValueError:
+            return cls(due_ms, "", raw)
+
+
+def _digits(raw: bytes, start: int) -> tuple[int, int]:
+    """The decimal number at ``start`` and the index after it; ValueError if none."""
+    end = start
+    while raw[end : end + 1].isdigit():
+        end += 1
+    if end == start:
+        raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
+    return int(raw[start:end]), end

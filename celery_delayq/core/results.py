@@ -1,0 +1,64 @@
+"""What the store hands back: a move's outcome, a queue's backlog, a pending message."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .record import Record, task_id_of
+
+
+@dataclass(frozen=True)
+class MoveResult:
+    """What one pass of moving did, by the Redis server's clock."""
+
+    moved: int
+    next_due_ms: int | None
+    now_ms: int
+    missing: int = 0
+    max_lateness_ms: int = 0
+
+    def seconds_until_next(self) -> float | None:
+        if self.next_due_ms is None:
+            return None
+        return max(0.0, (self.next_due_ms - self.now_ms) / 1000.0)
+
+    @property
+    def more_due(self) -> bool:
+        """Whether the batch's size or byte budget stopped it while more was due."""
+        return bool(
+            self.moved + self.missing
+            and self.next_due_ms is not None
+            and self.next_due_ms <= self.now_ms
+        )
+
+
+@dataclass(frozen=True)
+class QueueBacklog:
+    """Pending delayed messages of one queue."""
+
+    queue: str
+    pending: int
+    overdue: int
+    next_due: float | None  # epoch seconds
+    server_time: float = 0.0  # Redis clock when read, epoch seconds
+
+    @property
+    def lag(self) -> float:
+        """Age of the oldest overdue message in seconds (0 when nothing is overdue)."""
+        if self.next_due is None or not self.overdue:
+            return 0.0
+        return max(0.0, self.server_time - self.next_due)
+
+
+@dataclass(frozen=True)
+class PendingMessage:
+    """One pending delayed message, as listed by ``DelayedStore.pending``."""
+
+    queue: str
+    key: bytes  # its message key (record.py)
+    due: float  # epoch seconds
+    record: Record
+
+    @property
+    def task_id(self) -> str:
+        return task_id_of(self.key)

@@ -1,0 +1,51 @@
+"""The Lua scripts of the delayed store, loaded from ``lua/*.lua`` as redis-py Scripts.
+
+Each script is ``lua/prelude.lua`` (the page layout's shared keys and helpers) followed
+by the script's own file.
+
+redis-py's ``Script`` computes the SHA locally, runs EVALSHA and reloads the script
+after NOSCRIPT (a restarted or flushed Redis), so no SHA cache of our own is kept.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from importlib import resources
+
+import redis
+from redis.commands.core import Script
+
+
+def read_source(name: str) -> str:
+    # Works from a zipped install on Python 3.9 too, where __package__ is still None while
+    # zipimport runs a module, and Traversable.joinpath takes one step at a time (several
+    # only from 3.11).
+    lua = resources.files(__name__.rpartition(".")[0]).joinpath("lua")
+    return lua.joinpath(f"{name}.lua").read_text("utf-8")
+
+
+@dataclass(frozen=True)
+class StoreScripts:
+    """One registered Script per atomic store operation, bound to one client."""
+
+    schedule: Script
+    move_due: Script
+    cancel: Script
+    replace: Script
+    count: Script
+    pending: Script
+    purge: Script
+    repair: Script
+
+    @classmethod
+    def register(cls, client: redis.Redis) -> StoreScripts:
+        return cls(**{name: client.register_script(source) for name, source in SOURCES.items()})
+
+
+#: Read once at import, not lazily: a lazy read in a mover thread could hold the import
+#: lock while a prefork pool forks, and the child would deadlock on its first read.
+PRELUDE = read_source("prelude")
+SOURCES = {
+    field.name: PRELUDE + read_source(field.name) for field in dataclasses.fields(StoreScripts)
+}

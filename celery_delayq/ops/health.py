@@ -1,0 +1,47 @@
+"""``doctor``: every check of the store's Redis and of the store itself, in one report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from celery import Celery
+
+from ..celery.connect import open_store
+from ..celery.settings import config_of
+from ..core.consistency import consistency_findings
+from ..core.health import (
+    FAIL,
+    Finding,
+    clock_finding,
+    mover_finding,
+    redis_location,
+    server_findings,
+)
+from ..core.status import read_status
+
+
+@dataclass(frozen=True)
+class HealthReport:
+    """Where the store is (password masked) and what each check found."""
+
+    redis: str
+    findings: list[Finding]
+
+    @property
+    def ok(self) -> bool:
+        """No check failed (warnings allowed)."""
+        return all(finding.level != FAIL for finding in self.findings)
+
+
+def doctor(app: Celery, *, repair: bool = False) -> HealthReport:
+    """Check Redis version, persistence, eviction policy, clock skew, movers alive and
+    the store's consistency; with ``repair``, fix what is safe to fix."""
+    with open_store(app) as store:
+        status = read_status(store, config_of(app).mover_alive_within)
+        findings = [
+            *server_findings(store.client),
+            clock_finding(store.client),
+            mover_finding(status.alive, status.backlog, status.alive_within),
+            *consistency_findings(store, repair=repair),
+        ]
+        return HealthReport(redis_location(store.client), findings)
