@@ -9,9 +9,6 @@ import os
 import socket
 import ssl
 import subprocess
-import sys
-import time
-import types
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -21,57 +18,31 @@ from typing import Any
 import pytest
 import redis
 from celery import Celery
-from click.testing import CliRunner
 
 import celery_delayq
-from celery_delayq.checks import server_findings
-from celery_delayq.cli import delayq
-from celery_delayq.connect import open_store
-from celery_delayq.testing import RedisServer, free_port, redis_server_binary
+from celery_delayq.celery.connect import open_store
+from celery_delayq.core.health import server_findings
+from celery_delayq.testing import (
+    RedisServer,
+    free_port,
+    redis_server_binary,
+    wait_until,
+    wait_until_quiescent,
+)
 
-from .conftest import REPO_ROOT, celery_process, runs, standalone_mover, wait_for
+from ..acl import APP1_ACL
+from ..helpers import (
+    REMEMBER,
+    celery_process,
+    invoke,
+    remember,
+    run_celery,
+    runs,
+    standalone_mover,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
-REMEMBER = "tests.worker_app.remember"
-
-#: Rules of a Redis ACL user for one app whose kombu ``global_keyprefix`` is ``app1:``
-#: (broker URL ``redis://app1:secret@host:6379/0``): ``ACL SETUSER app1 <APP1_ACL>``, or
-#: ``user app1 <APP1_ACL>`` in an ACL file. Keys and channels are confined to the prefix;
-#: the commands are exactly what kombu, Celery (worker, producer, remote control, beat)
-#: and celery-delayq (store, Lua scripts, movers, CLI) send.
-APP1_ACL = " ".join([
-    "reset on >secret",
-    # Redis 6.2 gives a new (or reset) user every channel unless told otherwise.
-    "resetchannels",
-    # Every key kombu and the store use: global_keyprefix prefixes them all, including
-    # _kombu.binding.*, unacked, unacked_index, unacked_mutex and the store's keys.
-    "~app1:*",
-    # PUBLISH and SUBSCRIBE: kombu's fanout topics and the store's wake-up channel.
-    "&app1:*",
-    # PSUBSCRIBE patterns must equal an allowed pattern literally: kombu subscribes to
-    # fanout exchanges with PSUBSCRIBE (the /0. is the broker URL's db number).
-    "&app1:/0.celery.pidbox",  # remote control: ping, inspect, mingle
-    "&app1:/0.celeryev/worker.*",  # worker gossip (not with --without-gossip)
-    "-@all",
-    "+ping",  # kombu's connection and health checks
-    "+info",  # start-up warnings and `delayq doctor` (persistence, eviction, version)
-    "+lpush +brpop +llen +del",  # kombu's queue lists
-    "+rpush +watch +unwatch +multi +exec",  # kombu giving back unacked messages; pipelines
-    "+sadd +srem +smembers",  # kombu's binding tables; the store's queue set
-    "+hset +hget +hdel",  # kombu's unacked messages
-    "+zadd +zrem +zrange +zrangebyscore",  # kombu's unacked index and binding deadlines
-    "+set +get",  # kombu's unacked mutex (a redis-py Lock; its release script GETs)
-    "+publish +subscribe +psubscribe +punsubscribe",  # fanout; the store's wake-ups
-    "+evalsha +script|load +script|exists +time",  # Lua scripts: kombu's and the store's
-    # The store's own (in its Lua scripts and Python), beyond those above:
-    "+exists +unlink +hlen +hsetnx +hmget +hgetall +hincrby +hscan +type",
-    "+zcard +zcount +zrevrangebyscore +zremrangebyrank",
-    "+lrange +lrem",  # `delayq rescue`
-])  # fmt: skip
-# Not needed by Celery and celery-delayq, but by some kombu features and settings:
-# +rpop (basic_get, SimpleQueue.get_nowait), +pexpire (queues with x-expires), +select
-# (a broker URL db other than 0), +client|setname (the client_name transport option).
 APP1_PASSWORD = "secret"
 ADMIN_PASSWORD = "admin-secret"
 APP1_SETTINGS: dict[str, Any] = {
@@ -89,24 +60,9 @@ APP1_SETTINGS: dict[str, Any] = {
 IGNORED_DENIALS = {"config|get", "client|setinfo", "config", "client"}
 
 
-def invoke(app: Celery, *args: str) -> Any:
-    return CliRunner().invoke(delayq, list(args), obj=types.SimpleNamespace(app=app))
-
-
-def publish(app: Celery, label: str, **options: Any) -> Any:
-    """Send ``remember(label)`` as ``app``: made current first, since a channel takes its
-    delayq settings from the current app."""
-    app.set_current()
-    return app.send_task(REMEMBER, (label,), **options)
-
-
 def cli_status(broker_url: str, settings: dict[str, Any]) -> dict[str, Any]:
     """``celery -A tests.worker_app delayq status --json`` in a process of its own."""
-    env = dict(os.environ, BROKER_URL=broker_url, DELAYQ_SETTINGS=json.dumps(settings))
-    result = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tests.worker_app", "delayq", "status", "--json"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+    result = run_celery(broker_url, settings, "delayq", "status", "--json")
     assert result.returncode in (0, 1), result.stderr
     status: dict[str, Any] = json.loads(result.stdout)
     return status
@@ -117,7 +73,7 @@ def alive_movers(app: Celery) -> set[str]:
     beaten through the app's broker URL."""
     with open_store(app) as store:
         now = store.server_time_ms() / 1000
-        return {m["name"].split()[0] for m in store.movers() if now - m["last_seen"] < 10}
+        return {m["name"].split()[0] for m in store.movers.all() if now - m["last_seen"] < 10}
 
 
 def assert_ran_once_on_time(records: list[dict[str, Any]], sent: dict[str, Any]) -> None:
@@ -172,20 +128,21 @@ def test_an_acl_user_confined_to_its_prefix_runs_delayed_tasks_end_to_end(
     server, admin = locked_down
     url = app1_url(server)
     app = make_app(url=url, **APP1_SETTINGS)
-    worker = celery_process("worker", url, APP1_SETTINGS, "-P", "solo",
-                            record_url=redis_server.url)  # fmt: skip
+    worker = celery_process(  # with mingle, a worker's start-up exchange, through the ACL too
+        "worker", url, APP1_SETTINGS, "-P", "solo", record_url=redis_server.url, mingle=True
+    )
     with worker, standalone_mover(url, APP1_SETTINGS):
-        wait_for(lambda: alive_movers(app) == {"worker", "standalone"}, timeout=30)
+        wait_until(lambda: alive_movers(app) == {"worker", "standalone"}, timeout=30)
         status = cli_status(url, APP1_SETTINGS)
         sent = {
-            "delayed": publish(app, "delayed", countdown=1),
-            "now": publish(app, "now"),
+            "delayed": remember(app, "delayed", countdown=1),
+            "now": remember(app, "now"),
         }
-        cancelled = publish(app, "cancelled", countdown=1)
+        cancelled = remember(app, "cancelled", countdown=600)  # surely still pending
         assert celery_delayq.cancel(app, cancelled.id) == 1
-        pending = publish(app, "pending", countdown=600)
-        wait_for(lambda: app.control.ping(timeout=1), timeout=10)  # remote control
-        wait_for(lambda: len(runs(redis_client)) == 2, timeout=15)
+        pending = remember(app, "pending", countdown=600)
+        wait_until(lambda: app.control.ping(timeout=1), timeout=10)  # remote control
+        wait_until(lambda: len(runs(redis_client)) == 2, timeout=15)
 
         # The CLI commands that read the store in other ways than status does.
         assert invoke(app, "show", pending.id).exit_code == 0
@@ -193,7 +150,8 @@ def test_an_acl_user_confined_to_its_prefix_runs_delayed_tasks_end_to_end(
         doctor = invoke(app, "doctor", "--json")
         assert json.loads(doctor.output)["findings"], doctor.output
         assert invoke(app, "purge", "--yes").exit_code == 0
-        time.sleep(1)  # time for a duplicate or the cancelled task to show up
+        # Nothing left anywhere (the cancelled and purged ones are gone): no more runs.
+        wait_until_quiescent(app, workers=1)
 
     # An ETA message a vanilla publisher left in a queue list, rescued into the store.
     vanilla = make_app(url=url, broker_transport="redis", **APP1_SETTINGS)
@@ -204,8 +162,9 @@ def test_an_acl_user_confined_to_its_prefix_runs_delayed_tasks_end_to_end(
 
     assert_ran_once_on_time(runs(redis_client), sent)
     assert {m["name"].split()[0] for m in status["movers"] if m["alive"]} == {
-        "worker", "standalone"
-    }  # fmt: skip
+        "worker",
+        "standalone",
+    }
     assert denials(admin) == [], "Redis refused app1 something it needs"
     keys: Any = admin.keys("*")
     assert {key.split(b":")[0] for key in keys} == {b"app1"}
@@ -272,11 +231,6 @@ def test_without_info_the_checks_warn_instead_of_failing(
     client.close()
 
 
-def test_the_readme_quotes_the_acl_line() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert f"ACL SETUSER app1 {APP1_ACL}" in readme
-
-
 # --- TLS with a private CA -------------------------------------------------------------
 
 
@@ -284,8 +238,10 @@ def serves_tls(binary: str) -> bool:
     """Whether ``binary`` was built with TLS support (BUILD_TLS=yes)."""
     probe = subprocess.run(
         [binary, "--port", "0", "--tls-port", "0", "--tls-cert-file", "/nonexistent"],
-        capture_output=True, text=True, timeout=30,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     return "Bad directive" not in probe.stdout + probe.stderr
 
 
@@ -303,10 +259,21 @@ class TLSRedisServer(RedisServer):
     def __init__(self, cert_file: Path, key_file: Path, ca_file: Path, binary: str) -> None:
         port = free_port()
         super().__init__(
-            "--port", "0", "--tls-port", str(port), "--tls-cert-file", str(cert_file),
-            "--tls-key-file", str(key_file), "--tls-ca-cert-file", str(ca_file),
-            "--tls-auth-clients", "no", port=port, binary=binary,
-        )  # fmt: skip
+            "--port",
+            "0",
+            "--tls-port",
+            str(port),
+            "--tls-cert-file",
+            str(cert_file),
+            "--tls-key-file",
+            str(key_file),
+            "--tls-ca-cert-file",
+            str(ca_file),
+            "--tls-auth-clients",
+            "no",
+            port=port,
+            binary=binary,
+        )
         self.ca_file = ca_file
 
     @property
@@ -314,8 +281,9 @@ class TLSRedisServer(RedisServer):
         return f"rediss://127.0.0.1:{self.port}/0"
 
     def client(self) -> redis.Redis:
-        return redis.Redis(port=self.port, ssl=True, ssl_ca_certs=str(self.ca_file),
-                           socket_timeout=10)  # fmt: skip
+        return redis.Redis(
+            port=self.port, ssl=True, ssl_ca_certs=str(self.ca_file), socket_timeout=10
+        )
 
 
 @pytest.fixture
@@ -343,23 +311,30 @@ def test_over_tls_with_a_private_ca_workers_movers_and_the_cli_reach_the_store(
     redis_client: redis.Redis,
 ) -> None:
     """The server has no plain-text port: everything that works here went over TLS."""
-    settings = {"broker_use_ssl": {"ssl_cert_reqs": ssl.CERT_REQUIRED,
-                                   "ssl_ca_certs": str(tls_server.ca_file)}}  # fmt: skip
+    settings = {
+        "broker_use_ssl": {
+            "ssl_cert_reqs": ssl.CERT_REQUIRED,
+            "ssl_ca_certs": str(tls_server.ca_file),
+        }
+    }
     url = tls_server.url
     app = make_app(url=url, **settings)
     worker = celery_process("worker", url, settings, "-P", "solo", record_url=redis_server.url)
     with worker, standalone_mover(url, settings):
-        wait_for(lambda: alive_movers(app) == {"worker", "standalone"}, timeout=30)
+        wait_until(lambda: alive_movers(app) == {"worker", "standalone"}, timeout=30)
         status = cli_status(url, settings)
-        sent = {"delayed": publish(app, "delayed", countdown=1)}
-        assert celery_delayq.backlog(app)[0].pending == 1
-        wait_for(lambda: runs(redis_client), timeout=15)
-        time.sleep(1)  # time for a duplicate to show up
+        sent = {"delayed": remember(app, "delayed", countdown=1)}
+        wait_until(lambda: runs(redis_client), timeout=15)
+        wait_until_quiescent(app, workers=1)  # nothing left that could run again
+        with open_store(app) as store:
+            stats = store.stats("default")
 
+    assert (stats["scheduled"], stats["moved"]) == (1, 1)  # through the store, over TLS
     assert_ran_once_on_time(runs(redis_client), sent)
     assert {m["name"].split()[0] for m in status["movers"] if m["alive"]} == {
-        "worker", "standalone"
-    }  # fmt: skip
+        "worker",
+        "standalone",
+    }
     assert tls_server.client().dbsize() > 0  # it was this server the tasks went through
 
 
@@ -382,21 +357,27 @@ def test_apps_with_different_global_keyprefixes_never_touch_each_others_tasks(
     a_settings = {"broker_transport_options": {"global_keyprefix": "a:"}}
     a = make_app(**a_settings)
     b = make_app(broker_transport_options={"global_keyprefix": "b:"})
-    b_sent = [publish(b, f"b{i}", countdown=0.5) for i in range(3)]
-    b_now = publish(b, "b now")
-    a_sent = {"delayed": publish(a, "a delayed", countdown=1)}
-    a_cancelled = publish(a, "a cancelled", countdown=1)
-    publish(a, "a purged", countdown=1, queue="other")
+    b_sent = [remember(b, f"b{i}", countdown=0.5) for i in range(3)]
+    b_now = remember(b, "b now")
+    a_sent = {"delayed": remember(a, "a delayed", countdown=1)}
+    a_cancelled = remember(a, "a cancelled", countdown=1)
+    remember(a, "a purged", countdown=1, queue="other")
 
     assert celery_delayq.cancel(a, b_sent[0].id) == 0
     assert celery_delayq.cancel(a, a_cancelled.id) == 1
     assert invoke(a, "purge", "-Q", "other", "--yes").exit_code == 0
     with celery_process("worker", redis_server.url, a_settings, "-P", "solo"):
-        wait_for(lambda: runs(redis_client), timeout=15)
-        time.sleep(1.5)  # B's tasks have been due for a while
+        wait_until(lambda: runs(redis_client), timeout=15)
+        wait_until_quiescent(a, workers=1)  # A has nothing left that could run
 
     assert_ran_once_on_time(runs(redis_client), a_sent)
     b.set_current()
+    with open_store(b) as store:
+        b_latest_due = max(m.due for m in store.pending())
+    # A's mover moved A's task after all of B's were due: had that pass reached into B's
+    # store, they would be gone by now.
+    (a_run,) = runs(redis_client)
+    assert datetime.fromisoformat(a_run["eta"]).timestamp() > b_latest_due
     assert [(q.queue, q.pending, q.overdue) for q in celery_delayq.backlog(b)] == [
         ("default", 3, 3)
     ]
@@ -417,23 +398,37 @@ def test_apps_with_different_delayq_key_prefixes_never_touch_each_others_tasks(
     b = make_app(delayq_key_prefix="dqb")
 
     def send(app: Celery, label: str, **options: Any) -> Any:
-        app.set_current()
-        with app.connection_for_write() as connection:
-            return app.send_task(REMEMBER, (label,), connection=connection, **options)
+        return remember(app, label, own_connection=True, **options)
 
-    b_due = [send(b, f"b due {i}", countdown=0.2) for i in range(2)]
+    # Sent far ahead, then made due: a countdown that ran out before the publish would
+    # bypass the store.
+    b_due = [send(b, f"b due {i}", countdown=600) for i in range(2)]
     b_later = send(b, "b later", countdown=600)
-    a_due = send(a, "a due", countdown=0.2)
+    a_due = send(a, "a due", countdown=600)
+    for app, task in [(b, b_due[0]), (b, b_due[1]), (a, a_due)]:
+        assert celery_delayq.reschedule(app, task.id, countdown=0) == 1
     a_later = send(a, "a later", countdown=600)
     send(a, "a purged", countdown=600, queue="other")
 
     assert celery_delayq.cancel(a, b_later.id) == 0
     assert celery_delayq.cancel(a, a_later.id) == 1
     assert invoke(a, "purge", "-Q", "other", "--yes").exit_code == 0
-    with standalone_mover(redis_server.url, {"delayq_key_prefix": "dqa"}):
-        wait_for(lambda: redis_client.llen("default"), timeout=10)
-        time.sleep(0.5)  # B's have been due for a while: time for a wrong move to show up
+    due_soon = {a_due.id, *(task.id for task in b_due)}
+    latest_due = 0.0
+    for app in (a, b):
+        with open_store(app) as store:
+            latest_due = max(latest_due, *(m.due for m in store.pending() if m.task_id in due_soon))
+    mover_settings = {"delayq_key_prefix": "dqa", "delayq_mover_max_sleep": 0.2}
+    with standalone_mover(redis_server.url, mover_settings), open_store(a) as store:
+        # A mover beats after each pass (at most once a second), with that pass's Redis
+        # time: once one is at or past every due time, a wrong move would have happened.
+        (beat,) = wait_until(
+            lambda: [m for m in store.movers.all() if m["last_seen"] >= latest_due],
+            timeout=10,
+            what="A's mover has passed after every due time",
+        )
 
+    assert beat["moved"] == 1
     moved = [json.loads(m)["headers"]["id"] for m in redis_client.lrange("default", 0, -1)]
     assert moved == [a_due.id]
     b.set_current()
@@ -442,21 +437,3 @@ def test_apps_with_different_delayq_key_prefixes_never_touch_each_others_tasks(
     ]
     listed = json.loads(invoke(b, "list", "--json").output)
     assert sorted(m["id"] for m in listed) == sorted(s.id for s in [*b_due, b_later])
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="kombu's producer pool is keyed by broker URL and transport options, so app B "
-    "publishes on a pooled channel that took app A's delayq settings when it was built",
-)
-def test_two_apps_sharing_broker_settings_in_one_process_keep_their_own_delayq_prefix(
-    make_app: Callable[..., Celery],
-) -> None:
-    a = make_app(delayq_key_prefix="dqa")
-    b = make_app(delayq_key_prefix="dqb")
-    publish(a, "a", countdown=600)
-    sent = publish(b, "b", countdown=600)
-
-    b.set_current()
-    assert [q.pending for q in celery_delayq.backlog(b)] == [1]
-    assert celery_delayq.cancel(b, sent.id) == 1

@@ -5,31 +5,21 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import sys
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from celery import Celery
-from click.testing import CliRunner
 
 import celery_delayq
-from celery_delayq.connect import open_store
-from celery_delayq.errors import ConfigurationError
-from celery_delayq.metrics import (
-    DelayqCollector,
-    exporter_command,
-    lateness_buckets,
-    start_exporter,
-)
-from celery_delayq.testing import RedisServer, free_port
+from celery_delayq.celery.connect import open_store
+from celery_delayq.celery.metrics import DelayqCollector, start_exporter
+from celery_delayq.testing import RedisServer, free_port, wait_until
 
-from .conftest import wait_for
+from ..helpers import fetch_metrics, invoke
 
 # An optional extra: skip, rather than fail, where it is not installed.
 prometheus_client = pytest.importorskip("prometheus_client")
@@ -61,12 +51,6 @@ def q(queue: str, **labels: str) -> tuple[tuple[str, str], ...]:
     return tuple(sorted({"queue": queue, **labels}.items()))
 
 
-def fetch(port: int) -> str:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        assert response.status == 200
-        return str(response.read().decode())
-
-
 @contextmanager
 def exporter(app: Celery, **kwargs: Any) -> Iterator[int]:
     port = free_port()
@@ -86,6 +70,17 @@ def send(app: Celery, queue: str, countdown: float) -> str:
 def overdue(app: Celery) -> dict[str, int]:
     with open_store(app) as store:
         return {entry.queue: entry.overdue for entry in store.backlog()}
+
+
+def wait_until_late_by(app: Celery, seconds: float) -> None:
+    """Wait until every overdue message is at least ``seconds`` late by the Redis clock
+    (the clock moves and lateness are measured by)."""
+    with open_store(app) as store:
+        now_ms = store.server_time_ms()
+        dues_ms = [round(m.due * 1000) for m in store.pending(limit=100)]
+        latest_ms = max(due for due in dues_ms if due <= now_ms)
+        late_ms = latest_ms + round(seconds * 1000)
+        wait_until(lambda: store.server_time_ms() >= late_ms, what=f"{seconds:g} s late")
 
 
 FAMILIES = {
@@ -110,18 +105,18 @@ def test_every_family_and_value(app: Celery) -> None:
         send(app, "beta", 3600)
     send(app, "beta", QUICK)
     send(app, "gamma", QUICK)
-    wait_for(lambda: sum(overdue(app).values()) == 4)
-    time.sleep(0.3)  # every move below is then at least 300 ms late
+    wait_until(lambda: sum(overdue(app).values()) == 4)
+    wait_until_late_by(app, 0.3)  # every move below is then at least 300 ms late
     with open_store(app) as store:
         assert store.move_all_due().moved == 4
     assert celery_delayq.cancel(app, long_alpha[0]) == 1
     send(app, "beta", QUICK)  # left overdue, unmoved: beta's lag
-    wait_for(lambda: overdue(app)["beta"] == 1)
-    time.sleep(0.2)
+    wait_until(lambda: overdue(app)["beta"] == 1)
+    wait_until_late_by(app, 0.2)
     with open_store(app) as store:
         now = store.server_time_ms() / 1000
-        store.heartbeat("fresh", {"id": "fresh", "last_seen": now - 1})
-        store.heartbeat("stale", {"id": "stale", "last_seen": now - 16})  # default: 15 s
+        store.movers.beat("fresh", {"id": "fresh", "last_seen": now - 1})
+        store.movers.beat("stale", {"id": "stale", "last_seen": now - 16})  # default: 15 s
         heads = {name: store.pending(queue=name, limit=1)[0].due for name in ("alpha", "beta")}
         stats = {name: store.stats(name) for name in ("alpha", "beta", "gamma")}
 
@@ -171,7 +166,7 @@ def test_empty_store_and_movers_alive_window(app: Celery) -> None:
     assert samples == {"celery_delayq_up": {(): 1}, "celery_delayq_movers_alive": {(): 0}}
 
     with open_store(app) as store:
-        store.heartbeat("m", {"id": "m", "last_seen": store.server_time_ms() / 1000 - 10})
+        store.movers.beat("m", {"id": "m", "last_seen": store.server_time_ms() / 1000 - 10})
     assert parse(scrape(app, alive_within=30))[1]["celery_delayq_movers_alive"] == {(): 1}
     assert parse(scrape(app, alive_within=5))[1]["celery_delayq_movers_alive"] == {(): 0}
 
@@ -180,24 +175,16 @@ def test_movers_alive_window_follows_mover_max_sleep(make_app: Callable[..., Cel
     app = make_app(delayq_mover_max_sleep=20.0)  # alive within 2 * 20 + 5 s
     with open_store(app) as store:
         now = store.server_time_ms() / 1000
-        store.heartbeat("slow", {"id": "slow", "last_seen": now - 40})
-        store.heartbeat("gone", {"id": "gone", "last_seen": now - 50})
+        store.movers.beat("slow", {"id": "slow", "last_seen": now - 40})
+        store.movers.beat("gone", {"id": "gone", "last_seen": now - 50})
     assert parse(scrape(app))[1]["celery_delayq_movers_alive"] == {(): 1}
-
-
-def test_lateness_buckets_keep_bounds_unknown_to_this_version() -> None:
-    stats = {"late_le_5": 1, "late_le_7": 2, "late_le_inf": 1, "late_sum_ms": 90_020}
-    buckets, total = lateness_buckets(stats)
-    assert buckets[:3] == [("0.005", 1), ("0.007", 3), ("0.01", 3)]
-    assert buckets[-2:] == [("60.0", 3), ("+Inf", 4)]
-    assert total == 90.02
 
 
 def test_exporter_serves_the_same_text(app: Celery) -> None:
     for queue in ("alpha", "alpha", "beta"):
         send(app, queue, 3600)  # nothing overdue: the text does not change between scrapes
     with exporter(app) as port:
-        served = fetch(port)
+        served = fetch_metrics(port)
     assert served == scrape(app)
     assert parse(served)[1]["celery_delayq_pending"] == {q("alpha"): 2, q("beta"): 1}
 
@@ -207,33 +194,14 @@ def test_exporter_answers_while_redis_is_down(make_app: Callable[..., Celery]) -
         app = make_app(url=server.url)
         send(app, "alpha", 3600)
         with exporter(app) as port:
-            assert parse(fetch(port))[1]["celery_delayq_up"] == {(): 1}
+            assert parse(fetch_metrics(port))[1]["celery_delayq_up"] == {(): 1}
             server.stop(kill=True)
             for _ in range(2):  # the failed scrape must not break the next one
-                types, samples = parse(fetch(port))
+                types, samples = parse(fetch_metrics(port))
                 assert types == {"celery_delayq_up": "gauge"}
                 assert samples == {"celery_delayq_up": {(): 0}}
             server.start()
-            wait_for(lambda: parse(fetch(port))[1]["celery_delayq_up"] == {(): 1})
-
-
-def test_start_exporter_refuses_another_transport(make_app: Callable[..., Celery]) -> None:
-    app = make_app(broker_transport="redis")
-    with pytest.raises(ConfigurationError, match="celery_delayq.transport:Transport"):
-        start_exporter(app, free_port(), "127.0.0.1")
-
-
-def test_missing_prometheus_client_says_which_extra(
-    app: Celery, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setitem(sys.modules, "prometheus_client", None)  # import now fails
-    with pytest.raises(ImportError, match=r"pip install 'celery-delayq\[prometheus\]'"):
-        start_exporter(app, free_port(), "127.0.0.1")
-    result = CliRunner().invoke(
-        exporter_command, ["--port", str(free_port())], obj=SimpleNamespace(app=app)
-    )
-    assert result.exit_code == 1
-    assert "celery-delayq[prometheus]" in result.output
+            wait_until(lambda: parse(fetch_metrics(port))[1]["celery_delayq_up"] == {(): 1})
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -248,21 +216,17 @@ def test_exporter_command_serves_until_signalled(app: Celery, signum: int) -> No
             if signal.getsignal(signum) is original:  # the command's handler is not set yet
                 return False
             try:
-                fetched.append(fetch(port))
+                fetched.append(fetch_metrics(port))
             except OSError:
                 return False
             return True
 
-        wait_for(serving, timeout=20)
+        wait_until(serving, timeout=20)
         os.kill(os.getpid(), signum)
 
     helper = threading.Thread(target=scrape_then_signal, daemon=True)
     helper.start()
-    result = CliRunner().invoke(
-        exporter_command,
-        ["--port", str(port), "--addr", "127.0.0.1"],
-        obj=SimpleNamespace(app=app),
-    )
+    result = invoke(app, "exporter", "--port", str(port), "--addr", "127.0.0.1")
     helper.join(timeout=10)
 
     assert result.exit_code == 0, result.output
@@ -270,7 +234,7 @@ def test_exporter_command_serves_until_signalled(app: Celery, signum: int) -> No
     assert signal.getsignal(signum) is original
     assert parse(fetched[0])[1]["celery_delayq_pending"] == {q("alpha"): 1}
     with pytest.raises(OSError):
-        fetch(port)  # the server is closed
+        fetch_metrics(port)  # the server is closed
 
 
 def test_exporter_command_reports_a_busy_port(app: Celery) -> None:
@@ -278,25 +242,6 @@ def test_exporter_command_reports_a_busy_port(app: Celery) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        args = ["--port", str(port), "--addr", "127.0.0.1"]
-        result = CliRunner().invoke(exporter_command, args, obj=SimpleNamespace(app=app))
+        result = invoke(app, "exporter", "--port", str(port), "--addr", "127.0.0.1")
     assert result.exit_code == 1
     assert "Error:" in result.output
-
-
-def test_a_worker_serves_metrics_when_delayq_metrics_port_is_set(redis_server):
-    from .conftest import celery_process
-
-    port = free_port()
-    settings = {"delayq_metrics_port": port, "delayq_metrics_addr": "127.0.0.1"}
-    with celery_process("worker", redis_server.url, settings, "-P", "solo"):
-        text = wait_for(lambda: _scrape_or_none(port), timeout=10)
-    assert "celery_delayq_up 1.0" in text
-    assert "celery_delayq_movers_alive" in text
-
-
-def _scrape_or_none(port: int) -> str | None:
-    try:
-        return fetch(port)
-    except OSError:
-        return None

@@ -11,21 +11,8 @@ from collections.abc import Iterable
 
 import redis
 
-from celery_delayq.checks import consistency_findings
-from celery_delayq.store import DelayedStore
-
-#: kombu's Redis transport: priority sub-lists are "<queue><SEP><step>" (step 0 is the
-#: queue's own list), with these steps by default.
-SEP = "\x06\x16"
-PRIORITY_STEPS = (0, 3, 6, 9)
-
-
-def kombu_lists(queue: str, global_keyprefix: str = "") -> list[str]:
-    """Every list kombu may push a message of ``queue`` to, prefix included."""
-    return [
-        f"{global_keyprefix}{queue}{SEP}{step}" if step else f"{global_keyprefix}{queue}"
-        for step in PRIORITY_STEPS
-    ]
+from celery_delayq.core.consistency import consistency_findings
+from celery_delayq.core.store import DelayedStore
 
 
 def drain(client: redis.Redis, lists: Iterable[str]) -> dict[str, list[bytes]]:

@@ -18,17 +18,14 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_delayq.connect import open_store
-from celery_delayq.store import DelayedStore
-from celery_delayq.testing import RedisServer
+from celery_delayq.celery.connect import open_store
+from celery_delayq.testing import RedisServer, delivered_numbers, schedule_numbered, wait_until
 
-from .conftest import standalone_mover, wait_for
+from ..helpers import standalone_mover
 
-pytestmark = pytest.mark.timeout(600)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 N = int(os.environ.get("DELAYQ_BOUNDED_N", "200000"))
-#: Messages scheduled per pipelined round trip while loading.
-LOAD_CHUNK = 10_000
 #: Messages the mover drains before its memory baseline is read (script loaded, code warm).
 WARM_UP = 2_000
 #: Most the mover's RSS may grow while it drains the whole backlog.
@@ -36,27 +33,6 @@ RSS_GROWTH_LIMIT = 10 * 1024 * 1024
 #: Longest one round trip of another Redis client may take while the mover drains.
 PROBE_LIMIT_SECONDS = 0.5
 QUEUE = "bulk"
-
-
-def load(store: DelayedStore, first: int, count: int, due_ms: int) -> None:
-    """Schedule messages ``first`` .. ``first + count - 1`` (payload: the number) through
-    the store's public ``schedule``, pipelined in chunks."""
-    for start in range(first, first + count, LOAD_CHUNK):
-        with store.client.pipeline(transaction=False) as pipe:
-            piped = DelayedStore(pipe, store.keys, store.move_batch_size)
-            for i in range(start, min(start + LOAD_CHUNK, first + count)):
-                piped.schedule(queue=QUEUE, message_id=f"m{i}", task_id=None, due_ms=due_ms,
-                               destination=QUEUE, payload=b"%d" % i)  # fmt: skip
-            pipe.execute()
-
-
-def delivered(client: redis.Redis, chunk: int = 100_000) -> list[int]:
-    """Every payload in the destination list, as numbers, sorted."""
-    numbers: list[int] = []
-    length = client.llen(QUEUE)
-    for start in range(0, length, chunk):
-        numbers.extend(int(x) for x in client.lrange(QUEUE, start, start + chunk - 1))
-    return sorted(numbers)
 
 
 @dataclass
@@ -112,14 +88,14 @@ def test_a_standalone_mover_drains_a_huge_backlog_in_flat_memory_exactly_once(
     client = big_server.client()
     with open_store(app) as store, standalone_mover(big_server.url) as process:
         mover = psutil.Process(process.pid)
-        wait_for(store.movers, timeout=30)
+        wait_until(store.movers.all, timeout=30)
         now = store.server_time_ms()
-        load(store, N, WARM_UP, now - 1000)  # numbered after the backlog
-        wait_for(lambda: client.llen(QUEUE) == WARM_UP, timeout=30)
+        schedule_numbered(store, QUEUE, WARM_UP, now - 1000, first=N)  # numbered after the backlog
+        wait_until(lambda: client.llen(QUEUE) == WARM_UP, timeout=30)
         mover.suspend()
 
         started = time.monotonic()
-        load(store, 0, N, now - 1000)
+        schedule_numbered(store, QUEUE, N, now - 1000)
         load_seconds = time.monotonic() - started
         assert store.backlog()[0].overdue == N
         rss_start = mover.memory_info().rss
@@ -128,7 +104,7 @@ def test_a_standalone_mover_drains_a_huge_backlog_in_flat_memory_exactly_once(
             with Sampler(probe_round_trip(big_server.client()), 0.05) as probes:
                 started = time.monotonic()
                 mover.resume()
-                wait_for(lambda: client.llen(QUEUE) == N + WARM_UP, timeout=120, interval=0.05)
+                wait_until(lambda: client.llen(QUEUE) == N + WARM_UP, timeout=120, interval=0.05)
                 drain_seconds = time.monotonic() - started
         rss_end = mover.memory_info().rss
         backlog = store.backlog()
@@ -141,7 +117,7 @@ def test_a_standalone_mover_drains_a_huge_backlog_in_flat_memory_exactly_once(
         f"{rss_end / 2**20:.1f} MiB ({len(rss.values)} samples); other client's round "
         f"trips: {len(probes.values)}, longest {max(probes.values) * 1000:.1f} ms"
     )
-    assert delivered(client) == list(range(N + WARM_UP))
+    assert delivered_numbers(client, QUEUE) == list(range(N + WARM_UP))
     assert [(q.pending, q.overdue) for q in backlog] == [(0, 0)]
     assert peak - rss_start < RSS_GROWTH_LIMIT
     # A probe starts every 50 ms: Redis held up for long stretches would leave far fewer.

@@ -10,9 +10,9 @@ import pytest
 import redis
 
 import celery_delayq
-from celery_delayq.testing import RedisServer, free_port, redis_server_binary
+from celery_delayq.testing import RedisServer, free_port, redis_server_binary, wait_until
 
-from .conftest import celery_process, runs, wait_for
+from ..helpers import celery_process, runs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -31,7 +31,7 @@ def sentinel(tmp_path: Path) -> Iterator[tuple[RedisServer, int]]:
         )
         try:
             client = redis.Redis(port=port)
-            wait_for(lambda: _master_known(client), timeout=10)
+            wait_until(lambda: _master_known(client), timeout=10)
             yield master, port
         finally:
             process.kill()
@@ -40,7 +40,9 @@ def sentinel(tmp_path: Path) -> Iterator[tuple[RedisServer, int]]:
 
 def _master_known(client: redis.Redis) -> bool:
     try:
-        return bool(client.sentinel_get_master_addr_by_name("mymaster"))
+        # Not sentinel_get_master_addr_by_name: on a plain client, redis-py 6.x passes it
+        # an option its reply parser refuses (TypeError: ... keyword argument 'once').
+        return bool(client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"))
     except redis.ConnectionError:
         return False
 
@@ -59,5 +61,5 @@ def test_sentinel_transport_delays_and_delivers_through_the_master(make_app, sen
     assert celery_delayq.backlog(app)[0].pending == 1
 
     with celery_process("worker", url, settings, "-P", "solo", record_url=master.url):
-        wait_for(lambda: runs(master.client()), timeout=15)
+        wait_until(lambda: runs(master.client()), timeout=15)
     assert [r["id"] for r in runs(master.client())] == [sent.id]

@@ -33,10 +33,12 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from kombu.utils.json import dumps, loads
 
 import celery_delayq
-from celery_delayq.connect import open_store
-from celery_delayq.store import DelayedStore, MoveResult
+from celery_delayq.celery.connect import open_store
+from celery_delayq.core.results import MoveResult
+from celery_delayq.core.store import DelayedStore, Scheduled
+from celery_delayq.testing import PRIORITY_STEPS, kombu_lists
 
-from .observe import PRIORITY_STEPS, drain, due_ms_of, inconsistencies, kombu_lists, payload_of
+from .observe import drain, due_ms_of, inconsistencies, payload_of
 
 BATCH = 3  # small, so that moves of a few messages already take several batches
 QUEUES = ("default", "reports", "odd {queue}: é")
@@ -142,15 +144,20 @@ class StoreMachine(RuleBasedStateMachine):
         }
         return dumps(message).encode()
 
-    def _schedule(self, queue: str, task_id: str | None, due_ms: int, step: int,
-                  raw: bool) -> bool:  # fmt: skip
+    def _schedule(self, queue: str, task_id: str | None, due_ms: int, step: int, raw: bool) -> bool:
         ident = self._new_ident()
         destination = destination_for(self.prefix, queue, step)
         payload = self._payload(ident, task_id or "", step, raw)
         earliest = self.store.schedule(
-            queue=queue, message_id=f"tag-{ident}", task_id=task_id, due_ms=due_ms,
-            destination=destination, payload=payload,
-        )  # fmt: skip
+            Scheduled(
+                queue=queue,
+                message_id=f"tag-{ident}",
+                task_id=task_id,
+                due_ms=due_ms,
+                destination=destination,
+                payload=payload,
+            )
+        )
         self.pending[ident] = Message(queue, task_id or "", due_ms, destination, payload)
         self.ever_queued.add(queue)
         return earliest
@@ -227,8 +234,7 @@ class StoreMachine(RuleBasedStateMachine):
         step=st.sampled_from(PRIORITY_STEPS),
         raw=st.booleans(),
     )
-    def schedule(self, queue: str, task_id: str | None, offset: int, step: int,
-                 raw: bool) -> None:  # fmt: skip
+    def schedule(self, queue: str, task_id: str | None, offset: int, step: int, raw: bool) -> None:
         """Given a message with any due time, when scheduled, then it is pending, and the
         store says whether it is its queue's earliest."""
         others = [m.due_ms for m in self._of_queue(queue)]
@@ -246,8 +252,9 @@ class StoreMachine(RuleBasedStateMachine):
         offsets=st.lists(OFFSETS, min_size=1, max_size=4),
         spread=st.booleans(),
     )
-    def schedule_many(self, queue: str, task_id: str | None, count: int, offsets: list[int],
-                      spread: bool) -> None:  # fmt: skip
+    def schedule_many(
+        self, queue: str, task_id: str | None, count: int, offsets: list[int], spread: bool
+    ) -> None:
         """Many messages of one queue (and one task id: duplicates) around a few due
         times, all equal or a millisecond apart, so that ties, batch limits and however
         the store packs large schedules all meet."""
@@ -344,15 +351,20 @@ class StoreMachine(RuleBasedStateMachine):
         countdown=st.sampled_from([-1, 0, 0.005, 0.03, 3600]),
         priority=st.sampled_from([None, 0, 3, 5, 9]),
     )
-    def publish(self, queue: str, task_id: str | None, countdown: float,
-                priority: int | None) -> None:  # fmt: skip
+    def publish(
+        self, queue: str, task_id: str | None, countdown: float, priority: int | None
+    ) -> None:
         """A task published through the transport is either queued at once (no future
         ETA) or pending with the due time of its eta header, in the list its priority
         chooses; never both, never neither."""
         result = self.app.send_task(
-            "model.task", args=[self.next_ident], task_id=task_id, countdown=countdown,
-            queue=queue, priority=priority,
-        )  # fmt: skip
+            "model.task",
+            args=[self.next_ident],
+            task_id=task_id,
+            countdown=countdown,
+            queue=queue,
+            priority=priority,
+        )
         destination = destination_for(self.prefix, queue, priority)
         known = {m.payload for m in self.pending.values()}
         stored = [m for m in self.store.find(result.id) if payload_of(m) not in known]
@@ -380,8 +392,14 @@ class StoreMachine(RuleBasedStateMachine):
         after=st.none() | OFFSETS,
         before=st.none() | OFFSETS,
     )
-    def list_pending(self, queue: str | None, limit: int, newest_first: bool,
-                     after: int | None, before: int | None) -> None:  # fmt: skip
+    def list_pending(
+        self,
+        queue: str | None,
+        limit: int,
+        newest_first: bool,
+        after: int | None,
+        before: int | None,
+    ) -> None:
         """``celery delayq list``: pending messages in due order within a window, at most
         ``limit`` (bounds half a millisecond off, so float rounding cannot matter)."""
         now = self._now()
@@ -441,10 +459,16 @@ class StoreMachine(RuleBasedStateMachine):
         assert inconsistencies(self.store) == []
 
 
-def machine_for(app: Celery, store: DelayedStore, client: redis.Redis, prefix: str,
-                examples: int) -> type[StoreMachine]:  # fmt: skip
-    attributes: dict[str, Any] = {"app": app, "store": store, "client": client, "prefix": prefix,
-                                  "examples": examples}  # fmt: skip
+def machine_for(
+    app: Celery, store: DelayedStore, client: redis.Redis, prefix: str, examples: int
+) -> type[StoreMachine]:
+    attributes: dict[str, Any] = {
+        "app": app,
+        "store": store,
+        "client": client,
+        "prefix": prefix,
+        "examples": examples,
+    }
     return type("BoundStoreMachine", (StoreMachine,), attributes)
 
 
@@ -459,6 +483,7 @@ def bound_machine(
         yield machine_for(app, store, redis_client, prefix, examples)
 
 
+@pytest.mark.slow  # 5 to 20 s, by what the random sequences hold
 def test_the_store_behaves_like_its_model_under_random_operations(
     bound_machine: type[StoreMachine],
 ) -> None:

@@ -3,38 +3,21 @@
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
-import types
 
 import pytest
-from click.testing import CliRunner
 
-from celery_delayq.cli import delayq
-from celery_delayq.keys import KeySpace
-from celery_delayq.record import Record, task_key
-from celery_delayq.testing import RedisServer
+import celery_delayq
+from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.record import Record, task_key
+from celery_delayq.testing import RedisServer, wait_until
 
-from .conftest import REPO_ROOT, wait_for
-
-REMEMBER = "tests.worker_app.remember"
-
-
-def invoke(app, *args, input=None):
-    return CliRunner().invoke(delayq, list(args), obj=types.SimpleNamespace(app=app), input=input)
-
-
-def send(app, label, **options):
-    return app.send_task(REMEMBER, (label,), **options)
+from ..helpers import REMEMBER, invoke, remember, run_celery
 
 
 def test_status_json_shape_and_timeline(app):
-    send(app, "soon", countdown=30)
-    send(app, "later", countdown=7200)
-    send(app, "other", countdown=120, queue="other")
+    remember(app, "soon", countdown=30)
+    remember(app, "later", countdown=7200)
+    remember(app, "other", countdown=120, queue="other")
 
     result = invoke(app, "status", "--json", "--timeline")
 
@@ -43,47 +26,30 @@ def test_status_json_shape_and_timeline(app):
     assert set(data) == {"redis", "queues", "movers", "movers_alive", "overdue", "ok", "timeline"}
     assert {q["queue"]: q["pending"] for q in data["queues"]} == {"default": 2, "other": 1}
     assert {(t["window"], t["due"]) for t in data["timeline"] if t["due"]} == {
-        ("< 1 min", 1), ("1-5 min", 1), ("1-6 h", 1)
-    }  # fmt: skip
+        ("< 1 min", 1),
+        ("1-5 min", 1),
+        ("1-6 h", 1),
+    }
     assert data["ok"] is True
     human = invoke(app, "status", "--timeline").output
     assert "falling due" in human and "no mover alive" in human
 
 
 def test_status_warns_and_exits_1_when_overdue_and_no_mover_is_alive(app):
-    send(app, "stranded", countdown=0.05)
-    wait_for(lambda: invoke(app, "status", "--json").exit_code == 1, timeout=5)
+    # Stored for an hour, then made overdue: a short countdown could pass before the
+    # publish reaches the transport, which would then queue the task at once.
+    stranded = remember(app, "stranded", countdown=3600)
+    assert celery_delayq.reschedule(app, stranded.id, countdown=-1) == 1
 
     result = invoke(app, "status")
     assert result.exit_code == 1
     assert "WARNING: 1 messages are overdue and no mover is alive" in result.output
 
 
-def test_status_lists_a_live_mover_with_its_host(app, redis_server):
-    env = dict(os.environ, BROKER_URL=redis_server.url)
-    mover = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "tests.worker_app", "delayq", "mover"],
-        cwd=REPO_ROOT, env=env, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        data = wait_for(lambda: json.loads(invoke(app, "status", "--json").output)["movers"])
-        assert data[0]["name"] == "standalone mover" and data[0]["alive"] is True
-        sent = send(app, "moved by the standalone mover", countdown=0.2)
-        wait_for(lambda: not invoke(app, "show", sent.id).exit_code, timeout=2)
-        wait_for(lambda: invoke(app, "show", sent.id).exit_code == 1, timeout=5)
-    finally:
-        mover.send_signal(signal.SIGTERM)
-        _, err = mover.communicate(timeout=20)
-    assert mover.returncode == 0
-    assert "standalone mover stopped" in err
-    # A clean stop removes the heartbeat.
-    assert json.loads(invoke(app, "status", "--json").output)["movers"] == []
-
-
 def test_list_filters_and_orders(app):
-    first = send(app, "a", countdown=100)
-    send(app, "b", countdown=200, queue="other")
-    last = send(app, "c", countdown=300)
+    first = remember(app, "a", countdown=100)
+    remember(app, "b", countdown=200, queue="other")
+    last = remember(app, "c", countdown=300)
     app.send_task("tests.worker_app.retry_once", (1,), countdown=150)
 
     listed = json.loads(invoke(app, "list", "--json").output)
@@ -100,7 +66,7 @@ def test_list_filters_and_orders(app):
 
 
 def test_show_prints_name_args_queue_priority_eta_and_retries(app):
-    sent = send(app, "shown", countdown=60, priority=6)
+    sent = remember(app, "shown", countdown=60, priority=6)
 
     data = json.loads(invoke(app, "show", "--json", sent.id).output)
 
@@ -113,7 +79,7 @@ def test_show_prints_name_args_queue_priority_eta_and_retries(app):
 
 
 def test_cancel_reschedule_and_promote(app, redis_client):
-    a, b, c = (send(app, label, countdown=600) for label in "abc")
+    a, b, c = (remember(app, label, countdown=600) for label in "abc")
 
     cancelled = invoke(app, "cancel", "--json", a.id, "unknown")
     assert cancelled.exit_code == 1
@@ -131,9 +97,10 @@ def test_cancel_reschedule_and_promote(app, redis_client):
 
 
 def test_promote_all_due_delivers_overdue_messages(app, redis_client):
-    send(app, "due", countdown=0.05)
-    send(app, "not yet", countdown=600)
-    wait_for(lambda: json.loads(invoke(app, "status", "--json").output)["overdue"] == 1)
+    due = remember(app, "due", countdown=600)
+    remember(app, "not yet", countdown=600)
+    celery_delayq.reschedule(app, due.id, countdown=-1)  # overdue, without racing the clock
+    assert json.loads(invoke(app, "status", "--json").output)["overdue"] == 1
 
     result = invoke(app, "promote", "--all-due", "--json")
 
@@ -142,8 +109,8 @@ def test_promote_all_due_delivers_overdue_messages(app, redis_client):
 
 
 def test_purge_asks_for_confirmation_unless_yes(app):
-    send(app, "a", countdown=60)
-    send(app, "b", countdown=60, queue="other")
+    remember(app, "a", countdown=60)
+    remember(app, "b", countdown=60, queue="other")
 
     refused = invoke(app, "purge", input="n\n")
     assert refused.exit_code == 1 and "Delete 2 pending delayed task(s)" in refused.output
@@ -158,8 +125,9 @@ def test_purge_asks_for_confirmation_unless_yes(app):
 def test_doctor_flags_eviction_and_missing_persistence(make_app):
     with RedisServer("--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru") as server:
         app = make_app(url=server.url)
-        send(app, "overdue", countdown=0.2)
-        time.sleep(0.3)
+        overdue = remember(app, "overdue", countdown=600)
+        celery_delayq.reschedule(app, overdue.id, countdown=-1)
+        assert celery_delayq.backlog(app)[0].overdue == 1  # by the Redis clock
 
         result = invoke(app, "doctor", "--json")
 
@@ -182,8 +150,8 @@ def test_doctor_passes_on_a_well_set_up_redis(make_app):
 
 
 def test_doctor_repair_fixes_an_inconsistent_store(app, redis_client):
-    keep = send(app, "kept", countdown=600)
-    lost_schedule = send(app, "record without schedule", countdown=900)
+    keep = remember(app, "kept", countdown=600)
+    lost_schedule = remember(app, "record without schedule", countdown=900)
     keys = KeySpace().for_queue("default")
     page = keys.page(redis_client.zrange(keys.pages, 0, 0)[0])
     redis_client.zadd(page, {"ghost": 1})  # scheduled, no record
@@ -208,19 +176,15 @@ def test_doctor_repair_fixes_an_inconsistent_store(app, redis_client):
     assert invoke(app, "show", keep.id).exit_code == 0
 
 
-def test_the_delayq_command_is_registered_with_celery(redis_server):
-    env = dict(os.environ, BROKER_URL=redis_server.url)
-    result = subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tests.worker_app", "delayq", "status", "--json"],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
-    )  # fmt: skip
+def test_the_delayq_command_is_registered_with_celery(redis_server, redis_client):
+    result = run_celery(redis_server.url, None, "delayq", "status", "--json")
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout)["redis"] == redis_server.url.replace("redis://", "redis://")
 
 
 @pytest.mark.parametrize("raw", [b"not a record", Record(10**13, "default", b"{").encode("q")])
 def test_list_survives_odd_records(app, redis_client, raw):
-    send(app, "fine", countdown=60)
+    remember(app, "fine", countdown=60)
     keys = KeySpace().for_queue("default")
     redis_client.hset(keys.messages, "odd", raw)
     redis_client.zadd(keys.page(redis_client.zrange(keys.pages, 0, 0)[0]), {"odd": 10**13})

@@ -9,11 +9,11 @@ import threading
 import pytest
 import redis
 
-from celery_delayq.keys import KeySpace
-from celery_delayq.record import Record, message_key, task_id_of, task_key
-from celery_delayq.store import MOVE_BATCH_BYTES, PAGE_SIZE, DelayedStore
-
-from .conftest import wait_for
+from celery_delayq.core.handover import MOVE_BATCH_BYTES
+from celery_delayq.core.keys import PAGE_SIZE, KeySpace
+from celery_delayq.core.record import task_key
+from celery_delayq.core.store import DelayedStore, Scheduled
+from celery_delayq.testing import wait_until
 
 
 def make_store(client: redis.Redis, batch: int = 500, prefix: str = "") -> DelayedStore:
@@ -23,9 +23,15 @@ def make_store(client: redis.Redis, batch: int = 500, prefix: str = "") -> Delay
 def schedule(store: DelayedStore, n: int, due_ms: int, queue: str = "q", task: str = "t") -> None:
     for i in range(n):
         store.schedule(
-            queue=queue, message_id=f"m{i}", task_id=f"{task}{i}", due_ms=due_ms,
-            destination=queue, payload=b'{"n": %d}' % i,
-        )  # fmt: skip
+            Scheduled(
+                queue=queue,
+                message_id=f"m{i}",
+                task_id=f"{task}{i}",
+                due_ms=due_ms,
+                destination=queue,
+                payload=b'{"n": %d}' % i,
+            )
+        )
 
 
 def test_a_message_is_not_moved_before_it_is_due_by_the_redis_clock(redis_client):
@@ -42,8 +48,16 @@ def test_a_message_is_not_moved_before_it_is_due_by_the_redis_clock(redis_client
 def test_a_due_message_reaches_its_list_byte_for_byte_and_leaves_the_store(redis_client):
     store = make_store(redis_client)
     payload = '{"big": 12345678901234567, "z": 1, "a": "é\\u0000"}'.encode() + b"\xff\x00"
-    store.schedule(queue="q", message_id="m1", task_id="t1", due_ms=store.server_time_ms() - 1,
-                   destination="prefix:q\x06\x163", payload=payload)  # fmt: skip
+    store.schedule(
+        Scheduled(
+            queue="q",
+            message_id="m1",
+            task_id="t1",
+            due_ms=store.server_time_ms() - 1,
+            destination="prefix:q\x06\x163",
+            payload=payload,
+        )
+    )
 
     result = store.move_all_due()
 
@@ -76,8 +90,16 @@ def test_messages_are_delivered_in_due_order(redis_client):
     store = make_store(redis_client)
     now = store.server_time_ms()
     for i, offset in enumerate([30, 10, 20]):
-        store.schedule(queue="q", message_id=f"m{i}", task_id="", due_ms=now - 100 + offset,
-                       destination="q", payload=b"%d" % offset)  # fmt: skip
+        store.schedule(
+            Scheduled(
+                queue="q",
+                message_id=f"m{i}",
+                task_id="",
+                due_ms=now - 100 + offset,
+                destination="q",
+                payload=b"%d" % offset,
+            )
+        )
     store.move_all_due()
     # kombu LPUSHes and consumers RPOP, so the oldest due is at the right end.
     assert redis_client.lrange("q", 0, -1)[::-1] == [b"10", b"20", b"30"]
@@ -96,18 +118,9 @@ def _drain(port: int, moved: multiprocessing.Value) -> None:  # type: ignore[val
 def test_four_concurrent_movers_deliver_10000_messages_exactly_once(redis_server, redis_client):
     store = make_store(redis_client)
     due = store.server_time_ms() + 300
-    with redis_client.pipeline(transaction=False) as pipe:
-        for i in range(10_000):
-            call = store.schedule_call(
-                queue="q",
-                message_id=f"m{i}",
-                task_id=f"t{i}",
-                due_ms=due + i % 50,
-                destination="q",
-                payload=b"%d" % i,
-            )
-            store.scripts.schedule(keys=call.keys, args=call.args, client=pipe)  # fmt: skip
-        pipe.execute()
+    store.schedule_many(
+        Scheduled("q", f"m{i}", f"t{i}", due + i % 50, "q", b"%d" % i) for i in range(10_000)
+    )
     assert_pages_in_order(redis_client, store, "q", 10_000)
     moved = multiprocessing.Value("i", 0)
     movers = [
@@ -129,8 +142,16 @@ def test_cancel_removes_every_pending_message_of_a_task_and_returns_the_count(re
     store = make_store(redis_client)
     later = store.server_time_ms() + 60_000
     for message_id, queue in [("m1", "q"), ("m2", "q"), ("m3", "other")]:
-        store.schedule(queue=queue, message_id=message_id, task_id="same", due_ms=later,
-                       destination=queue, payload=b"x")  # fmt: skip
+        store.schedule(
+            Scheduled(
+                queue=queue,
+                message_id=message_id,
+                task_id="same",
+                due_ms=later,
+                destination=queue,
+                payload=b"x",
+            )
+        )
     schedule(store, 1, later, task="keep")
 
     assert store.cancel("same") == 3
@@ -151,8 +172,16 @@ def test_moving_one_of_two_messages_of_a_task_keeps_the_other_cancellable(redis_
     store = make_store(redis_client)
     now = store.server_time_ms()
     for message_id, due in [("early", now - 1), ("late", now + 60_000)]:
-        store.schedule(queue="q", message_id=message_id, task_id="t", due_ms=due,
-                       destination="q", payload=message_id.encode())  # fmt: skip
+        store.schedule(
+            Scheduled(
+                queue="q",
+                message_id=message_id,
+                task_id="t",
+                due_ms=due,
+                destination="q",
+                payload=message_id.encode(),
+            )
+        )
     store.move_all_due()
     assert [m.record.payload for m in store.find("t")] == [b"late"]
     assert store.cancel("t") == 1
@@ -176,18 +205,23 @@ def test_scheduling_a_new_earliest_message_wakes_movers(redis_client):
     store = make_store(redis_client)
     pubsub = redis_client.pubsub()
     pubsub.subscribe(store.keys.wakeup_channel)
-    assert wait_for(lambda: pubsub.get_message(timeout=1))["type"] == "subscribe"
+    assert wait_until(lambda: pubsub.get_message(timeout=1))["type"] == "subscribe"
     now = store.server_time_ms()
 
-    assert store.schedule(queue="q", message_id="a", task_id="", due_ms=now + 5000,
-                          destination="q", payload=b"a") is True  # fmt: skip
-    assert store.schedule(queue="q", message_id="b", task_id="", due_ms=now + 9000,
-                          destination="q", payload=b"b") is False  # fmt: skip
-    assert store.schedule(queue="q", message_id="c", task_id="", due_ms=now + 1000,
-                          destination="q", payload=b"c") is True  # fmt: skip
+    def earliest(name: str, due_ms: int) -> bool:
+        return store.schedule(Scheduled("q", name, "", due_ms, "q", name.encode()))
 
-    woken = [pubsub.get_message(timeout=1) for _ in range(3)]
-    assert [int(m["data"]) for m in woken if m] == [now + 5000, now + 1000]
+    assert earliest("a", now + 5000) is True
+    assert earliest("b", now + 9000) is False
+    assert earliest("c", now + 1000) is True
+
+    # Pub/sub keeps order: every wake-up published so far arrives before this marker.
+    redis_client.publish(store.keys.wakeup_channel, b"end of test")
+    woken = []
+    while (message := wait_until(lambda: pubsub.get_message(timeout=1)))["data"] != b"end of test":
+        woken.append(int(message["data"]))
+    assert woken == [now + 5000, now + 1000]
+    pubsub.close()
 
 
 def test_an_eta_in_year_9999_is_stored_and_listed(redis_client):
@@ -227,27 +261,12 @@ def test_global_keyprefix_is_applied_to_every_store_key(redis_client):
     store = make_store(redis_client, prefix="app1:")
     schedule(store, 1, store.server_time_ms() + 60_000)
     assert sorted(redis_client.keys("*")) == [
-        b"app1:delayq:queues", b"app1:delayq:{q}:msg", b"app1:delayq:{q}:p:1",
-        b"app1:delayq:{q}:pages", b"app1:delayq:{q}:stats",
-    ]  # fmt: skip
-
-
-@pytest.mark.parametrize("destination", ["q", "q\x06\x163", "other:q"])
-def test_record_round_trips_due_time_destination_and_payload(destination):
-    record = Record(1_763_712_000_123, destination, b"5:abc:d3:payload")
-    assert Record.decode(record.encode("q"), "q") == record
-    assert len(record.encode("q")) < len(record.encode("elsewhere")) or destination != "q"
-
-
-@pytest.mark.parametrize(
-    ("task_id", "size"),
-    [("0b5e9e5c-3f7e-4e4c-9a37-6f0d2f1f8a10", 16), ("0B5E9E5C-3F7E-4E4C-9A37-6F0D2F1F8A10", 37),
-     ("t1", 3), ("x" * 15, 17), ("x" * 16, 17), ("tâsk:1", 8)],
-)  # fmt: skip
-def test_message_keys_pack_uuids_and_stand_for_their_task_ids(task_id, size):
-    key = message_key(task_id, "delivery-tag")
-    assert (task_id_of(key), len(key)) == (task_id, size)
-    assert task_id_of(message_key(None, "delivery-tag")) == ""
+        b"app1:delayq:queues",
+        b"app1:delayq:{q}:msg",
+        b"app1:delayq:{q}:p:1",
+        b"app1:delayq:{q}:pages",
+        b"app1:delayq:{q}:stats",
+    ]
 
 
 def test_movers_in_threads_share_nothing_but_redis(redis_client, redis_server):
@@ -256,8 +275,9 @@ def test_movers_in_threads_share_nothing_but_redis(redis_client, redis_server):
     schedule(store, 500, store.server_time_ms() - 1)
     stores = [make_store(redis.Redis(port=redis_server.port), batch=10) for _ in range(4)]
     totals: list[int] = []
-    threads = [threading.Thread(target=lambda s=s: totals.append(s.move_all_due().moved))
-               for s in stores]  # fmt: skip
+    threads = [
+        threading.Thread(target=lambda s=s: totals.append(s.move_all_due().moved)) for s in stores
+    ]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -293,15 +313,26 @@ def assert_pages_in_order(client: redis.Redis, store: DelayedStore, queue: str, 
 def test_a_flood_of_messages_due_in_one_millisecond_is_delivered_in_order(redis_client):
     store = make_store(redis_client, batch=100)
     now = store.server_time_ms()
-    groups = [("flood", now + 50, 3 * PAGE_SIZE), ("early", now + 10, PAGE_SIZE),
-              ("late", now + 90, PAGE_SIZE)]  # fmt: skip
+    groups = [
+        ("flood", now + 50, 3 * PAGE_SIZE),
+        ("early", now + 10, PAGE_SIZE),
+        ("late", now + 90, PAGE_SIZE),
+    ]
     for name, due, count in groups:  # one due time for the flood: its page grows past the size
         for i in range(count):
-            store.schedule(queue="q", message_id=f"{name}{i}", task_id=f"{name}{i}", due_ms=due,
-                           destination="q", payload=name.encode())  # fmt: skip
+            store.schedule(
+                Scheduled(
+                    queue="q",
+                    message_id=f"{name}{i}",
+                    task_id=f"{name}{i}",
+                    due_ms=due,
+                    destination="q",
+                    payload=name.encode(),
+                )
+            )
     assert_pages_in_order(redis_client, store, "q", 5 * PAGE_SIZE)
 
-    wait_for(lambda: store.server_time_ms() > now + 90)
+    wait_until(lambda: store.server_time_ms() > now + 90)
     assert store.move_all_due().moved == 5 * PAGE_SIZE
     delivered = redis_client.lrange("q", 0, -1)[::-1]  # LPUSHed: the oldest is at the end
     assert delivered == [b"early"] * PAGE_SIZE + [b"flood"] * 3 * PAGE_SIZE + [b"late"] * PAGE_SIZE
@@ -314,9 +345,16 @@ def test_random_schedules_cancels_and_reschedules_keep_the_pages_in_order(redis_
     now = store.server_time_ms()
     tasks = [f"t{i}" for i in range(2000)]
     for task in tasks:
-        store.schedule(queue="q", message_id=task, task_id=task, destination="q",
-                       due_ms=now + 60_000 + rnd.choice([0, 0, rnd.randint(0, 5000)]),
-                       payload=task.encode())  # fmt: skip
+        store.schedule(
+            Scheduled(
+                queue="q",
+                message_id=task,
+                task_id=task,
+                destination="q",
+                due_ms=now + 60_000 + rnd.choice([0, 0, rnd.randint(0, 5000)]),
+                payload=task.encode(),
+            )
+        )
     rnd.shuffle(tasks)
     assert sum(store.cancel(task) for task in tasks[:500]) == 500
     moved_early = tasks[500:800]
@@ -335,8 +373,16 @@ def test_a_second_message_of_a_task_id_is_kept_moved_and_cancelled_too(redis_cli
     store = make_store(redis_client)
     now = store.server_time_ms()
     for n, due in enumerate([now + 60_000, now - 1, now + 60_000]):
-        store.schedule(queue="q", message_id=f"m{n}", task_id="same", due_ms=due,
-                       destination="q", payload=b"copy %d" % n)  # fmt: skip
+        store.schedule(
+            Scheduled(
+                queue="q",
+                message_id=f"m{n}",
+                task_id="same",
+                due_ms=due,
+                destination="q",
+                payload=b"copy %d" % n,
+            )
+        )
     assert len(store.find("same")) == 3
     assert store.move_all_due().moved == 1
     assert redis_client.lrange("q", 0, -1) == [b"copy 1"]
@@ -350,8 +396,16 @@ def test_one_move_stops_after_its_byte_budget_and_the_next_goes_on(redis_client)
     store = make_store(redis_client)
     big = b"x" * (MOVE_BATCH_BYTES // 4)
     for i in range(10):
-        store.schedule(queue="q", message_id=f"m{i}", task_id=f"t{i}",
-                       due_ms=store.server_time_ms() - 1, destination="q", payload=big)  # fmt: skip
+        store.schedule(
+            Scheduled(
+                queue="q",
+                message_id=f"m{i}",
+                task_id=f"t{i}",
+                due_ms=store.server_time_ms() - 1,
+                destination="q",
+                payload=big,
+            )
+        )
 
     first = store.move_due("q")
 
@@ -365,16 +419,19 @@ def test_a_flood_in_one_millisecond_then_an_earlier_message_splits_cleanly(redis
     splits it, moving 20,000 entries at once (beyond Lua's unpack limit, so in chunks)."""
     store = make_store(redis_client)
     due = store.server_time_ms() + 100
-    with redis_client.pipeline(transaction=False) as pipe:
-        for i in range(20_000):
-            call = store.schedule_call(queue="q", message_id=f"m{i}", task_id=None, due_ms=due,
-                                       destination="q", payload=b"flood")  # fmt: skip
-            store.scripts.schedule(keys=call.keys, args=call.args, client=pipe)
-        pipe.execute()
-    store.schedule(queue="q", message_id="first", task_id=None, due_ms=due - 50,
-                   destination="q", payload=b"first")  # fmt: skip
+    store.schedule_many(Scheduled("q", f"m{i}", None, due, "q", b"flood") for i in range(20_000))
+    store.schedule(
+        Scheduled(
+            queue="q",
+            message_id="first",
+            task_id=None,
+            due_ms=due - 50,
+            destination="q",
+            payload=b"first",
+        )
+    )
     assert_pages_in_order(redis_client, store, "q", 20_001)
 
-    wait_for(lambda: store.server_time_ms() > due)
+    wait_until(lambda: store.server_time_ms() > due)
     assert store.move_all_due().moved == 20_001
     assert redis_client.lindex("q", -1) == b"first"

@@ -11,11 +11,11 @@ import os
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+from ..helpers import REPO_ROOT
+
 DEMO_TIMEOUT = 90
 
 #: Every run the demo's table must list (the cancelled task must not be among them).

@@ -1,4 +1,4 @@
-"""A bare mover process for fault tests: ``python -m tests.mover_process PORT BATCH``."""
+"""A bare mover process for fault tests: ``python -m tests.system.mover_process PORT BATCH``."""
 
 from __future__ import annotations
 
@@ -7,16 +7,16 @@ import threading
 
 import redis
 
-from celery_delayq.keys import KeySpace
-from celery_delayq.mover import Mover
-from celery_delayq.store import DelayedStore
+from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.mover import Mover
+from celery_delayq.core.store import DelayedStore
 
 
 def main(port: int, batch: int) -> None:
     def connect() -> DelayedStore:
         return DelayedStore(redis.Redis(port=port), KeySpace(), batch)
 
-    print("ready", flush=True)  # imported: the test's kill timer starts now
+    print("ready", flush=True)  # imported: the test starts watching its progress now
     Mover(connect, max_sleep=0.2, retry_max=1).run(threading.Event())
 
 

@@ -1,0 +1,247 @@
+"""Helpers of the test suite that are not fixtures: real ``celery`` subprocesses, the
+command line run in-process, and the tasks of ``tests.worker_app``.
+
+Waiting, publishing and quiescence come from ``celery_delayq.testing`` (shared with the
+benchmarks and the chaos harness); what needs click or this suite's worker app is here.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import types
+import urllib.request
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+from celery import Celery
+from celery.result import AsyncResult
+from click.testing import CliRunner, Result
+
+from celery_delayq.cli import delayq
+from celery_delayq.testing import publish, wait_until
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+#: A broker URL nothing listens on, for apps and processes that must never reach a server.
+NOWHERE = "redis://127.0.0.1:9/0"
+
+#: The task of ``tests.worker_app`` that records each execution (see ``runs``).
+REMEMBER = "tests.worker_app.remember"
+
+
+def remember(app: Celery, label: str, **options: Any) -> AsyncResult:
+    """Send ``tests.worker_app.remember(label)`` as ``app`` (made current first)."""
+    return publish(app, REMEMBER, label, **options)
+
+
+def noop_task(app: Celery) -> Any:
+    """The task ``tests.noop`` of ``app`` (registered on first use): publishing it tests
+    the publish path alone; no worker runs it."""
+    if "tests.noop" in app.tasks:
+        return app.tasks["tests.noop"]
+
+    @app.task(name="tests.noop")
+    def noop(*args: Any) -> Any:
+        return args
+
+    return noop
+
+
+def runs(client: redis.Redis) -> list[dict[str, Any]]:
+    """Executions recorded by tests.worker_app tasks, oldest first."""
+    return [json.loads(raw) for raw in client.lrange("test:runs", 0, -1)]
+
+
+def invoke(app: Celery, *args: str, input: str | None = None) -> Result:
+    """``celery -A <app> delayq <args>`` in this process, through click's test runner;
+    the result reads as click 8.2's: ``stdout`` and ``stderr`` apart, ``output`` both."""
+    obj = types.SimpleNamespace(app=app)
+    if not CLICK_MIXES_STDERR:
+        return CliRunner().invoke(delayq, list(args), obj=obj, input=input)
+    result = CliRunner(mix_stderr=False).invoke(delayq, list(args), obj=obj, input=input)
+    result.__class__ = BothOutputs
+    return result
+
+
+#: Click 8.1 (the last for Python 3.9) mixes stderr into stdout unless told not to, and
+#: then its ``output`` is stdout alone; click 8.2 keeps them apart and ``output`` has both.
+CLICK_MIXES_STDERR = "mix_stderr" in inspect.signature(CliRunner.__init__).parameters
+
+
+class BothOutputs(Result):
+    """A click 8.1 result whose ``output`` is stdout then stderr, as in click 8.2."""
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+
+def worker_app_env(
+    broker_url: str, settings: dict[str, Any] | None, record_url: str | None = None
+) -> dict[str, str]:
+    """The environment ``tests.worker_app`` reads: broker, extra Celery settings, and the
+    Redis that records executions (default: the broker's)."""
+    return dict(
+        os.environ,
+        BROKER_URL=broker_url,
+        DELAYQ_SETTINGS=json.dumps(settings or {}),
+        RECORD_URL=record_url or broker_url,
+        BEAT_SCHEDULE_FILE=os.path.join(tempfile.mkdtemp(prefix="delayq-beat-"), "schedule"),
+    )
+
+
+def run_celery(
+    broker_url: str, settings: dict[str, Any] | None, *args: str
+) -> subprocess.CompletedProcess[str]:
+    """``celery -A tests.worker_app <args>`` in a process of its own, run to its end."""
+    return subprocess.run(
+        [sys.executable, "-m", "celery", "-A", "tests.worker_app", *args],
+        cwd=REPO_ROOT,
+        env=worker_app_env(broker_url, settings),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def fetch_metrics(port: int) -> str:
+    """The text a Prometheus exporter on this host serves at ``/metrics``."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        assert response.status == 200
+        return str(response.read().decode())
+
+
+class WatchedProcess:
+    """A subprocess whose output (stdout and stderr) a thread reads from the start, so
+    the test can wait for a line with a real deadline and see everything it printed."""
+
+    def __init__(self, popen: subprocess.Popen[str], name: str) -> None:
+        self.popen = popen
+        self.name = name
+        self._lines: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.popen.stdout is not None
+        for line in self.popen.stdout:
+            self._lines.append(line)
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.returncode
+
+    @property
+    def output(self) -> str:
+        """Everything it printed so far."""
+        return "".join(self._lines)
+
+    def wait_for_output(self, text: str, timeout: float = 30.0) -> None:
+        """Wait until ``text`` appears in the output; fail at once if the process ends
+        (and all its output has been read) without printing it."""
+
+        def ended() -> str | None:
+            if self._reader.is_alive() or text in self.output:
+                return None
+            return f"{self.name} exited ({self.popen.poll()}):\n{self.output}"
+
+        try:
+            wait_until(lambda: text in self.output, timeout=timeout, what=repr(text), abort=ended)
+        except TimeoutError:
+            raise AssertionError(
+                f"{self.name} did not print {text!r} within {timeout:g}s:\n{self.output}"
+            ) from None
+
+    def exited(self) -> str | None:
+        """Why a wait for this process's work is pointless (``wait_until``'s ``abort``)."""
+        code = self.popen.poll()
+        return None if code is None else f"{self.name} exited with {code}:\n{self.output}"
+
+    def kill(self) -> None:
+        self.popen.kill()
+
+    def terminate(self) -> None:
+        self.popen.terminate()
+
+    def wait(self, timeout: float | None = None) -> int:
+        """Wait for the process to exit and for its output to be read to the end (a
+        child process that outlives it may hold the pipe: then at most 10 s more)."""
+        code = self.popen.wait(timeout)
+        self._reader.join(10)
+        return code
+
+    def stop(self) -> None:
+        """SIGTERM (a warm shutdown), then SIGKILL if it is still there after 15 s."""
+        if self.popen.poll() is None:
+            self.popen.terminate()
+            try:
+                self.popen.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.popen.kill()
+        self.wait()
+
+
+@contextmanager
+def celery_process(
+    command: str,
+    broker_url: str,
+    settings: dict[str, Any] | None = None,
+    *args: str,
+    ready: str = "ready.",
+    timeout: float = 30.0,
+    record_url: str | None = None,
+    log_level: str | None = "info",
+    mingle: bool = False,
+) -> Iterator[WatchedProcess]:
+    """Run ``celery -A tests.worker_app <command>`` until the block ends.
+
+    Waits until the ``ready`` line is in its log (failing as soon as the process exits,
+    or after ``timeout``); the process is stopped at the end whatever happens, so a
+    failing test leaves nothing running. A worker starts ``--without-mingle`` (its
+    start-up exchange with other workers waits a second for replies) unless ``mingle``.
+    """
+    popen = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tests.worker_app",
+            command,
+            *(["-l", log_level] if log_level else []),
+            *(["--without-mingle"] if command == "worker" and not mingle else []),
+            *args,
+        ],
+        cwd=REPO_ROOT,
+        env=worker_app_env(broker_url, settings, record_url),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    process = WatchedProcess(popen, f"celery {command}")
+    try:
+        process.wait_for_output(ready, timeout)
+        yield process
+    finally:
+        process.stop()
+
+
+def standalone_mover(
+    broker_url: str, settings: dict[str, Any] | None = None
+) -> AbstractContextManager[WatchedProcess]:
+    """``celery -A tests.worker_app delayq mover`` until the block ends, once running."""
+    return celery_process(
+        "delayq", broker_url, settings, "mover", ready="standalone mover running", log_level=None
+    )

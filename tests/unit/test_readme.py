@@ -1,0 +1,11 @@
+"""What the README promises that can be checked without a server."""
+
+from __future__ import annotations
+
+from ..acl import APP1_ACL
+from ..helpers import REPO_ROOT
+
+
+def test_the_readme_quotes_the_acl_line() -> None:
+    readme = (REPO_ROOT / "README.md").read_text()
+    assert f"ACL SETUSER app1 {APP1_ACL}" in readme

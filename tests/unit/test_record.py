@@ -1,0 +1,38 @@
+"""The store's record and message-key encodings, without a server."""
+
+from __future__ import annotations
+
+import pytest
+
+from celery_delayq.core.record import Record, message_key, task_id_of
+
+
+@pytest.mark.parametrize("expires_ms", [None, 30_000])
+@pytest.mark.parametrize("destination", ["q", "q\x06\x163", "other:q"])
+def test_record_round_trips_due_time_destination_expiry_and_payload(destination, expires_ms):
+    record = Record(1_763_712_000_123, destination, b"5:abc:d3:x9:payload", expires_ms)
+    assert Record.decode(record.encode("q"), "q") == record
+    assert len(record.encode("q")) < len(record.encode("elsewhere")) or destination != "q"
+
+
+@pytest.mark.parametrize("raw", [b"", b":x", b"12", b"12d", b"12d3:q", b"12x:p", b"12xx1:p"])
+def test_a_malformed_record_is_refused(raw):
+    with pytest.raises(ValueError):
+        Record.decode(raw, "q")
+
+
+@pytest.mark.parametrize(
+    ("task_id", "size"),
+    [
+        ("0b5e9e5c-3f7e-4e4c-9a37-6f0d2f1f8a10", 16),
+        ("0B5E9E5C-3F7E-4E4C-9A37-6F0D2F1F8A10", 37),
+        ("t1", 3),
+        ("x" * 15, 17),
+        ("x" * 16, 17),
+        ("tâsk:1", 8),
+    ],
+)
+def test_message_keys_pack_uuids_and_stand_for_their_task_ids(task_id, size):
+    key = message_key(task_id, "delivery-tag")
+    assert (task_id_of(key), len(key)) == (task_id, size)
+    assert task_id_of(message_key(None, "delivery-tag")) == ""

@@ -1,0 +1,58 @@
+"""Settings and broker URLs are validated before anything reaches Redis: these apps
+point at an address where no server listens."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from celery_delayq import ConfigurationError
+
+from ..helpers import noop_task
+
+
+def test_a_non_redis_broker_url_is_refused_at_start(app_factory):
+    app = app_factory(url="amqp://guest@localhost:5672//")
+    with pytest.raises(ConfigurationError, match="needs a .*redis.* broker URL"):
+        noop_task(app).apply_async(countdown=5)
+
+
+def test_rediss_without_ssl_settings_is_refused_at_start(app_factory):
+    app = app_factory(url="rediss://localhost:6380/0")
+    with pytest.raises(ConfigurationError, match="broker_use_ssl"):
+        with app.connection_for_write() as connection:
+            connection.default_channel  # noqa: B018
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("delayq_move_batch_size", 0, "integer from 1 to 10000"),
+        ("delayq_mover_max_sleep", "soon", "number of seconds"),
+        ("delayq_worker_mover", "yes", "True or False"),
+        ("delayq_key_prefix", "", "non-empty string"),
+        ("delayq_batch", 10, "unknown celery-delayq setting 'delayq_batch'"),
+    ],
+)
+def test_bad_settings_are_refused_with_a_clear_error(app_factory, setting, value, message):
+    app = app_factory(**{setting: value})
+    with pytest.raises(ConfigurationError, match=message):
+        noop_task(app).apply_async(countdown=5)
+
+
+def test_two_apps_with_different_settings_need_the_publisher_to_be_current(app_factory):
+    first = app_factory(delayq_key_prefix="one")
+    app_factory(delayq_key_prefix="two")
+    outcome: list[BaseException] = []
+
+    def publish() -> None:
+        try:
+            noop_task(first).apply_async(countdown=60)
+        except ConfigurationError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=publish)
+    thread.start()
+    thread.join()
+    assert "make the publishing app current" in str(outcome[0])
