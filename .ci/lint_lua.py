@@ -1,0 +1,68 @@
+"""luacheck the store's Lua scripts (settings: .luacheckrc), three ways:
+
+1. each file of celery_delayq/core/lua alone; the names a file takes from the code put
+   in front of it are declared per file in .luacheckrc;
+2. each script exactly as Redis runs it (``scripts.SOURCES`` and
+   ``ops.rescue.scripts.SOURCES``): the prelude's names are real locals there, so a
+   misspelled name or an unused local in the program Redis runs is reported (line
+   numbers count from the prelude's first line);
+3. the prelude followed by every store script, each as a function of its own: a name
+   the prelude defines that no script uses is reported as an unused local.
+
+Exit status 1 on any warning or error. Run it in the project's virtualenv (it imports
+the package); it needs luacheck (Debian: apt-get install lua-check).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from celery_delayq.core import scripts as store
+from celery_delayq.ops.rescue import scripts as rescue
+
+ROOT = Path(__file__).resolve().parent.parent
+LUACHECK = ["luacheck", "--codes", "--no-color", "--quiet"]
+
+
+def luacheck(*args: str, source: str | None = None) -> bool:
+    """Run luacheck from the repository root; print its report only when it finds something."""
+    done = subprocess.run(
+        [*LUACHECK, *args], input=source, text=True, capture_output=True, cwd=ROOT
+    )
+    if done.returncode != 0:
+        print(done.stdout + done.stderr, end="")
+    return done.returncode == 0
+
+
+def luacheck_source(name: str, source: str) -> bool:
+    """luacheck ``source`` as if it were the file ``name`` (which selects .luacheckrc's
+    settings for it)."""
+    return luacheck("--filename", name, "-", source=source)
+
+
+def together() -> str:
+    """The prelude, then every store script as a function, all of them returned."""
+    functions = {f"script_{name}": store.read_source(name) for name in store.SOURCES}
+    bodies = "".join(f"local function {fn}()\n{body}end\n" for fn, body in functions.items())
+    returned = "".join(f"  {fn},\n" for fn in functions)
+    return f"{store.PRELUDE}{bodies}return {{\n{returned}}}\n"
+
+
+def main() -> int:
+    alone = luacheck("celery_delayq/core/lua")
+    print(f"each file alone: {'ok' if alone else 'FAILED'}")
+    sources = {**store.SOURCES, **rescue.SOURCES}
+    failed = [
+        name for name, src in sources.items() if not luacheck_source(f"assembled/{name}.lua", src)
+    ]
+    verdict = f"FAILED: {', '.join(failed)}" if failed else "ok"
+    print(f"{len(sources)} scripts as Redis runs them: {verdict}")
+    used = luacheck_source("prelude_and_scripts.lua", together())
+    print(f"the prelude and all store scripts together: {'ok' if used else 'FAILED'}")
+    return 0 if alone and not failed and used else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

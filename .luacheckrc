@@ -1,0 +1,63 @@
+-- luacheck settings for the store's Lua (celery_delayq/core/lua). `python .ci/lint_lua.py`
+-- checks each file alone and each script as Redis runs it; see there.
+
+-- Redis runs a script as Lua 5.1 with these globals; only what the scripts use is
+-- declared (add redis.pcall, cjson, bit... here when a script needs one), so a misspelled
+-- redis.call is reported too. Redis's sandbox has no files, modules or processes.
+stds.redis = {read_globals = {
+  redis = {fields = {"call", "error_reply"}},
+  "KEYS", "ARGV",
+}}
+std = "lua51+redis"
+not_globals = {"io", "os", "package", "require", "module", "dofile", "loadfile"}
+max_line_length = 100
+
+-- The locals prelude.lua defines for the script that follows it (scripts.py puts the
+-- prelude in front of every store script).
+local prelude_exports = {
+  "MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX",
+  "parse", "add_entry", "remove_entry", "head",
+  "duplicate_key", "duplicate_of", "forget_duplicate", "message_keys",
+}
+local exported, unused_exports = {}, {}
+for i, name in ipairs(prelude_exports) do
+  exported[name] = true
+  unused_exports[i] = "211/" .. name
+end
+
+-- The names each file takes from the code put in front of it. They are declared here,
+-- not inline, so that they do not apply to the assembled scripts, where a misspelled
+-- name must show as an undefined global.
+local function reads(names, from)
+  for _, name in ipairs(names) do
+    assert(from ~= "prelude.lua" or exported[name], name .. " is not a prelude export")
+  end
+  return {read_globals = names}
+end
+local lua = "celery_delayq/core/lua/"
+files[lua .. "cancel.lua"] = reads({"MSG", "DUP", "STATS", "parse", "remove_entry",
+                                    "message_keys"}, "prelude.lua")
+files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"}, "prelude.lua")
+files[lua .. "move_due.lua"] = reads({"MSG", "PAGES", "STATS", "PAGE_PREFIX", "parse", "head",
+                                      "forget_duplicate"}, "prelude.lua")
+files[lua .. "pending.lua"] = reads({"PAGES", "PAGE_PREFIX"}, "prelude.lua")
+files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX"}, "prelude.lua")
+files[lua .. "repair.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "parse", "add_entry",
+                                    "remove_entry", "duplicate_of", "forget_duplicate"},
+                                   "prelude.lua")
+files[lua .. "replace.lua"] = reads({"MSG", "parse", "add_entry", "remove_entry", "head"},
+                                    "prelude.lua")
+files[lua .. "schedule.lua"] = reads({"MSG", "DUP", "STATS", "add_entry", "head",
+                                      "duplicate_key"}, "prelude.lua")
+-- The rescue scripts: schedule (prelude.lua + schedule.lua in a function), then
+-- rescue_schedule.lua, then rescue_list.lua or rescue_unacked.lua (ops/rescue/scripts.py).
+files[lua .. "rescue_schedule.lua"] = reads({"schedule"}, "ops/rescue/scripts.py")
+files[lua .. "rescue_list.lua"] = reads({"schedule_all"}, "rescue_schedule.lua")
+files[lua .. "rescue_unacked.lua"] = reads({"schedule_all"}, "rescue_schedule.lua")
+
+-- What a file defines for those after it is no warning when unused in the file alone,
+-- nor in an assembled script (lint_lua.py passes those on stdin as assembled/<name>.lua).
+-- lint_lua.py reports a prelude export that no script uses.
+files[lua .. "prelude.lua"] = {ignore = unused_exports}
+files[lua .. "rescue_schedule.lua"].ignore = {"211/schedule_all"}
+files["assembled"] = {ignore = unused_exports}
