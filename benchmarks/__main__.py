@@ -133,7 +133,8 @@ and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
    countdown happens to escape it (checked: 20 tasks, 20 executions); a task held
    across a scan, i.e. any countdown beyond about 100 s plus the visibility
    timeout, is redelivered the same way. Counted once nothing is queued, unacked or
-   delayed and no execution happened for 3 s.
+   delayed and neither worker reports a task active, reserved or scheduled, twice in a
+   row (`celery_delayq.testing.wait_until_quiescent`): no copy is left to run.
 3. **Lateness** (task start - ETA, recorded by the task): one idle worker;
    countdowns drawn uniformly from the range with a fixed seed (identical for both
    sides); percentiles are nearest-rank. **3b** is the same measure under load:
@@ -146,7 +147,7 @@ and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
 4. **Burst and Redis blocking (3c/4)**, celery-delayq only (vanilla has no move):
    after one unmeasured warm-up burst, the store is filled with pipelined
    `schedule.lua` calls, all due at one instant about 2 s after filling ends; one
-   `celery_delayq.mover.Mover` in its own process (as a worker runs it) delivers
+   `celery_delayq.core.mover.Mover` in its own process (as a worker runs it) delivers
    them. The orchestrator polls `LLEN` and `TIME` every millisecond: "due instant
    -> every message in its list" is by the Redis clock; the move rate is messages
    over first-to-last delivery. The longest script

@@ -11,7 +11,7 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,14 +21,11 @@ import redis
 from celery import Celery
 
 import celery_delayq
+from celery_delayq.testing import kombu_lists
 
 from .app import RECORD_TASK, make_app
 from .processes import WorkerProcess
 from .runconfig import RunConfig, Side
-
-#: kombu's Redis priority lists: the bare queue name, then ``queue + sep + step``.
-_PRIORITY_SEP = "\x06\x16"
-_PRIORITY_STEPS = (3, 6, 9)
 
 _started = time.monotonic()
 
@@ -36,16 +33,6 @@ _started = time.monotonic()
 def log(message: str) -> None:
     """Progress goes to stderr, so stdout carries only the results table."""
     print(f"[{time.monotonic() - _started:7.1f}s] {message}", file=sys.stderr, flush=True)
-
-
-def wait_until(
-    condition: Callable[[], bool], *, timeout: float, what: str, interval: float = 0.1
-) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f}s waiting until {what}")
-        time.sleep(interval)
 
 
 @dataclass(frozen=True)
@@ -110,9 +97,7 @@ class Run:
 
     def queued(self) -> int:
         """Messages waiting in the kombu queue lists (all priorities)."""
-        queue = self.config.queue
-        keys = [queue, *(f"{queue}{_PRIORITY_SEP}{step}" for step in _PRIORITY_STEPS)]
-        return sum(int(self.client.llen(key)) for key in keys)
+        return sum(int(self.client.llen(key)) for key in kombu_lists(self.config.queue))
 
     def unacked(self) -> int:
         """Messages some worker fetched and has not acknowledged (kombu's ``unacked`` hash)."""

@@ -18,7 +18,8 @@ from typing import Any
 
 import redis
 
-from celery_delayq.mover import Mover
+from celery_delayq.core.mover import Mover
+from celery_delayq.testing import wait_until
 
 from .store_tools import make_store
 
@@ -33,7 +34,7 @@ def _run_mover(url: str, batch_size: int) -> None:
 
 
 def start_mover(url: str, batch_size: int) -> BaseProcess:
-    """A ``celery_delayq.mover.Mover`` in its own process; stop it with ``stop``."""
+    """A ``celery_delayq.core.mover.Mover`` in its own process; stop it with ``stop``."""
     process = _SPAWN.Process(target=_run_mover, args=(url, batch_size), daemon=True)
     process.start()
     return process
@@ -92,17 +93,16 @@ def drain(url: str, queue: str, movers: int, batch_size: int = 500) -> list[dict
 
 def _pop(client: redis.Redis, key: str, timeout: float) -> bytes:
     """BLPOP in short waits: redis-py's socket timeout would cut one long wait short."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        popped = client.blpop([key], timeout=1)
-        if popped is not None:
-            return bytes(popped[1])
-    raise TimeoutError(f"no drain report within {timeout:.0f}s")
+    popped = wait_until(
+        lambda: client.blpop([key], timeout=1), timeout=timeout, interval=0, what="a drain report"
+    )
+    return bytes(popped[1])
 
 
 def _wait_blocked(client: redis.Redis, count: int, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while int(client.info("clients")["blocked_clients"]) < count:
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{count} drain movers did not start within {timeout:.0f}s")
-        time.sleep(0.02)
+    wait_until(
+        lambda: int(client.info("clients")["blocked_clients"]) >= count,
+        timeout=timeout,
+        interval=0.02,
+        what=f"{count} drain movers started",
+    )

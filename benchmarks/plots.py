@@ -78,8 +78,9 @@ def cdf(
         if not ordered:
             continue
         fractions = [(i + 1) / len(ordered) for i in range(len(ordered))]
-        ax.step(ordered, fractions, where="post", label=LABELS.get(name, name),
-                color=COLOURS.get(name))  # fmt: skip
+        ax.step(
+            ordered, fractions, where="post", label=LABELS.get(name, name), color=COLOURS.get(name)
+        )
     if vline is not None:
         ax.axvline(vline[0], color="grey", linestyle="--", linewidth=1, label=vline[1])
     if all(v > 0 for values in samples.values() for v in values):

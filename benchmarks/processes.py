@@ -22,6 +22,8 @@ from pathlib import Path
 import psutil
 import redis
 
+from celery_delayq.testing import wait_until
+
 from .runconfig import RunConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -77,28 +79,43 @@ class WorkerProcess:
 
     def command(self) -> list[str]:
         return [
-            sys.executable, "-m", "celery", "-A", "benchmarks.worker_app", "worker",
-            "--pool=solo", "-Q", self.config.queue, "-n", f"{self.name}@bench",
-            "--without-mingle", "--without-gossip", "--without-heartbeat",
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "benchmarks.worker_app",
+            "worker",
+            "--pool=solo",
+            "-Q",
+            self.config.queue,
+            "-n",
+            f"{self.name}@bench",
+            "--without-mingle",
+            "--without-gossip",
+            "--without-heartbeat",
             "--loglevel=WARNING",
-        ]  # fmt: skip
+        ]
 
     def start(self) -> None:
         self.process = spawn(self.command(), {**os.environ, **self.config.to_env()}, self.log_path)
 
     def wait_ready(self, client: redis.Redis, timeout: float = 60.0) -> None:
         """Block until the worker announced itself ready; fail fast if it exited."""
-        deadline = time.monotonic() + timeout
-        while not client.sismember(self.config.ready_key, str(self.pid)):
-            if self.process is not None and self.process.poll() is not None:
-                raise RuntimeError(
-                    f"worker {self.name} exited with {self.process.returncode}:\n" + self.log_tail()
-                )
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"worker {self.name} not ready in {timeout}s:\n{self.log_tail()}"
-                )
-            time.sleep(0.05)
+        try:
+            wait_until(
+                lambda: client.sismember(self.config.ready_key, str(self.pid)),
+                timeout=timeout,
+                interval=0.05,
+                what=f"worker {self.name} is ready",
+                abort=self._exited,
+            )
+        except TimeoutError as exc:
+            raise TimeoutError(f"{exc}:\n{self.log_tail()}") from None
+
+    def _exited(self) -> str | None:
+        if self.process is None or self.process.poll() is None:
+            return None
+        return f"worker {self.name} exited with {self.process.returncode}:\n{self.log_tail()}"
 
     def rss(self) -> int:
         """Resident memory of the worker's main process, in bytes."""

@@ -1,9 +1,9 @@
 """Direct access to celery-delayq's store, with no Celery around it.
 
 The move-rate, Redis-blocking, producer-limit and scale-out scenarios measure the
-store's Lua scripts themselves, so they fill the store with pipelined
-``schedule.lua`` calls (the very KEYS/ARGV the transport sends) instead of paying
-for ``apply_async`` a million times.
+store's Lua scripts themselves, so they fill the store through the store's public
+``DelayedStore.schedule_many`` (pipelined ``schedule.lua`` calls, the very KEYS/ARGV
+the transport sends) instead of paying for ``apply_async`` a million times.
 """
 
 from __future__ import annotations
@@ -15,12 +15,8 @@ import uuid
 
 import redis
 
-from celery_delayq.keys import KeySpace
-from celery_delayq.store import DelayedStore
-
-#: Messages per pipeline round trip while filling: large enough to hide the round
-#: trip, small enough that one ``execute`` does not hold a huge reply in memory.
-PIPELINE_CHUNK = 2_000
+from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.store import DelayedStore, Scheduled
 
 #: Filler that brings a synthetic payload to about the size of a real ``bench.record``
 #: message (kombu's JSON envelope is ~900 bytes with its headers and base64 body).
@@ -64,19 +60,17 @@ def fill(
     """Schedule ``count`` messages (ids ``start``..) due at ``due_ms`` (plus a spread of
     ``spread_ms`` over them), each with its own uuid task id; returns seconds."""
     began = time.perf_counter()
-    for low in range(start, start + count, PIPELINE_CHUNK):
-        with store.client.pipeline(transaction=False) as pipe:
-            for i in range(low, min(low + PIPELINE_CHUNK, start + count)):
-                call = store.schedule_call(
-                    queue=queue,
-                    message_id=f"m{i}",
-                    task_id=task_id(i),
-                    due_ms=due_ms + (i * spread_ms) // max(count, 1),
-                    destination=queue,
-                    payload=payload(i, size),
-                )
-                store.scripts.schedule(keys=call.keys, args=call.args, client=pipe)
-            pipe.execute()
+    store.schedule_many(
+        Scheduled(
+            queue=queue,
+            message_id=f"m{i}",
+            task_id=task_id(i),
+            due_ms=due_ms + (i * spread_ms) // max(count, 1),
+            destination=queue,
+            payload=payload(i, size),
+        )
+        for i in range(start, start + count)
+    )
     return time.perf_counter() - began
 
 

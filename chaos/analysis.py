@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter, defaultdict
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -166,40 +167,11 @@ def analyze(book: Book) -> Outcome:
         acks_ok=sum(ok for acks in book.acks.values() for _, _, ok in acks),
         acks_failed=book.ack_failures,
     )
-    receipts: dict[tuple[str | None, str], float] = {}
-    for received in book.receipts.values():
-        outcome.receipts += len(received)
-        outcome.unacked_write_failures += sum(not r.ok for r in received)
-        for receipt in received:
-            receipts.setdefault((receipt.tag, receipt.incarnation), receipt.t)
     expected = book.expected()
     outcome.expected = len(expected)
-    for execution in book.executions.values():
-        outcome.retries_published += execution.outcome == "retry"
-        outcome.retry_publish_failed += execution.outcome == "retry-failed"
-        outcome.executions_acks_late += execution.acks_late
-        if execution.eta is not None:
-            late = execution.began - execution.eta
-            if execution.redelivered:
-                outcome.lateness_redelivered.append(late)
-            else:
-                outcome.lateness_first.append(late)
-                receipt_t = receipts.get((execution.tag, execution.incarnation))
-                if receipt_t is not None:
-                    outcome.lateness_to_receipt.append(receipt_t - execution.eta)
-                    outcome.lateness_in_worker.append(execution.began - receipt_t)
-    for key in expected:
-        if any(run.ended for run in book.by_message.get(key, ())):
-            outcome.completed += 1
-        else:
-            cause = lost_cause(book, key)
-            outcome.lost[cause] += 1
-            outcome.note(cause, f"task {key[0]} retries {key[1]}")
-    for key, runs in book.by_message.items():
-        outcome.unconfirmed_executed += key not in expected
-        for cause, example in duplicate_causes(book, key, runs):
-            outcome.duplicates[cause] += 1
-            outcome.note(cause, example)
+    _count_executions(book, outcome, _first_receipts(book, outcome))
+    _count_losses(book, outcome, expected)
+    _count_duplicates(book, outcome, expected)
     for name, incarnation in book.incarnations.items():
         if incarnation.killed_at is not None:
             outcome.kills[incarnation.role] += 1
@@ -212,6 +184,56 @@ def analyze(book: Book) -> Outcome:
         outcome.handed_over = sum(book.fresh_pushes.values())
         outcome.handed_over_again = sum(n - 1 for n in book.fresh_pushes.values() if n > 1)
     return outcome
+
+
+def _first_receipts(book: Book, outcome: Outcome) -> dict[tuple[str | None, str], float]:
+    """When each delivery (tag, incarnation) was first received; counts receipts."""
+    receipts: dict[tuple[str | None, str], float] = {}
+    for received in book.receipts.values():
+        outcome.receipts += len(received)
+        outcome.unacked_write_failures += sum(not r.ok for r in received)
+        for receipt in received:
+            receipts.setdefault((receipt.tag, receipt.incarnation), receipt.t)
+    return receipts
+
+
+def _count_executions(
+    book: Book, outcome: Outcome, receipts: dict[tuple[str | None, str], float]
+) -> None:
+    """Retries, acks_late runs and lateness (first runs split at the receipt)."""
+    for execution in book.executions.values():
+        outcome.retries_published += execution.outcome == "retry"
+        outcome.retry_publish_failed += execution.outcome == "retry-failed"
+        outcome.executions_acks_late += execution.acks_late
+        if execution.eta is None:
+            continue
+        late = execution.began - execution.eta
+        if execution.redelivered:
+            outcome.lateness_redelivered.append(late)
+            continue
+        outcome.lateness_first.append(late)
+        receipt_t = receipts.get((execution.tag, execution.incarnation))
+        if receipt_t is not None:
+            outcome.lateness_to_receipt.append(receipt_t - execution.eta)
+            outcome.lateness_in_worker.append(execution.began - receipt_t)
+
+
+def _count_losses(book: Book, outcome: Outcome, expected: Collection[Key]) -> None:
+    for key in expected:
+        if any(run.ended for run in book.by_message.get(key, ())):
+            outcome.completed += 1
+        else:
+            cause = lost_cause(book, key)
+            outcome.lost[cause] += 1
+            outcome.note(cause, f"task {key[0]} retries {key[1]}")
+
+
+def _count_duplicates(book: Book, outcome: Outcome, expected: Collection[Key]) -> None:
+    for key, runs in book.by_message.items():
+        outcome.unconfirmed_executed += key not in expected
+        for cause, example in duplicate_causes(book, key, runs):
+            outcome.duplicates[cause] += 1
+            outcome.note(cause, example)
 
 
 def lost_cause(book: Book, key: Key) -> str:
@@ -232,6 +254,11 @@ def lost_cause(book: Book, key: Key) -> str:
         return _held_cause(book, key, held)
     if receipts:
         return LOST_UNACKED_WRITE
+    return _unreceived_cause(book, key)
+
+
+def _unreceived_cause(book: Book, key: Key) -> str:
+    """A message no worker noted receiving: what Redis's AOF says of it."""
     pushes = book.pushes(key)
     if pushes is None:
         return LOST_NO_EVIDENCE

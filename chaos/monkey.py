@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import redis
 
-from celery_delayq.testing import RedisServer
+from celery_delayq.testing import RedisServer, WaitAborted, wait_until
 
 from .config import Minimums
 from .ledger import LedgerWriter
@@ -126,16 +126,22 @@ class Monkey:
                 )
 
     def _kill(self, role: str) -> None:
-        deadline = time.monotonic() + TARGET_WAIT_SECONDS
-        while not self._stop.is_set():
-            ready = [slot for slot in self.slots if slot.role == role and slot.ready()]
-            if ready:
-                self.rng.choice(ready).kill()
-                return
-            if time.monotonic() > deadline:
-                self.ledger.write("X", ev="kill-skipped", role=role)
-                return
-            time.sleep(0.2)
+        """SIGKILL a ready process of ``role``, waiting a while for one (all of that role
+        may be restarting); noted as skipped if none comes."""
+        try:
+            ready = wait_until(
+                lambda: [slot for slot in self.slots if slot.role == role and slot.ready()],
+                timeout=TARGET_WAIT_SECONDS,
+                interval=0.2,
+                what=f"a {role} is ready",
+                abort=lambda: "the monkey stops" if self._stop.is_set() else None,
+            )
+        except WaitAborted:
+            return
+        except TimeoutError:
+            self.ledger.write("X", ev="kill-skipped", role=role)
+            return
+        self.rng.choice(ready).kill()
 
     def _admin(self) -> redis.Redis:
         return redis.Redis(port=self.server.port, socket_timeout=10, socket_connect_timeout=2)

@@ -31,7 +31,7 @@ from celery import Celery
 
 import celery_delayq
 from benchmarks.processes import REPO_ROOT
-from celery_delayq.testing import RedisServer, redis_server_binary
+from celery_delayq.testing import RedisServer, WaitAborted, redis_server_binary, wait_until
 
 from . import monkey as chaos_monkey
 from .analysis import Outcome, analyze, running_somewhere
@@ -181,16 +181,23 @@ class Run:
         say(f"run directory {self.dir}; starting {len(services)} processes")
         for service in services:
             service.start()
-        deadline = began + STARTUP_TIMEOUT
-        while not all(service.ready() for service in services):
-            for service in services:
-                if not service.alive():
-                    raise RuntimeError(
-                        f"{service.incarnation} exited during start-up; see {service.log_path}"
-                    )
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"processes not ready within {STARTUP_TIMEOUT:.0f} s")
-            time.sleep(0.2)
+
+        def exited() -> str | None:
+            gone = [service for service in services if not service.alive()]
+            if not gone:
+                return None
+            return f"{gone[0].incarnation} exited during start-up; see {gone[0].log_path}"
+
+        try:
+            wait_until(
+                lambda: all(service.ready() for service in services),
+                timeout=STARTUP_TIMEOUT,
+                interval=0.2,
+                what="every process is ready",
+                abort=exited,
+            )
+        except WaitAborted as exc:
+            raise RuntimeError(str(exc)) from None
         self.context.startup_seconds = time.monotonic() - began
 
     def _produce(
@@ -224,24 +231,38 @@ class Run:
         """
         patience = self.options.visibility_timeout + self.options.restore_interval + DRAIN_GRACE
         began = time.monotonic()
-        limit = began + DRAIN_LIMIT
         last_news = time.time()
         app = make_app(settings, acks_late=False, incarnation="orchestrator")
         quiet = 0
+
+        def settled() -> bool:
+            """Read the ledger; settled once it was quiet for two reads in a row, nothing
+            runs anywhere and Redis holds nothing."""
+            nonlocal last_news, quiet
+            events = self.reader.poll()
+            self.book.add(events)
+            quiet = 0 if events else quiet + 1
+            if any(event["k"] == "B" for event in events):
+                last_news = time.time()
+            return quiet >= 2 and running_somewhere(self.book) == 0 and _redis_empty(app, server)
+
+        def hopeless() -> str | None:
+            if time.time() > max(last_eta, last_news) + patience:
+                return "nothing new ran for too long"
+            return None
+
         say(f"draining (waits up to {patience:.0f} s after the last ETA and the last execution)")
         try:
-            while time.monotonic() < limit:
-                events = self.reader.poll()
-                self.book.add(events)
-                quiet = 0 if events else quiet + 1
-                if any(event["k"] == "B" for event in events):
-                    last_news = time.time()
-                if quiet >= 2 and running_somewhere(self.book) == 0 and _redis_empty(app, server):
-                    self.context.settled = True
-                    break
-                if time.time() > max(last_eta, last_news) + patience:
-                    break
-                time.sleep(1.0)
+            wait_until(
+                settled,
+                timeout=DRAIN_LIMIT,
+                interval=1.0,
+                what="everything ran or is lost for good",
+                abort=hopeless,
+            )
+            self.context.settled = True
+        except (WaitAborted, TimeoutError):
+            pass  # the report says where the unfinished messages still are
         finally:
             app.close()
         self.context.drain_seconds = time.monotonic() - began

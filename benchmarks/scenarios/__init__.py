@@ -45,8 +45,15 @@ class Scenario(Protocol):
 
 
 SCENARIO_KEYS = (
-    "memory", "duplicates", "lateness", "stream", "burst", "producer", "storecost", "scaleout",
-)  # fmt: skip
+    "memory",
+    "duplicates",
+    "lateness",
+    "stream",
+    "burst",
+    "producer",
+    "storecost",
+    "scaleout",
+)
 
 
 def sides_of(scenario: Scenario) -> tuple[Side, ...]:

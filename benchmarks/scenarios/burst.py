@@ -3,7 +3,7 @@
 celery-delayq only; vanilla has no counterpart (its workers already hold every
 message, so nothing is moved; executing them is bounded by worker throughput on
 both sides). The store is filled with pipelined ``schedule.lua`` calls, all due at
-one instant a little ahead; one ``celery_delayq.mover.Mover`` in its own process
+one instant a little ahead; one ``celery_delayq.core.mover.Mover`` in its own process
 sleeps until then, as in a worker. Measured: the time from the due instant until
 every message is in its queue list (LLEN polled every millisecond), the move rate,
 the store's move-lateness histogram, and the longest single script call Redis ran
@@ -65,10 +65,16 @@ class Burst:
         ]
         for size in self.batch_sizes:
             if size != DEFAULT_BATCH:
-                rows.append(MetricSpec(f"longest_{size}", f"longest script call, batch {size}",
-                                       "ms", call, 2))  # fmt: skip
-                rows.append(MetricSpec(f"rate_{size}", f"move rate, batch {size} (messages/s)",
-                                       "", digits=0))  # fmt: skip
+                rows.append(
+                    MetricSpec(
+                        f"longest_{size}", f"longest script call, batch {size}", "ms", call, 2
+                    )
+                )
+                rows.append(
+                    MetricSpec(
+                        f"rate_{size}", f"move rate, batch {size} (messages/s)", "", digits=0
+                    )
+                )
         return tuple(rows)
 
     @property

@@ -13,15 +13,13 @@ of after minutes. The options are identical for both sides.
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from typing import Any
 
-from ..harness import Run, log, wait_until
-from ..report import MetricSpec, Target
+from celery_delayq.testing import wait_until_quiescent
 
-#: How long the counts must stay unchanged, with nothing queued or unacked, to end.
-QUIET_SECONDS = 3.0
+from ..harness import Run, log
+from ..report import MetricSpec, Target
 
 
 class Duplicates:
@@ -58,33 +56,19 @@ class Duplicates:
 
     def measure(self, run: Run) -> dict[str, float | None]:
         run.start_workers(2)
-        last_eta = run.publish([self.countdown] * self.tasks)
-        time.sleep(max(0.0, last_eta - time.time()))
-        log(f"  all {self.tasks} tasks due; waiting until nothing is left to run")
-        wait_for_quiet(run, timeout=60 + 4 * self.visibility_timeout)
+        run.publish([self.countdown] * self.tasks)
+        log(f"  {self.tasks} tasks sent; waiting until nothing is left to run")
+        # Nothing delayed, queued, unacked (kombu restores those) or held by a worker:
+        # every copy that will ever run has run.
+        wait_until_quiescent(
+            run.app,
+            workers=2,
+            queues=[run.config.queue],
+            timeout=self.countdown + 60 + 4 * self.visibility_timeout,
+        )
         runs = Counter(execution.task_id for execution in run.executions())
         return {
             "executions": float(sum(runs.values())),
             "distinct": float(len(runs)),
             "max_runs": float(max(runs.values(), default=0)),
         }
-
-
-def wait_for_quiet(run: Run, *, timeout: float) -> None:
-    """Wait until no message is queued, unacked or delayed and executions stopped growing.
-
-    With nothing queued or unacked, kombu has nothing left to redeliver; the quiet
-    period lets copies still held by a worker (already past their ETA) run first.
-    """
-    last_count = -1
-    quiet_since = time.monotonic()
-
-    def settled() -> bool:
-        nonlocal last_count, quiet_since
-        count = run.execution_count()
-        idle = run.queued() == 0 and run.unacked() == 0 and run.delayed() == 0
-        if count != last_count or not idle:
-            last_count, quiet_since = count, time.monotonic()
-        return time.monotonic() - quiet_since >= QUIET_SECONDS
-
-    wait_until(settled, timeout=timeout, what="executions stop", interval=0.2)

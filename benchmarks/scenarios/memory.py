@@ -14,8 +14,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from celery_delayq.testing import wait_until
+
 from .. import plots
-from ..harness import Run, log, wait_until
+from ..harness import Run, log
 from ..processes import MIB
 from ..publishers import publish_parallel
 from ..report import MetricSpec, Target
@@ -109,6 +111,7 @@ class WorkerMemory:
                 lambda: run.delayed() >= count,
                 timeout=timeout,
                 what=f"{count} tasks are pending in the delayed store",
+                interval=0.1,  # polls lightly: Redis is part of what is measured
             )
         else:
             # The worker has received every message once the list is drained and
