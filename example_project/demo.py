@@ -35,7 +35,7 @@ import redis
 from celery import Task
 
 import celery_delayq
-from celery_delayq.testing import RedisServer
+from celery_delayq.testing import RedisServer, WaitAborted, wait_until
 
 from .proj import app, starts
 from .proj.tasks import flaky, stamp
@@ -156,15 +156,33 @@ def wait_for_starts(plan: Plan, worker: Worker) -> tuple[dict[str, starts.Start]
     url = app.conf.broker_url
     not_before = plan.cancelled_eta + CANCEL_CHECK_SECONDS
     deadline = plan.t0 + LAST_DUE_SECONDS + GRACE_SECONDS
-    while True:
+    seen: dict[str, starts.Start] = {}
+    checked_at = time.time()
+
+    def all_started() -> bool:
+        nonlocal seen, checked_at
         checked_at = time.time()
         seen = starts.read_all(url, plan.run)
         print(backlog_line(plan, len(seen.keys() & plan.sent.keys())), flush=True)
-        now = time.time()
-        all_ran = plan.sent.keys() <= seen.keys() and now >= not_before
-        if all_ran or now >= deadline or worker.process.poll() is not None:
-            return seen, checked_at
-        time.sleep(BACKLOG_EVERY_SECONDS)
+        return plan.sent.keys() <= seen.keys() and time.time() >= not_before
+
+    with contextlib.suppress(TimeoutError, WaitAborted):  # the report says what is missing
+        wait_until(
+            all_started,
+            timeout=max(0.0, deadline - time.time()),
+            interval=BACKLOG_EVERY_SECONDS,
+            what="every expected run started",
+            abort=lambda: worker_exited(worker),
+        )
+    return seen, checked_at
+
+
+def worker_exited(worker: Worker) -> str | None:
+    """Why waiting for the worker is pointless: it exited (with its log's last lines)."""
+    code = worker.process.poll()
+    if code is None:
+        return None
+    return f"worker exited with status {code}:\n{worker.log_tail()}"
 
 
 def clock(epoch: float) -> str:
@@ -238,10 +256,23 @@ def running_worker(url: str, pool: str) -> Iterator[Worker]:
         python_path = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, "REDIS_URL": url, "PYTHONPATH": os.pathsep.join(python_path)}
         command = [
-            sys.executable, "-m", "celery", "-A", "example_project.proj", "worker",
-            "--pool", pool, "--concurrency", "2" if pool == "prefork" else "1",
-            "--loglevel", "INFO", "--hostname", hostname, "--without-gossip", "--without-mingle",
-        ]  # fmt: skip
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "example_project.proj",
+            "worker",
+            "--pool",
+            pool,
+            "--concurrency",
+            "2" if pool == "prefork" else "1",
+            "--loglevel",
+            "INFO",
+            "--hostname",
+            hostname,
+            "--without-gossip",
+            "--without-mingle",
+        ]
         with logfile.open("wb") as log:
             process = subprocess.Popen(
                 command,
@@ -284,15 +315,16 @@ def stop_worker(worker: Worker) -> None:
 
 def wait_until_ready(worker: Worker) -> None:
     """Block until the worker answers a ping, so the first tasks are not timed on its start."""
-    deadline = time.monotonic() + WORKER_READY_TIMEOUT
-    while time.monotonic() < deadline:
-        if worker.process.poll() is not None:
-            raise DemoError(
-                f"worker exited with status {worker.process.returncode}:\n{worker.log_tail()}"
-            )
-        if app.control.ping(destination=[worker.hostname], timeout=0.5):
-            return
-    raise DemoError(f"worker did not answer within {WORKER_READY_TIMEOUT:g}s")
+    try:
+        wait_until(
+            lambda: app.control.ping(destination=[worker.hostname], timeout=0.5),
+            timeout=WORKER_READY_TIMEOUT,
+            interval=0,  # each ping waits up to half a second for the answer
+            what=f"worker {worker.hostname} answers a ping",
+            abort=lambda: worker_exited(worker),
+        )
+    except (TimeoutError, WaitAborted) as exc:
+        raise DemoError(str(exc)) from None
 
 
 def run(worker: Worker) -> int:
