@@ -9,7 +9,7 @@ import pytest
 import celery_delayq
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.record import Record, task_key
-from celery_delayq.testing import RedisServer, wait_until
+from celery_delayq.testing import RedisServer
 
 from ..helpers import REMEMBER, invoke, remember, run_celery
 
