@@ -8,15 +8,22 @@ script path.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import logging
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import redis
 
 from .keys import QueueKeys
+from .record import Record, task_id_of
 from .results import MoveResult
 from .scripts import StoreScripts
 from .stats import LATENESS_BUCKETS_MS
+
+logger = logging.getLogger(__name__)
 
 #: A move stops after this many payload bytes, so one script call stays short (a few ms)
 #: even when messages are large.
@@ -27,6 +34,10 @@ class HandOver(Protocol):
     """Delivers the due messages of one queue, at most ``limit`` of them per call."""
 
     def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult: ...
+
+    def close(self) -> None:
+        """Release what delivering holds (a broker connection); the next delivery
+        opens it again."""
 
 
 class SameRedisMove:
@@ -48,6 +59,9 @@ class SameRedisMove:
         self.scripts = scripts or StoreScripts.register(client)
         self.queue_lists = queue_lists
 
+    def close(self) -> None:
+        """Nothing to release: the move runs on the store's own connection."""
+
     def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult:
         lists = self.queue_lists(queue.queue) if self.queue_lists else [queue.own_list]
         moved, next_due, now, missing, max_late = self.scripts.move_due(
@@ -64,3 +78,190 @@ class SameRedisMove:
         )
         next_due_ms = None if next_due < 0 else int(next_due)
         return MoveResult(int(moved), next_due_ms, int(now), int(missing), int(max_late))
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A claimed message on its way to the broker."""
+
+    key: bytes  # its message key in the store
+    destination: str  # where the transport puts it: a kombu list, an exchange and key...
+    payload: bytes  # the kombu envelope, as stored
+    due_ms: int
+    expires_ms: int | None = None  # the queue's x-expires, when its publisher declared one
+
+    @property
+    def stable_id(self) -> str:
+        """The same for every publish of this delayed message (a republish after a mover
+        died included), different for another delayed message of the same task: a
+        consumer can dedupe on it."""
+        return f"{task_id_of(self.key)}@{self.due_ms}"
+
+
+@dataclass
+class PublishReport:
+    """What the broker said about a batch of messages."""
+
+    confirmed: list[bytes] = field(default_factory=list)
+    refused: dict[bytes, str] = field(default_factory=dict)  # key -> the broker's reason
+    #: Set when publishing stopped (the broker became unreachable): every message not
+    #: confirmed or refused is in an unknown state.
+    error: Exception | None = None
+
+
+class Publisher(Protocol):
+    """Publishes messages to the broker, with confirms, and reports on each."""
+
+    def publish(self, messages: Sequence[Outgoing]) -> PublishReport: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class HandOverPolicy:
+    """How hard a cross-system hand-over tries before it gives a message up."""
+
+    #: A claim not acked within this many ms comes back (its mover died or hung).
+    lease_ms: int = 60_000
+    #: The failed hand-over that reaches this count dead-letters the message.
+    most_tries: int = 5
+    #: Back-off after the first refusal; it doubles with each further one.
+    retry_backoff_ms: int = 1_000
+
+
+class ClaimPublishAck:
+    """Due messages go to a broker in another system: claimed in Redis, published with
+    confirms, then acked in Redis (``lua/handover.lua`` explains the protocol).
+
+    A message leaves Redis only after the broker confirmed it, so nothing is lost; a
+    mover killed between the confirm and the ack publishes one duplicate (its claim
+    expires and the message is published again), which carries the same stable id.
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        make_publisher: Callable[[], Publisher],
+        policy: HandOverPolicy | None = None,
+        scripts: StoreScripts | None = None,
+    ) -> None:
+        #: Called on the first delivery only: a store that only schedules (a producer's)
+        #: never opens a publishing connection.
+        self.make_publisher = make_publisher
+        self._publisher: Publisher | None = None
+        self.policy = policy or HandOverPolicy()
+        self.scripts = scripts or StoreScripts.register(client)
+
+    @property
+    def publisher(self) -> Publisher:
+        if self._publisher is None:
+            self._publisher = self.make_publisher()
+        return self._publisher
+
+    def close(self) -> None:
+        """Close the publisher's broker connection, if one was made."""
+        if self._publisher is not None:
+            self._publisher.close()
+            self._publisher = None
+
+    def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult:
+        owner = uuid.uuid4().hex
+        policy = self.policy
+        reply = self.scripts.claim_due(
+            keys=queue.handover_keys(),
+            args=[
+                *queue.page_args(),
+                limit,
+                MOVE_BATCH_BYTES,
+                owner,
+                policy.lease_ms,
+                policy.most_tries,
+            ],
+        )
+        now, next_due, missing, given_back, dead = (int(value) for value in reply[:5])
+        if given_back:
+            logger.warning(
+                "celery-delayq: %d claim(s) of queue %r expired (a mover died or hung after "
+                "claiming); they are due again, and may reach the broker twice",
+                given_back,
+                queue.queue,
+            )
+        self._log_dead(queue, dead, "their claims kept expiring")
+        messages = [_outgoing(key, raw, queue.own_list) for key, raw in _pairs(reply[5:])]
+        report = self.publisher.publish(messages) if messages else PublishReport()
+        moved, max_late = self._ack(queue, owner, report.confirmed)
+        self._give_back_refused(queue, owner, report.refused)
+        settled = {*report.confirmed, *report.refused}
+        unsettled = [m.key for m in messages if m.key not in settled]
+        self._release(queue, owner, unsettled, refused=False, reason="")
+        if report.error is not None:
+            raise report.error
+        # A refused message is due again after its back-off, at the earliest this soon.
+        retry_at = now + policy.retry_backoff_ms if report.refused else -1
+        due_times = [t for t in (next_due, retry_at) if t >= 0]
+        return MoveResult(moved, min(due_times) if due_times else None, now, missing, max_late)
+
+    def _ack(self, queue: QueueKeys, owner: str, confirmed: list[bytes]) -> tuple[int, int]:
+        if not confirmed:
+            return 0, 0
+        acked, _, max_late = self.scripts.ack_claimed(
+            keys=queue.handover_keys(),
+            args=[*queue.page_args(), owner, len(confirmed), *confirmed, *LATENESS_BUCKETS_MS],
+        )
+        return int(acked), int(max_late)
+
+    def _give_back_refused(self, queue: QueueKeys, owner: str, refused: dict[bytes, str]) -> None:
+        """Give refused messages back with a back-off, one call per reason."""
+        by_reason: dict[str, list[bytes]] = defaultdict(list)
+        for key, reason in refused.items():
+            by_reason[reason].append(key)
+        for reason, keys in by_reason.items():
+            logger.warning(
+                "celery-delayq: the broker refused %d message(s) of queue %r: %s",
+                len(keys),
+                queue.queue,
+                reason,
+            )
+            dead = self._release(queue, owner, keys, refused=True, reason=reason)
+            self._log_dead(queue, dead, reason)
+
+    def _release(
+        self, queue: QueueKeys, owner: str, messages: list[bytes], *, refused: bool, reason: str
+    ) -> int:
+        """Give claimed messages back; how many were dead-lettered."""
+        if not messages:
+            return 0
+        policy = self.policy
+        _, dead = self.scripts.release_claimed(
+            keys=queue.handover_keys(),
+            args=[
+                *queue.page_args(),
+                owner,
+                int(refused),
+                policy.most_tries,
+                policy.retry_backoff_ms,
+                reason,
+                *messages,
+            ],
+        )
+        return int(dead)
+
+    @staticmethod
+    def _log_dead(queue: QueueKeys, dead: int, reason: str) -> None:
+        if dead:
+            logger.error(
+                "celery-delayq: %d message(s) of queue %r moved to the dead letters: %s "
+                "(see `celery delayq list --dead`)",
+                dead,
+                queue.queue,
+                reason,
+            )
+
+
+def _pairs(flat: list[bytes]) -> list[tuple[bytes, bytes]]:
+    return list(zip(flat[::2], flat[1::2]))
+
+
+def _outgoing(key: bytes, raw: bytes, own_list: str) -> Outgoing:
+    record = Record.decode(raw, own_list)
+    return Outgoing(key, record.destination, record.payload, record.due_ms, record.expires_ms)

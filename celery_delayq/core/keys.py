@@ -17,6 +17,12 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:{Q}:stats         HASH   counters: scheduled, moved, cancelled, the move lateness
                                 histogram (late_le_<ms>, late_sum_ms, late_count), and
                                 page_seq/dup_seq for numbering pages and duplicates
+    P:{Q}:inflight      ZSET   claimed message key -> lease deadline (ms), while a mover
+                                hands it to another system (lua/handover.lua)
+    P:{Q}:claims        HASH   claimed message key -> owner (one mover pass)
+    P:{Q}:tries         HASH   message key -> failed hand-overs so far
+    P:{Q}:dead          HASH   message key -> record of a message that kept failing
+    P:{Q}:dead:why      HASH   message key -> "<ms when> <tries> <reason>"
     P:{Q}:inspect:<T>   STRING the worker (node name) that lists Q's delayed messages in
                                 its reply to the remote-control request with ticket T;
                                 set once (NX), expires after a minute
@@ -47,10 +53,28 @@ class QueueKeys:
     stats: str
     page_prefix: str
     own_list: str  # the destination most records have (priority lists are named in them)
+    tagged: str  # the start of every key of this queue: P:{Q}
 
     def as_list(self) -> list[str]:
         """The keys in the order every per-queue script expects them as KEYS."""
         return [self.messages, self.pages, self.duplicates, self.stats]
+
+    @property
+    def inflight(self) -> str:
+        return f"{self.tagged}:inflight"
+
+    @property
+    def dead(self) -> str:
+        return f"{self.tagged}:dead"
+
+    @property
+    def dead_reasons(self) -> str:
+        return f"{self.tagged}:dead:why"
+
+    def handover_keys(self) -> list[str]:
+        """KEYS[1..9] of the claim -> publish -> ack scripts (lua/handover.lua)."""
+        claims, tries = f"{self.tagged}:claims", f"{self.tagged}:tries"
+        return [*self.as_list(), self.inflight, claims, tries, self.dead, self.dead_reasons]
 
     def page_args(self) -> list[Any]:
         """ARGV[1] and ARGV[2] of every per-queue script (lua/prelude.lua)."""
@@ -97,6 +121,7 @@ class KeySpace:
             stats=f"{tagged}:stats",
             page_prefix=f"{tagged}:p:",
             own_list=self.destination(queue),
+            tagged=tagged,
         )
 
     def inspect_claim(self, queue: str, ticket: str) -> str:

@@ -1,7 +1,8 @@
 """The Lua scripts of the delayed store, loaded from ``lua/*.lua`` as redis-py Scripts.
 
 Each script is ``lua/prelude.lua`` (the page layout's shared keys and helpers) followed
-by the script's own file.
+by the script's own file; the claim -> publish -> ack scripts have ``lua/handover.lua``
+between the two.
 
 redis-py's ``Script`` computes the SHA locally, runs EVALSHA and reloads the script
 after NOSCRIPT (a restarted or flushed Redis), so no SHA cache of our own is kept.
@@ -37,6 +38,9 @@ class StoreScripts:
     pending: Script
     purge: Script
     repair: Script
+    claim_due: Script
+    ack_claimed: Script
+    release_claimed: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> StoreScripts:
@@ -46,6 +50,11 @@ class StoreScripts:
 #: Read once at import, not lazily: a lazy read in a mover thread could hold the import
 #: lock while a prefork pool forks, and the child would deadlock on its first read.
 PRELUDE = read_source("prelude")
+HANDOVER = read_source("handover")
+HANDOVER_SCRIPTS = frozenset({"claim_due", "ack_claimed", "release_claimed"})
 SOURCES = {
-    field.name: PRELUDE + read_source(field.name) for field in dataclasses.fields(StoreScripts)
+    field.name: PRELUDE
+    + (HANDOVER if field.name in HANDOVER_SCRIPTS else "")
+    + read_source(field.name)
+    for field in dataclasses.fields(StoreScripts)
 }

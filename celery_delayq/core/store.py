@@ -124,6 +124,10 @@ class DelayedStore:
             pipe.execute()
         return len(messages)
 
+    def close(self) -> None:
+        """Release the hand-over's broker connection, if it has one of its own."""
+        self.handover.close()
+
     # -- moving
 
     def move_due(self, queue: str) -> MoveResult:

@@ -166,3 +166,96 @@ local function message_keys(task_key)
   end
   return keys
 end
+
+-- Due messages, in due order, up to `limit` of them and `budget` payload bytes, read
+-- without writing anything: a list of {key, record, due (ms), destination (nil: the
+-- queue's own list), start (payload's first byte), expires (x-expires ms or nil)}; the
+-- pages read (for drop_taken); and how many due entries had a missing or unreadable
+-- record (their entries are dropped with the others; an unreadable record stays in MSG).
+local function collect_due(now, limit, budget)
+  local found, taken_from, missing, bytes, page_index = {}, {}, 0, 0, 0
+  while limit > 0 and bytes < budget do
+    local page = redis.call('ZRANGE', PAGES, page_index, page_index, 'WITHSCORES')
+    if not page[1] or tonumber(page[2]) > now then break end
+    local page_key = PAGE_PREFIX .. page[1]
+    local entries = redis.call('ZRANGEBYSCORE', page_key, '-inf', now, 'WITHSCORES',
+                               'LIMIT', 0, limit)
+    local keys = {}
+    for i = 1, #entries, 2 do keys[#keys + 1] = entries[i] end
+    local taken = 0
+    if #keys > 0 then
+      local records = redis.call('HMGET', MSG, unpack(keys))
+      for i, key in ipairs(keys) do
+        taken = i
+        local record, due, destination, start, expires = records[i], nil, nil, nil, nil
+        if record then due, destination, start, expires = parse(record) end
+        if due then
+          found[#found + 1] = {key = key, record = record, due = tonumber(entries[2 * i]),
+                               destination = destination, start = start, expires = expires}
+          bytes = bytes + #record - start + 1
+          if bytes >= budget then break end
+        else
+          missing = missing + 1
+        end
+      end
+      limit = limit - taken
+    end
+    taken_from[#taken_from + 1] = {page[1], page_key, taken}
+    if taken < redis.call('ZCARD', page_key) then break end  -- the rest is not due (or no room)
+    page_index = page_index + 1
+  end
+  return found, taken_from, missing
+end
+
+-- Remove from their pages the entries collect_due took (a page left empty goes).
+local function drop_taken(taken_from)
+  for _, taken in ipairs(taken_from) do
+    local number, page_key, count = taken[1], taken[2], taken[3]
+    if count > 0 then redis.call('ZREMRANGEBYRANK', page_key, 0, count - 1) end
+    if redis.call('EXISTS', page_key) == 0 then redis.call('ZREM', PAGES, number) end
+  end
+end
+
+-- The lateness (ms after the due time) of delivered messages, counted in a histogram
+-- whose bucket bounds are ARGV[first..] (ascending), and written to STATS once per call
+-- (non-cumulative buckets), together with the count of delivered messages.
+local function lateness_histogram(first)
+  local bounds, names, counts = {}, {}, {}
+  local histogram = {count = 0, sum = 0, max = 0}
+  for i = first, #ARGV do
+    bounds[#bounds + 1] = tonumber(ARGV[i])
+    names[#names + 1] = 'late_le_' .. ARGV[i]
+  end
+  function histogram.observe(late)
+    histogram.count = histogram.count + 1
+    histogram.sum = histogram.sum + late
+    if late > histogram.max then histogram.max = late end
+    local bucket = 'late_le_inf'
+    for i = 1, #bounds do
+      if late <= bounds[i] then bucket = names[i]; break end
+    end
+    counts[bucket] = (counts[bucket] or 0) + 1
+  end
+  function histogram.write()
+    if histogram.count == 0 then return end
+    redis.call('HINCRBY', STATS, 'moved', histogram.count)
+    redis.call('HINCRBY', STATS, 'late_count', histogram.count)
+    redis.call('HINCRBY', STATS, 'late_sum_ms', histogram.sum)
+    for bucket, count in pairs(counts) do redis.call('HINCRBY', STATS, bucket, count) end
+  end
+  return histogram
+end
+
+-- The Redis server's time in ms: "due" is judged by it, so hosts with different clocks
+-- agree.
+local function server_now()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- Commands with many arguments, in chunks well below Lua's unpack limit.
+local function call_chunked(command, key, values)
+  for i = 1, #values, 1000 do
+    redis.call(command, key, unpack(values, i, math.min(i + 999, #values)))
+  end
+end

@@ -1,0 +1,40 @@
+-- Claim a bounded batch of due messages for one mover pass (after prelude.lua and
+-- handover.lua, which explains the protocol), first giving back expired claims.
+--
+-- ARGV[3]  most messages to claim
+-- ARGV[4]  payload bytes after which this call stops claiming
+-- ARGV[5]  owner of the claims (unique per mover pass)
+-- ARGV[6]  lease (ms): an unacked claim comes back to the schedule after it
+-- ARGV[7]  most tries: the try that reaches it dead-letters the message
+-- Returns  {server time in ms, next due time in ms or -1, due entries whose record was
+--           missing or unreadable, expired claims given back, messages dead-lettered,
+--           then key, record for every claimed message, in due order}
+
+local now = server_now()
+local limit, budget, owner = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local lease, most_tries = tonumber(ARGV[6]), tonumber(ARGV[7])
+
+-- Expired claims first: their mover died or hung between claim and ack. The message
+-- may or may not have reached the broker; it is due again at its own due time.
+local given_back, dead = 0, 0
+local expired = redis.call('ZRANGEBYSCORE', INFLIGHT, '-inf', now, 'LIMIT', 0, limit)
+for _, key in ipairs(expired) do
+  unclaim(key)
+  local record = redis.call('HGET', MSG, key)
+  local due = record and parse(record) or now
+  dead = dead + failed_once(key, due, most_tries, 'claim expired: the mover died or could ' ..
+                            'not publish within the lease', now)
+  given_back = given_back + 1
+end
+
+local found, taken_from, missing = collect_due(now, limit, budget)
+drop_taken(taken_from)
+local _, next_due = head()
+local reply = {now, next_due and tonumber(next_due) or -1, missing, given_back, dead}
+for _, message in ipairs(found) do
+  redis.call('ZADD', INFLIGHT, now + lease, message.key)
+  redis.call('HSET', CLAIMS, message.key, owner)
+  reply[#reply + 1] = message.key
+  reply[#reply + 1] = message.record
+end
+return reply
