@@ -18,11 +18,17 @@ local prelude_exports = {
   "MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX",
   "parse", "add_entry", "remove_entry", "head",
   "duplicate_key", "duplicate_of", "forget_duplicate", "message_keys",
+  "collect_due", "drop_taken", "lateness_histogram", "server_now", "call_chunked",
 }
+-- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
+local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "unclaim",
+                          "dead_letter", "failed_once"}
 local exported, unused_exports = {}, {}
-for i, name in ipairs(prelude_exports) do
-  exported[name] = true
-  unused_exports[i] = "211/" .. name
+for _, names in ipairs({prelude_exports, handover_exports}) do
+  for _, name in ipairs(names) do
+    exported[name] = true
+    unused_exports[#unused_exports + 1] = "211/" .. name
+  end
 end
 
 -- The names each file takes from the code put in front of it. They are declared here,
@@ -38,8 +44,21 @@ local lua = "celery_delayq/core/lua/"
 files[lua .. "cancel.lua"] = reads({"MSG", "DUP", "STATS", "parse", "remove_entry",
                                     "message_keys"}, "prelude.lua")
 files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"}, "prelude.lua")
-files[lua .. "move_due.lua"] = reads({"MSG", "PAGES", "STATS", "PAGE_PREFIX", "parse", "head",
-                                      "forget_duplicate"}, "prelude.lua")
+files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram", "collect_due",
+                                      "drop_taken", "call_chunked", "head", "forget_duplicate"},
+                                     "prelude.lua")
+files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate"},
+                                     "prelude.lua")
+files[lua .. "handover.lua"].ignore = {"211/unclaim", "211/failed_once"}
+files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_due", "drop_taken",
+                                       "head", "INFLIGHT", "CLAIMS", "unclaim", "failed_once"},
+                                      "prelude.lua and handover.lua")
+files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
+                                         "lateness_histogram", "unclaim", "forget_duplicate"},
+                                        "prelude.lua and handover.lua")
+files[lua .. "release_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
+                                             "add_entry", "unclaim", "failed_once"},
+                                            "prelude.lua and handover.lua")
 files[lua .. "pending.lua"] = reads({"PAGES", "PAGE_PREFIX"}, "prelude.lua")
 files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX"}, "prelude.lua")
 files[lua .. "repair.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "parse", "add_entry",

@@ -43,11 +43,12 @@ def luacheck_source(name: str, source: str) -> bool:
 
 
 def together() -> str:
-    """The prelude, then every store script as a function, all of them returned."""
+    """The prelude and handover.lua, then every store script as a function, all of them
+    returned."""
     functions = {f"script_{name}": store.read_source(name) for name in store.SOURCES}
     bodies = "".join(f"local function {fn}()\n{body}end\n" for fn, body in functions.items())
     returned = "".join(f"  {fn},\n" for fn in functions)
-    return f"{store.PRELUDE}{bodies}return {{\n{returned}}}\n"
+    return f"{store.PRELUDE}{store.HANDOVER}{bodies}return {{\n{returned}}}\n"
 
 
 def main() -> int:

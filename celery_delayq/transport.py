@@ -1,8 +1,25 @@
-"""``broker_transport = "celery_delayq.transport:Transport"`` (or ``:SentinelTransport``):
-the transports live in ``celery_delayq.celery.transport``; this path stays for settings."""
+"""``broker_transport = "celery_delayq.transport:Transport"`` (or ``:SentinelTransport``,
+``:AMQPTransport``, ``:AMQPSSLTransport``): the transports live in
+``celery_delayq.celery``; this path stays for settings."""
 
 from __future__ import annotations
 
-from .celery.transport import Channel, SentinelChannel, SentinelTransport, Transport
+from .celery.transport import (
+    AMQPChannel,
+    AMQPSSLTransport,
+    AMQPTransport,
+    Channel,
+    SentinelChannel,
+    SentinelTransport,
+    Transport,
+)
 
-__all__ = ["Channel", "SentinelChannel", "SentinelTransport", "Transport"]
+__all__ = [
+    "AMQPChannel",
+    "AMQPSSLTransport",
+    "AMQPTransport",
+    "Channel",
+    "SentinelChannel",
+    "SentinelTransport",
+    "Transport",
+]

@@ -5,10 +5,12 @@
   before every test that uses it (``redis_client``, ``make_app``, ``app``).
 - ``tests/system``: real ``celery worker``, ``beat`` and ``delayq mover`` subprocesses
   (``tests.helpers.celery_process``), Sentinel, TLS, ACL users, kills.
+- Tests on RabbitMQ (``rabbitmq_url``, ``make_amqp_app``) run in the latter two kinds.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,6 +20,7 @@ import redis
 from celery import Celery
 
 from celery_delayq.testing import RedisServer
+from celery_delayq.testing_rabbitmq import RabbitMQUnavailable, rabbitmq_for_tests
 
 from .helpers import NOWHERE
 
@@ -88,3 +91,43 @@ def make_app(
 @pytest.fixture
 def app(make_app: Callable[..., Celery]) -> Celery:
     return make_app()
+
+
+AMQP_TRANSPORT = "celery_delayq.transport:AMQPTransport"
+
+
+@pytest.fixture(scope="session")
+def rabbitmq_url() -> Iterator[str]:
+    """A RabbitMQ of this test session (celery_delayq.testing_rabbitmq): a fresh vhost on
+    ``RABBITMQ_URL``, else a private node; the tests skip, saying how to get one, if
+    there is neither."""
+    try:
+        with rabbitmq_for_tests() as url:
+            yield url
+    except RabbitMQUnavailable as exc:
+        pytest.skip(f"no RabbitMQ to test against: {exc}")
+
+
+@pytest.fixture
+def amqp_settings(
+    rabbitmq_url: str, redis_server: RedisServer, redis_client: redis.Redis
+) -> dict[str, Any]:
+    """Settings of an app on RabbitMQ with its delayed store in the session's (flushed)
+    Redis, and a default queue of its own (queues outlive a test in the vhost)."""
+    return {
+        "broker_transport": AMQP_TRANSPORT,
+        "delayq_store_url": redis_server.url,
+        "task_default_queue": f"q-{uuid.uuid4().hex[:8]}",
+    }
+
+
+@pytest.fixture
+def make_amqp_app(
+    app_factory: Callable[..., Celery], rabbitmq_url: str, amqp_settings: dict[str, Any]
+) -> Callable[..., Celery]:
+    """``app_factory`` on the session's RabbitMQ (``amqp_settings``, then ``settings``)."""
+
+    def make(**settings: Any) -> Celery:
+        return app_factory(rabbitmq_url, **{**amqp_settings, **settings})
+
+    return make

@@ -12,6 +12,7 @@ from typing import Any
 from celery.beat import PersistentScheduler
 
 from ..core.mover import MoverThread
+from .channel import check_store_setting
 from .connect import log_startup, mover_thread
 from .metrics import start_configured_exporter
 from .settings import config_of
@@ -27,6 +28,7 @@ class Scheduler(PersistentScheduler):  # type: ignore[misc]
         # Validate now, so a bad setting fails at start; `celery beat` also builds a
         # lazy instance only to print its banner, so no work starts here.
         self.delayq_config = config_of(self.app)
+        check_store_setting(self.app)
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if self.mover_thread is None:

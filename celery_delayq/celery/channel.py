@@ -33,7 +33,51 @@ from .message import due_ms, eta_of, eta_timestamp
 from .settings import REDIS_SCHEMES, DelayqConfig, check_broker_url, config_of
 
 
-class DelayedPublishMixin:
+class DelayqChannel:
+    """What every celery-delayq channel has: its app's settings and a delayed store.
+
+    The Redis channels (``DelayedPublishMixin``) and the AMQP channel
+    (``amqp_transport.py``) derive from it; ``uses_delayq`` looks for it.
+    """
+
+    delayq_config: DelayqConfig
+    _delayed_store: DelayedStore | None = None
+
+    def store_for(self, config: DelayqConfig) -> DelayedStore:
+        """A delayed store with the given settings, for this channel's broker."""
+        raise NotImplementedError
+
+    @property
+    def delayed_store(self) -> DelayedStore:
+        """The store this channel publishes delayed messages to (its app's settings)."""
+        if self._delayed_store is None:
+            self._delayed_store = self.store_for(self.delayq_config)
+        return self._delayed_store
+
+    def store_if_future(self, queue: str, message: dict[str, Any], payload: Any) -> bool:
+        """Keep ``message`` in the store when its ``eta`` lies ahead; whether it was kept.
+
+        ``payload`` is the envelope to store, or a callable that makes it (only a
+        delayed message is ever encoded twice).
+        """
+        eta = eta_of(message)
+        if eta is None:
+            return False
+        seconds = eta_timestamp(eta, self.delayq_config.timezone)
+        if seconds <= time.time():
+            return False
+        stored = payload() if callable(payload) else payload
+        self.delayed_store.schedule(self.delayed(queue, message, stored, seconds))
+        return True
+
+    def delayed(
+        self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
+    ) -> Scheduled:
+        """What the store keeps of a delayed message."""
+        raise NotImplementedError
+
+
+class DelayedPublishMixin(DelayqChannel):
     """Adds the delayed store to a kombu Redis channel and diverts future ETAs to it."""
 
     #: Broker URL schemes this channel can serve.
@@ -48,7 +92,12 @@ class DelayedPublishMixin:
         app = delayq_app()
         check_broker_url(app, self.url_schemes)
         self.delayq_config = config_of(app)
-        self._delayed_store: DelayedStore | None = None
+        if self.delayq_config.store_url is not None:
+            raise ConfigurationError(
+                "delayq_store_url with a Redis broker is not supported yet: leave it unset "
+                "to keep delayed messages in the broker's Redis"
+            )
+        self._delayed_store = None
         super().__init__(*args, **kwargs)
 
     def store_for(self, config: DelayqConfig) -> DelayedStore:
@@ -63,24 +112,11 @@ class DelayedPublishMixin:
         handover = SameRedisMove(client, queue_lists=self.real_queue_lists)
         return DelayedStore(client, keys, config.move_batch_size, handover)
 
-    @property
-    def delayed_store(self) -> DelayedStore:
-        """The store this channel publishes delayed messages to (its app's settings)."""
-        if self._delayed_store is None:
-            self._delayed_store = self.store_for(self.delayq_config)
-        return self._delayed_store
-
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         """Publish, or store until due. Inside a kombu publish batch a delayed message is
         stored at once rather than at the batch's flush."""
-        eta = eta_of(message)
-        if eta is not None:
-            seconds = eta_timestamp(eta, self.delayq_config.timezone)
-            if seconds > time.time():
-                payload = dumps(message).encode()
-                self.delayed_store.schedule(self.delayed(queue, message, payload, seconds))
-                return
-        super()._put(queue, message, **kwargs)  # type: ignore[misc]
+        if not self.store_if_future(queue, message, lambda: dumps(message).encode()):
+            super()._put(queue, message, **kwargs)  # type: ignore[misc]
 
     def delayed(
         self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
@@ -127,17 +163,41 @@ class DelayedPublishMixin:
         self.delayed_store.purge(queue)
 
 
-def uses_delayq(app: Celery) -> bool:
-    """Whether ``app``'s ``broker_transport`` is a celery-delayq transport."""
+STORE_URL_NEEDED = (
+    "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
+    'where delayed messages wait (e.g. delayq_store_url = "redis://localhost:6379/0")'
+)
+
+
+def delayq_channel_class(app: Celery) -> type[DelayqChannel] | None:
+    """The celery-delayq channel class of ``app``'s ``broker_transport``, or None."""
     transport = app.conf.broker_transport
     if not transport:
-        return False
+        return None
     try:
         cls: Any = get_transport_cls(transport) if isinstance(transport, str) else transport
     except (ImportError, KeyError, ValueError, AttributeError):
-        return False
-    channel = getattr(cls, "Channel", object) if isinstance(cls, type) else object
-    return issubclass(channel, DelayedPublishMixin)
+        return None
+    # kombu's virtual transports name their channel class; py-amqp's, their connection's.
+    channel = getattr(cls, "Channel", None) or getattr(
+        getattr(cls, "Connection", None), "Channel", None
+    )
+    if isinstance(channel, type) and issubclass(channel, DelayqChannel):
+        return channel
+    return None
+
+
+def uses_delayq(app: Celery) -> bool:
+    """Whether ``app``'s ``broker_transport`` is a celery-delayq transport."""
+    return delayq_channel_class(app) is not None
+
+
+def check_store_setting(app: Celery) -> None:
+    """At start (worker, beat, mover): a broker that is not Redis needs delayq_store_url."""
+    channel = delayq_channel_class(app)
+    on_redis = channel is None or issubclass(channel, DelayedPublishMixin)
+    if not on_redis and config_of(app).store_url is None:
+        raise ConfigurationError(STORE_URL_NEEDED)
 
 
 def delayq_app() -> Celery:

@@ -19,8 +19,9 @@ from kombu.utils.url import maybe_sanitize_url
 from ..core.health import OK, redis_location, server_findings
 from ..core.mover import Mover, MoverThread
 from ..core.store import DelayedStore
-from .channel import DelayedPublishMixin
+from .channel import DelayqChannel, check_store_setting
 from .errors import ConfigurationError
+from .separate_store import separate_store
 from .settings import config_of
 
 logger = logging.getLogger(__name__)
@@ -29,9 +30,9 @@ TRANSPORT_HINT = 'set broker_transport = "celery_delayq.transport:Transport"'
 
 
 def store_on(app: Celery, connection: Connection) -> DelayedStore:
-    """The app's delayed store behind an open kombu connection of our transport."""
+    """The app's delayed store for an open kombu connection of our transport."""
     channel = connection.default_channel
-    if not isinstance(channel, DelayedPublishMixin):
+    if not isinstance(channel, DelayqChannel):
         raise ConfigurationError(
             f"the broker transport is {type(channel).__module__}, not celery-delayq: "
             + TRANSPORT_HINT
@@ -41,7 +42,16 @@ def store_on(app: Celery, connection: Connection) -> DelayedStore:
 
 @contextmanager
 def open_store(app: Celery) -> Iterator[DelayedStore]:
-    """The app's delayed store, on a pooled broker connection, for short operations."""
+    """The app's delayed store for short operations: on a pooled broker connection, or
+    at ``delayq_store_url`` (then the broker is reached only to deliver)."""
+    config = config_of(app)
+    if config.store_url is not None:
+        store = separate_store(app, config)
+        try:
+            yield store
+        finally:
+            store.close()
+        return
     with app.connection_or_acquire() as connection:
         yield store_on(app, connection)
 
@@ -50,19 +60,28 @@ class StoreConnection:
     """A store on a broker connection of its own, for a long-lived mover.
 
     ``open`` may fail while Redis is down; the mover calls it again after a back-off,
-    and each call first releases the connection the previous one made.
+    and each call first releases the connections the previous one made.
     """
 
     def __init__(self, app: Celery) -> None:
         self.app = app
         self._connection: Connection | None = None
+        self._store: DelayedStore | None = None
 
     def open(self) -> DelayedStore:
         self.close()
-        self._connection = self.app.connection_for_write()
-        return store_on(self.app, self._connection)
+        config = config_of(self.app)
+        if config.store_url is not None:
+            self._store = separate_store(self.app, config)
+        else:
+            self._connection = self.app.connection_for_write()
+            self._store = store_on(self.app, self._connection)
+        return self._store
 
     def close(self) -> None:
+        if self._store is not None:
+            self._store.close()
+            self._store = None
         if self._connection is not None:
             self._connection.release()
             self._connection = None
@@ -70,6 +89,7 @@ class StoreConnection:
 
 def mover_thread(app: Celery, name: str) -> MoverThread:
     """A mover for ``app`` in a thread of its own, with its own broker connection."""
+    check_store_setting(app)
     config = config_of(app)
     connection = StoreConnection(app)
     mover = Mover(
@@ -94,10 +114,13 @@ def warn_about_risks(store: DelayedStore) -> None:
 def log_startup(app: Celery, mover_mode: str) -> None:
     """The one line workers and beat log at start: where the store is, its key prefix and
     whether this process moves (the URL's password is masked)."""
-    url = maybe_sanitize_url(app.conf.broker_write_url or app.conf.broker_url or "redis://")
+    config = config_of(app)
+    url = maybe_sanitize_url(
+        config.store_url or app.conf.broker_write_url or app.conf.broker_url or "redis://"
+    )
     logger.info(
         "celery-delayq: delayed tasks in %s under key prefix %r; %s",
         url,
-        config_of(app).key_prefix,
+        config.key_prefix,
         mover_mode,
     )

@@ -40,7 +40,7 @@ from kombu.utils.json import loads
 
 from ..core.results import PendingMessage
 from ..core.store import DelayedStore
-from .channel import DelayedPublishMixin, uses_delayq
+from .channel import DelayqChannel, uses_delayq
 from .settings import config_of
 
 logger = logging.getLogger(__name__)
@@ -102,7 +102,7 @@ def delayed_schedule(state: Any, channel: Any, ticket: str | None) -> list[dict[
     to request ``ticket`` (all of its queues' when there is no ticket to share)."""
     app = state.app
     limit = config_of(app).inspect_limit
-    if not limit or not isinstance(channel, DelayedPublishMixin):
+    if not limit or not isinstance(channel, DelayqChannel):
         return []
     try:
         listing = DelayedListing(app, channel, state.hostname, limit)
@@ -126,7 +126,7 @@ def consumed_queues(consumer: Any) -> set[str]:
 class DelayedListing:
     """One worker's listing of delayed messages for one ``scheduled`` request."""
 
-    def __init__(self, app: Celery, channel: DelayedPublishMixin, hostname: str, limit: int):
+    def __init__(self, app: Celery, channel: DelayqChannel, hostname: str, limit: int):
         self.app = app
         self.channel = channel
         self.hostname = hostname

@@ -25,6 +25,8 @@ SETTING_PREFIX = "delayq_"
 #: URL schemes a Redis broker may be given with (``socket`` and ``unix`` are Unix sockets).
 REDIS_SCHEMES = frozenset({"redis", "rediss", "socket", "unix", "redis+socket"})
 SENTINEL_SCHEMES = frozenset({"sentinel"})
+#: URL schemes ``delayq_store_url`` may have (redis-py's ``Redis.from_url``).
+STORE_SCHEMES = frozenset({"redis", "rediss", "unix"})
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,18 @@ class DelayqConfig:
     #: Most delayed messages one worker adds to its reply to ``inspect scheduled`` (the
     #: earliest due); 0: add none.
     inspect_limit: int = 1000
+    #: Where delayed messages wait when they do not wait in the broker's own Redis: a
+    #: redis:// or rediss:// URL. Needed with a broker that is not Redis (RabbitMQ...);
+    #: with a Redis broker it keeps the schedule elsewhere. None: the broker's Redis.
+    store_url: str | None = None
+    #: Seconds a mover may take to publish a claimed message to a broker in another
+    #: system before its claim expires and the message is published again.
+    handover_lease: float = 60.0
+    #: Failed hand-overs (refusals, expired claims) after which a message is moved to
+    #: the dead letters (``celery delayq list --dead``).
+    handover_tries: int = 5
+    #: Seconds before a refused message is tried again; doubles with each refusal.
+    handover_backoff: float = 1.0
     #: Not a ``delayq_`` setting: Celery's own ``timezone``, used for naive ETAs as the
     #: worker would read them.
     timezone: tzinfo | None = dataclasses.field(default=None, compare=False)
@@ -80,7 +94,18 @@ class DelayqConfig:
             and 0 <= self.inspect_limit <= 100_000,
             f"delayq_inspect_limit must be an integer from 0 to 100000, got {self.inspect_limit!r}",
         )
-        for name in ("mover_max_sleep", "mover_retry_max"):
+        _check(
+            self.store_url is None or urlparse(str(self.store_url)).scheme.lower() in STORE_SCHEMES,
+            "delayq_store_url must be a redis://, rediss:// or unix:// URL, "
+            f"got {maybe_sanitize_url(str(self.store_url))!r}",
+        )
+        _check(
+            isinstance(self.handover_tries, int)
+            and not isinstance(self.handover_tries, bool)
+            and self.handover_tries >= 1,
+            f"delayq_handover_tries must be an integer of at least 1, got {self.handover_tries!r}",
+        )
+        for name in ("mover_max_sleep", "mover_retry_max", "handover_lease", "handover_backoff"):
             value = getattr(self, name)
             _check(
                 isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,

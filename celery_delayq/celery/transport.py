@@ -6,7 +6,8 @@ Select one with Celery settings only::
     broker_transport = "celery_delayq.transport:Transport"
 
 or, behind Redis Sentinel, ``sentinel://...`` with
-``broker_transport = "celery_delayq.transport:SentinelTransport"``.
+``broker_transport = "celery_delayq.transport:SentinelTransport"``. RabbitMQ (py-amqp):
+``celery_delayq.transport:AMQPTransport`` with ``delayq_store_url`` (amqp_transport.py).
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 from celery import signals
 from kombu.transport import redis as kombu_redis
 
+from .amqp_transport import AMQPChannel, AMQPSSLTransport, AMQPTransport
 from .bootstep import add_worker_mover
-from .channel import DelayedPublishMixin
+from .channel import DelayedPublishMixin, check_store_setting
 from .inspect import list_delayed_in_scheduled
 from .settings import SENTINEL_SCHEMES
 
@@ -44,7 +46,19 @@ class SentinelTransport(kombu_redis.SentinelTransport):
     Channel = SentinelChannel
 
 
+__all__ = [
+    "AMQPChannel",
+    "AMQPSSLTransport",
+    "AMQPTransport",
+    "Channel",
+    "SentinelChannel",
+    "SentinelTransport",
+    "Transport",
+]
+
+
 def _on_worker_init(sender: Any, **_: Any) -> None:
+    check_store_setting(sender.app)
     add_worker_mover(sender)
     list_delayed_in_scheduled(sender.app)
 

@@ -1,0 +1,62 @@
+"""An AMQP message as the delayed store keeps it, and back.
+
+The store keeps every delayed message as a kombu envelope (the JSON that kombu's Redis
+transport pushes: body, headers, properties), so ``list``, ``show``, ``reschedule`` and
+``inspect scheduled`` read AMQP messages exactly as they read Redis ones. The exchange
+and routing key a producer published to are the record's destination.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import amqp
+from kombu.utils.json import dumps, loads
+
+#: Separates exchange and routing key in a destination (no exchange name holds it).
+DESTINATION_SEPARATOR = "\x1f"
+#: The header every published delayed message carries, the same for each publish of it.
+STABLE_ID_HEADER = "x-delayq-id"
+
+
+def destination(exchange: str, routing_key: str) -> str:
+    return f"{exchange}{DESTINATION_SEPARATOR}{routing_key}"
+
+
+def exchange_and_routing_key(destination: str) -> tuple[str, str]:
+    exchange, _, routing_key = destination.partition(DESTINATION_SEPARATOR)
+    return exchange, routing_key
+
+
+def envelope(message: amqp.Message) -> bytes:
+    """The kombu envelope of a py-amqp message: body (base64), headers and properties."""
+    properties = dict(message.properties)
+    headers = properties.pop("application_headers", None) or {}
+    content_type = properties.pop("content_type", None)
+    content_encoding = properties.pop("content_encoding", None)
+    body = message.body if isinstance(message.body, bytes) else str(message.body).encode()
+    return dumps(
+        {
+            "body": base64.b64encode(body).decode("ascii"),
+            "content-encoding": content_encoding,
+            "content-type": content_type,
+            "headers": headers,
+            "properties": {**properties, "body_encoding": "base64"},
+        }
+    ).encode()
+
+
+def amqp_message(payload: bytes, stable_id: str) -> amqp.Message:
+    """The py-amqp message of a stored envelope, with the stable id header added."""
+    stored: dict[str, Any] = loads(payload)
+    properties = dict(stored.get("properties") or {})
+    properties.pop("body_encoding", None)
+    headers = {**(stored.get("headers") or {}), STABLE_ID_HEADER: stable_id}
+    return amqp.Message(
+        base64.b64decode(stored["body"]),
+        content_type=stored.get("content-type"),
+        content_encoding=stored.get("content-encoding"),
+        application_headers=headers,
+        **properties,
+    )

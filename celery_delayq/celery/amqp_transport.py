@@ -1,0 +1,124 @@
+"""The py-amqp transport (RabbitMQ) whose channels keep future-ETA messages in Redis.
+
+Select it with Celery settings only::
+
+    broker_url = "amqp://guest:guest@rabbit:5672//"
+    broker_transport = "celery_delayq.transport:AMQPTransport"
+    delayq_store_url = "redis://redis:6379/0"
+
+A message whose ``eta`` header lies ahead is written to the delayed store at
+``delayq_store_url`` instead of the broker; everything else is published exactly as
+kombu's pyamqp transport publishes it. Movers publish due messages to the exchange and
+routing key the producer chose, with confirms (core/handover.py).
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import amqp
+from celery import Celery
+from celery.app import base as celery_app_base
+from kombu.transport import pyamqp
+
+from ..core.store import DelayedStore, Scheduled
+from .amqp_envelope import destination, envelope
+from .channel import STORE_URL_NEEDED, DelayqChannel, delayq_app, uses_delayq
+from .errors import ConfigurationError
+from .message import due_ms
+from .separate_store import separate_store
+from .settings import DelayqConfig, config_of
+
+
+class AMQPChannel(DelayqChannel, pyamqp.Channel):
+    """py-amqp channel that keeps future-ETA messages in the delayed store."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        app = delayq_app()
+        self.delayq_config = config_of(app)
+        if self.delayq_config.store_url is None:
+            raise ConfigurationError(STORE_URL_NEEDED)
+        self._delayq_app = app
+        self._delayed_store = None
+        super().__init__(*args, **kwargs)
+        # With the confirm_publish transport option, py-amqp makes basic_publish an
+        # instance attribute that waits for each confirm; keep it for due messages.
+        self._publish_now = self.__dict__.pop("basic_publish", None) or super().basic_publish
+
+    def store_for(self, config: DelayqConfig) -> DelayedStore:
+        return separate_store(self._delayq_app, config)
+
+    def basic_publish(
+        self, msg: amqp.Message, exchange: str = "", routing_key: str = "", *args: Any, **kw: Any
+    ) -> Any:
+        """Publish, or store until due (grouped under the routing key, which is the
+        queue name in Celery's own routing)."""
+        properties = msg.properties
+        message = {
+            "headers": properties.get("application_headers") or {},
+            "properties": {"delivery_info": {"exchange": exchange, "routing_key": routing_key}},
+        }
+        if self.store_if_future(routing_key or exchange, message, lambda: envelope(msg)):
+            return None
+        return self._publish_now(msg, exchange, routing_key, *args, **kw)
+
+    def delayed(
+        self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
+    ) -> Scheduled:
+        """What the store keeps: the envelope, to go to the producer's exchange and key."""
+        task_id = message["headers"].get("id")
+        delivery_info = message["properties"]["delivery_info"]
+        return Scheduled(
+            queue=queue,
+            message_id=str(uuid.uuid4()),
+            task_id=str(task_id) if task_id is not None else None,
+            due_ms=due_ms(eta_seconds),
+            destination=destination(delivery_info["exchange"], delivery_info["routing_key"]),
+            payload=payload,
+        )
+
+
+class AMQPConnection(pyamqp.Connection):
+    Channel = AMQPChannel
+
+
+class AMQPTransport(pyamqp.Transport):
+    """py-amqp transport with the delayed store (``driver_type`` stays ``amqp``)."""
+
+    Connection = AMQPConnection
+
+
+class AMQPSSLTransport(pyamqp.SSLTransport):
+    """py-amqp transport over TLS with the delayed store."""
+
+    Connection = AMQPConnection
+
+
+def keep_native_delayed_delivery_away() -> None:
+    """Stop Celery (5.5+) from rerouting ETA messages of delayq apps through its native
+    delayed delivery.
+
+    With quorum queues and a topic or fanout exchange, ``Celery.send_task`` sends an ETA
+    message to the ``celery_delayed_27`` exchange with a binary routing key, and no
+    delayed store would ever see it. ``send_task`` asks
+    ``celery.app.base.detect_quorum_queues`` first; for an app that uses celery-delayq
+    it now hears "no quorum queues", so the message keeps its exchange and routing key
+    and waits in the store (cancellable, listed, at millisecond resolution). The worker's
+    own question (global QoS off for quorum queues) is asked through its own import and
+    is not affected.
+    """
+    original = getattr(celery_app_base, "detect_quorum_queues", None)
+    if original is None or getattr(original, "keeps_delayq_apps_away", False):
+        return
+
+    def detect_quorum_queues(app: Celery, driver_type: str) -> tuple[bool, str]:
+        if uses_delayq(app):
+            return False, ""
+        return original(app, driver_type)
+
+    detect_quorum_queues.keeps_delayq_apps_away = True  # type: ignore[attr-defined]
+    celery_app_base.detect_quorum_queues = detect_quorum_queues
+
+
+keep_native_delayed_delivery_away()

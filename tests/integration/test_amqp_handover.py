@@ -1,0 +1,211 @@
+"""Delayed messages of a RabbitMQ app wait in Redis and reach RabbitMQ through the
+claim -> publish with confirms -> ack hand-over (real RabbitMQ, real Redis, no worker)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+from kombu import Exchange, Queue
+
+import celery_delayq
+from celery_delayq.celery.amqp_envelope import STABLE_ID_HEADER
+from celery_delayq.celery.connect import mover_thread, open_store
+from celery_delayq.celery.errors import ConfigurationError
+from celery_delayq.core.handover import ClaimPublishAck
+from celery_delayq.ops.api import deliver_all_due
+
+from ..helpers import NOWHERE
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def take(app: Celery, queue: str) -> list[Any]:
+    """Every message in a RabbitMQ queue now (taken off it)."""
+    taken = []
+    with app.connection_for_write() as connection:
+        channel = connection.channel()
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            taken.append(message)
+        channel.close()
+    return taken
+
+
+def overdue(app: Celery, *results: Any) -> None:
+    """Make these delayed tasks due now (by the store's clock), without racing a clock."""
+    for result in results:
+        assert celery_delayq.reschedule(app, result.id, countdown=-1) == 1
+
+
+def test_a_delayed_task_waits_in_redis_and_reaches_its_queue_once_when_due(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    app = make_amqp_app()
+    queue = app.conf.task_default_queue
+    sent = app.send_task("tests.remember", ("x",), countdown=3600, priority=3)
+    assert take(app, queue) == []  # declared by the publish, and empty
+    assert [(b.queue, b.pending) for b in celery_delayq.backlog(app)] == [(queue, 1)]
+
+    overdue(app, sent)
+    assert deliver_all_due(app) == 1
+    assert deliver_all_due(app) == 0
+
+    (message,) = take(app, queue)
+    assert message.headers["id"] == sent.id
+    assert message.headers[STABLE_ID_HEADER].startswith(f"{sent.id}@")
+    assert message.properties["priority"] == 3
+    assert message.properties["delivery_mode"] == 2  # persistent, as Celery published it
+    assert celery_delayq.backlog(app)[0].pending == 0
+    assert redis_client.keys("*inflight*") == [] and redis_client.keys("*claims*") == []
+
+
+def test_a_message_nobody_can_route_is_retried_then_dead_lettered_with_the_reason(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """An exchange with no binding for the routing key: RabbitMQ returns the mandatory
+    message. It is tried again after a back-off, then kept as a dead letter, never
+    dropped; a routable message of the same batch is delivered."""
+    app = make_amqp_app(delayq_handover_tries=2, delayq_handover_backoff=0.001)
+    lonely = Exchange("lonely", type="direct")
+    with app.connection_for_write() as connection:
+        lonely(connection.default_channel).declare()
+    unroutable = app.send_task(
+        "tests.remember", countdown=3600, exchange="lonely", routing_key="none"
+    )
+    routable = app.send_task("tests.remember", countdown=3600)
+    overdue(app, unroutable, routable)
+
+    assert deliver_all_due(app) == 1  # routable; the other is refused once
+    with open_store(app) as store:
+        wait_until_dead = [store.move_all_due() for _ in range(3)]  # its back-off is 1-2 ms
+    assert sum(r.moved for r in wait_until_dead) == 0
+
+    keys = redis_client.keys("*:dead:why")
+    assert len(keys) == 1
+    (why,) = redis_client.hvals(keys[0])
+    _, tries, reason = why.decode().split(" ", 2)
+    assert tries == "2"
+    assert reason.startswith("unroutable: ") and "'lonely'" in reason and "'none'" in reason
+    assert len(take(app, app.conf.task_default_queue)) == 1
+
+
+def test_an_exchange_that_does_not_exist_refuses_only_its_own_messages(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """A publish to a missing exchange closes the channel (404) without saying which
+    message it was; the batch is published again one by one, so the others arrive."""
+    app = make_amqp_app(delayq_handover_tries=1)
+    good = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(3)]
+    bad = app.send_task("tests.remember", countdown=3600, exchange="nowhere", routing_key="x")
+    overdue(app, good[0], bad, *good[1:])
+
+    assert deliver_all_due(app) == 3
+
+    delivered = [m.headers["id"] for m in take(app, app.conf.task_default_queue)]
+    assert sorted(delivered) == sorted(r.id for r in good)
+    (why,) = redis_client.hvals(redis_client.keys("*:dead:why")[0])
+    assert "NOT_FOUND" in why.decode() and "nowhere" in why.decode()
+
+
+def test_an_unreachable_broker_returns_the_claims_and_loses_nothing(
+    make_amqp_app: Callable[..., Celery],
+    app_factory: Callable[..., Celery],
+    amqp_settings: dict[str, Any],
+    redis_client: redis.Redis,
+) -> None:
+    app = make_amqp_app()
+    sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(5)]
+    overdue(app, *sent)
+    down = app_factory("amqp://guest:guest@127.0.0.1:9//", **amqp_settings)
+
+    with open_store(down) as store, pytest.raises(OSError):
+        store.move_all_due()
+
+    assert redis_client.keys("*inflight*") == []
+    assert celery_delayq.backlog(app)[0].overdue == 5
+    app.set_current()
+    assert deliver_all_due(app) == 5
+    assert len(take(app, app.conf.task_default_queue)) == 5
+
+
+def test_a_claim_whose_mover_died_comes_back_after_its_lease(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """A mover that claimed and died before publishing: once the lease is over, the next
+    pass publishes the message; nothing is lost."""
+    app = make_amqp_app(delayq_handover_lease=0.2)
+    sent = app.send_task("tests.remember", countdown=3600)
+    overdue(app, sent)
+    with open_store(app) as store:
+        handover = store.handover
+        assert isinstance(handover, ClaimPublishAck)
+        queue = store.keys.for_queue(app.conf.task_default_queue)
+        claimed = handover.scripts.claim_due(
+            keys=queue.handover_keys(),
+            args=[*queue.page_args(), 10, 1 << 20, "dead-mover", 200, 5],
+        )
+        assert len(claimed) == 7  # five numbers, then one key and its record
+        assert store.move_all_due().moved == 0  # claimed: no other mover takes it
+
+        first = store.server_time_ms()
+        result = wait_for_move(store)
+        assert result.now_ms >= first + 200 - 5
+
+    (message,) = take(app, app.conf.task_default_queue)
+    assert message.headers["id"] == sent.id
+
+
+def wait_for_move(store: Any) -> Any:
+    from celery_delayq.testing import wait_until
+
+    return wait_until(lambda: (r := store.move_all_due()).moved and r, what="a pass moved it")
+
+
+def test_a_quorum_queue_on_a_topic_exchange_keeps_celerys_native_delayed_delivery_out(
+    make_amqp_app: Callable[..., Celery],
+) -> None:
+    """Celery 5.5+ reroutes an ETA message to ``celery_delayed_27`` when it sees quorum
+    queues and a topic exchange; with celery-delayq it waits in Redis, cancellable, and
+    goes to its own exchange."""
+    name = f"quorum-{id(object()):x}"
+    queue = Queue(
+        name,
+        Exchange(name, type="topic"),
+        routing_key=name,
+        queue_arguments={"x-queue-type": "quorum"},
+    )
+    app = make_amqp_app(
+        task_queues=[queue],
+        task_default_queue=name,
+        broker_transport_options={"confirm_publish": True},
+    )
+    later = app.send_task("tests.remember", countdown=3600)
+    soon = app.send_task("tests.remember", countdown=3600)
+
+    assert {b.queue: b.pending for b in celery_delayq.backlog(app)} == {name: 2}
+    assert celery_delayq.cancel(app, later.id) == 1
+    overdue(app, soon)
+    assert deliver_all_due(app) == 1
+    (message,) = take(app, name)
+    assert message.headers["id"] == soon.id
+    assert message.delivery_info["exchange"] == name
+
+
+def test_a_broker_that_is_not_redis_needs_a_store_url(
+    app_factory: Callable[..., Celery], rabbitmq_url: str
+) -> None:
+    """At start (worker, beat, standalone mover) and at the first publish."""
+    app = app_factory(rabbitmq_url, broker_transport="celery_delayq.transport:AMQPTransport")
+    with pytest.raises(ConfigurationError, match="delayq_store_url"):
+        mover_thread(app, "mover")
+    with pytest.raises(ConfigurationError, match="delayq_store_url"):
+        app.send_task("tests.remember", countdown=60)
+
+
+def test_a_store_url_must_be_a_redis_url(app_factory: Callable[..., Celery]) -> None:
+    app = app_factory(NOWHERE, delayq_store_url="amqp://elsewhere//")
+    with pytest.raises(ConfigurationError, match="delayq_store_url must be a redis"):
+        celery_delayq.backlog(app)
