@@ -1,7 +1,8 @@
 """A Celery app for tests that run real worker and beat subprocesses.
 
 Configured from the environment: ``BROKER_URL``, ``DELAYQ_SETTINGS`` (JSON object of
-extra Celery settings). Every task execution is recorded under ``test:runs`` in the
+extra Celery settings; ``task_queues`` as a list of dicts: name, exchange, exchange_type,
+routing_key, queue_arguments). Every task execution is recorded under ``test:runs`` in the
 Redis at ``RECORD_URL`` (default: the broker) so the test process can count and time them.
 """
 
@@ -14,6 +15,7 @@ from typing import Any
 
 import redis
 from celery import Celery
+from kombu import Exchange, Queue
 
 app = Celery("worker_app")
 app.conf.update(
@@ -23,7 +25,18 @@ app.conf.update(
     worker_prefetch_multiplier=1,
     beat_schedule_filename=os.environ.get("BEAT_SCHEDULE_FILE", "celerybeat-schedule"),
 )
-app.conf.update(json.loads(os.environ.get("DELAYQ_SETTINGS", "{}")))
+settings = json.loads(os.environ.get("DELAYQ_SETTINGS", "{}"))
+if "task_queues" in settings:  # JSON: each queue as a dict of its parts
+    settings["task_queues"] = [
+        Queue(
+            queue["name"],
+            Exchange(queue["exchange"], type=queue["exchange_type"]),
+            routing_key=queue["routing_key"],
+            queue_arguments=queue["queue_arguments"],
+        )
+        for queue in settings["task_queues"]
+    ]
+app.conf.update(settings)
 
 
 def record(task_id: str, eta: Any, **extra: Any) -> None:

@@ -36,11 +36,11 @@ from celery import Celery
 from celery.utils.imports import symbol_by_name
 from celery.worker.request import Request
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
-from kombu.utils.json import loads
 
 from ..core.results import PendingMessage
 from ..core.store import DelayedStore
 from .channel import DelayqChannel, uses_delayq
+from .message import kombu_message
 from .settings import config_of
 
 logger = logging.getLogger(__name__)
@@ -147,9 +147,8 @@ class DelayedListing:
         """Celery's ``scheduled`` entry of one stored message; None if it is not a task
         message this worker can read."""
         try:
-            raw = loads(message.record.payload)
-            kombu_message = self.channel.Message(raw, channel=self.channel)  # type: ignore[attr-defined]
-            request = request_of(self.app, kombu_message, self.hostname)
+            received = kombu_message(message.record.payload, self.channel)
+            request = request_of(self.app, received, self.hostname)
             request_info = request.info()
         except Exception as exc:
             logger.debug("celery-delayq: inspect scheduled skips %r: %r", message.task_id, exc)

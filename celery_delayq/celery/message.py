@@ -9,6 +9,7 @@ from typing import Any
 
 from celery.utils.time import maybe_iso8601, maybe_make_aware
 from kombu import serialization
+from kombu.message import Message
 from kombu.utils.json import dumps, loads
 
 from .errors import InvalidETA
@@ -90,3 +91,24 @@ def _body_reprs(message: dict[str, Any]) -> tuple[str, str]:
         return repr(tuple(args)), repr(kwargs)
     except Exception as exc:  # noqa: BLE001 - a display helper must not fail
         return f"<not decoded: {exc}>", ""
+
+
+def kombu_message(payload: bytes, channel: Any) -> Message:
+    """The kombu ``Message`` of a stored envelope, whichever transport stored it (for
+    code that reads messages as a worker receives them, such as ``inspect scheduled``)."""
+    stored = loads(payload)
+    properties = stored.get("properties") or {}
+    body = stored.get("body")
+    if properties.get("body_encoding") == "base64":
+        body = base64.b64decode(body)
+    return Message(
+        body=body,
+        channel=channel,
+        delivery_tag=properties.get("delivery_tag"),
+        content_type=stored.get("content-type"),
+        content_encoding=stored.get("content-encoding"),
+        headers=stored.get("headers") or {},
+        properties=properties,
+        delivery_info=properties.get("delivery_info") or {},
+        postencode="utf-8",
+    )
