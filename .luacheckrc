@@ -56,6 +56,8 @@ files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_du
 files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                          "lateness_histogram", "unclaim", "forget_duplicate"},
                                         "prelude.lua and handover.lua")
+files[lua .. "resend_dead.lua"] = reads({"MSG", "TRIES", "DEAD", "DEAD_WHY", "server_now",
+                                         "parse", "add_entry"}, "prelude.lua and handover.lua")
 files[lua .. "release_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                              "add_entry", "unclaim", "failed_once"},
                                             "prelude.lua and handover.lua")

@@ -65,6 +65,16 @@ GAUGES: tuple[tuple[str, str, Callable[[QueueBacklog], float | None]], ...] = (
         "Due time of the earliest pending message (absent when none is pending).",
         lambda q: q.next_due,
     ),
+    (
+        "celery_delayq_in_flight",
+        "Pending messages claimed by a mover publishing them to another broker.",
+        lambda q: q.in_flight,
+    ),
+    (
+        "celery_delayq_dead_letters",
+        "Messages the broker kept refusing, kept with the reason (`list --dead`).",
+        lambda q: q.dead,
+    ),
 )
 
 #: Per-queue counters: name, help, and the field of the queue's stats hash.
@@ -72,6 +82,7 @@ COUNTERS = (
     ("celery_delayq_scheduled", "Messages stored until their ETA.", "scheduled"),
     ("celery_delayq_moved", "Delayed messages delivered to their queue.", "moved"),
     ("celery_delayq_cancelled", "Pending delayed messages cancelled.", "cancelled"),
+    ("celery_delayq_dead_lettered", "Messages moved to the dead letters.", "dead"),
 )
 
 

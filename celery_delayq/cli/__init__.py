@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import click
 
+from .dead import dead
 from .doctor import doctor
 from .rescue import rescue_command
 from .run import exporter, mover
@@ -22,7 +23,7 @@ def delayq() -> None:
     """Inspect and operate celery-delayq's delayed tasks in Redis."""
 
 
-for command in (status, list_, show, cancel, reschedule, promote, purge, mover, doctor):
+for command in (status, list_, show, cancel, reschedule, promote, purge, mover, doctor, dead):
     delayq.add_command(command)
 delayq.add_command(rescue_command, name="rescue")
 delayq.add_command(exporter)

@@ -34,6 +34,9 @@ STRANDED_WARNING = (
 )
 
 
+DEAD_NOTE = "{dead} dead letter(s) the broker kept refusing: `celery delayq list --dead`"
+
+
 @click.command()
 @json_option
 @click.option("--timeline", is_flag=True, help="Also show how many fall due in coming windows.")
@@ -54,6 +57,9 @@ def status(as_json: bool, timeline: bool) -> None:
         human += ["", timeline_chart(counts)]
     if snapshot.stranded:
         human += ["", STRANDED_WARNING.format(overdue=snapshot.overdue)]
+    dead = sum(q.dead for q in snapshot.backlog)
+    if dead:
+        human += ["", DEAD_NOTE.format(dead=dead)]
     emit(as_json, data, "\n".join(human))
     if snapshot.stranded:
         raise SystemExit(1)
@@ -77,6 +83,8 @@ def queue_json(q: QueueBacklog) -> dict[str, Any]:
         "overdue": q.overdue,
         "lag_seconds": round(q.lag, 3),
         "next_due": iso(q.next_due),
+        "in_flight": q.in_flight,
+        "dead": q.dead,
     }
 
 
@@ -90,10 +98,12 @@ def queues_table(snapshot: StoreStatus) -> str:
             q.overdue,
             ago(q.lag) if q.overdue else "-",
             due_in(q.next_due, snapshot.now),
+            q.in_flight,
+            q.dead,
         ]
         for q in snapshot.backlog
     ]
-    return table(["queue", "pending", "overdue", "lag", "next due"], rows)
+    return table(["queue", "pending", "overdue", "lag", "next due", "in flight", "dead"], rows)
 
 
 def movers_table(snapshot: StoreStatus) -> str:

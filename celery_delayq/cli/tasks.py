@@ -12,6 +12,7 @@ from ..celery.connect import open_store
 from ..celery.message import describe
 from ..core.results import PendingMessage
 from ..ops import api
+from .dead import dead_json, dead_table
 from .render import current_app, emit, iso, json_option, moment, report_per_task, table
 
 #: What ``show`` prints of a message, in this order.
@@ -41,6 +42,7 @@ def message_json(message: PendingMessage) -> dict[str, Any]:
 @click.option("--due-before", help="ISO 8601 time or a duration from now (15m, 2h, 1d).")
 @click.option("--limit", default=50, show_default=True, type=click.IntRange(1, 100_000))
 @click.option("--newest-first", is_flag=True, help="Latest due first (default: soonest).")
+@click.option("--dead", is_flag=True, help="Dead letters instead (with the reason).")
 def list_(
     as_json: bool,
     queue: str | None,
@@ -49,8 +51,13 @@ def list_(
     due_before: str | None,
     limit: int,
     newest_first: bool,
+    dead: bool,
 ) -> None:
-    """Pending delayed tasks in due order."""
+    """Pending delayed tasks in due order (or, with --dead, the dead letters)."""
+    if dead:
+        letters = [dead_json(d) for d in api.dead_letters(current_app(), queue)][:limit]
+        emit(as_json, letters, dead_table(letters))
+        return
     # A name filter needs each message's headers, so read a wider window and filter here.
     window = limit if task_name is None else max(limit * 20, 1000)
     with open_store(current_app()) as store:

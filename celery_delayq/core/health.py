@@ -152,3 +152,18 @@ def mover_finding(
         "run workers with delayq_worker_mover on, beat with "
         "celery_delayq.beat:Scheduler, or `celery delayq mover`",
     )
+
+
+def dead_letter_finding(backlog: list[QueueBacklog]) -> Finding:
+    """Messages that kept failing to reach the broker wait for an operator."""
+    dead = {b.queue: b.dead for b in backlog if b.dead}
+    if not dead:
+        return Finding("dead letters", OK, "none")
+    where = ", ".join(f"{queue} ({count})" for queue, count in sorted(dead.items()))
+    return Finding(
+        "dead letters",
+        WARN,
+        f"{sum(dead.values())} message(s) the broker kept refusing: {where}",
+        "see `celery delayq list --dead`, fix the cause, then `celery delayq dead resend --all` "
+        "(or `dead drop`)",
+    )

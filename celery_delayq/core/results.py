@@ -41,6 +41,10 @@ class QueueBacklog:
     overdue: int
     next_due: float | None  # epoch seconds
     server_time: float = 0.0  # Redis clock when read, epoch seconds
+    #: Of ``pending``: claimed by a mover that is handing them to another broker.
+    in_flight: int = 0
+    #: Not pending: messages the broker kept refusing (``DelayedStore.dead_letters``).
+    dead: int = 0
 
     @property
     def lag(self) -> float:
@@ -58,6 +62,22 @@ class PendingMessage:
     key: bytes  # its message key (record.py)
     due: float  # epoch seconds
     record: Record
+
+    @property
+    def task_id(self) -> str:
+        return task_id_of(self.key)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """A message that kept failing to reach its broker, kept with the reason."""
+
+    queue: str
+    key: bytes
+    record: Record
+    dead_at: float  # epoch seconds (Redis clock)
+    tries: int
+    reason: str
 
     @property
     def task_id(self) -> str:

@@ -41,6 +41,7 @@ class StoreScripts:
     claim_due: Script
     ack_claimed: Script
     release_claimed: Script
+    resend_dead: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> StoreScripts:
@@ -51,7 +52,7 @@ class StoreScripts:
 #: lock while a prefork pool forks, and the child would deadlock on its first read.
 PRELUDE = read_source("prelude")
 HANDOVER = read_source("handover")
-HANDOVER_SCRIPTS = frozenset({"claim_due", "ack_claimed", "release_claimed"})
+HANDOVER_SCRIPTS = frozenset({"claim_due", "ack_claimed", "release_claimed", "resend_dead"})
 SOURCES = {
     field.name: PRELUDE
     + (HANDOVER if field.name in HANDOVER_SCRIPTS else "")

@@ -18,6 +18,7 @@ from typing import Any, Optional, cast
 import redis
 from redis.commands.core import Script
 
+from .dead_letters import DeadLetters
 from .handover import HandOver, SameRedisMove
 from .keys import KeySpace, QueueKeys
 from .movers import MoverRegistry
@@ -76,6 +77,7 @@ class DelayedStore:
         self.scripts = StoreScripts.register(client)
         self.handover = handover or SameRedisMove(client, self.scripts)
         self.movers = MoverRegistry(client, keys.movers)
+        self.dead = DeadLetters(self)
 
     # -- writing
 
@@ -231,11 +233,26 @@ class DelayedStore:
         now_ms = self.server_time_ms()
         counts = self._counts(queues, ["-inf", now_ms + 1])
         pending = self.pending_counts(queues)
+        handover = self.handover_counts(queues)
         now = now_ms / 1000.0
         return [
-            QueueBacklog(queue, pending[queue], int(overdue), _seconds(next_due), now)
+            QueueBacklog(
+                queue, pending[queue], int(overdue), _seconds(next_due), now, *handover[queue]
+            )
             for queue, (next_due, overdue) in zip(queues, counts)
         ]
+
+    def handover_counts(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
+        """Per queue: messages in flight to another broker, and dead letters."""
+        with self.client.pipeline(transaction=False) as pipe:
+            for queue in queues:
+                keys = self.keys.for_queue(queue)
+                pipe.zcard(keys.inflight)
+                pipe.hlen(keys.dead)
+            replies = pipe.execute()
+        return {
+            queue: (int(replies[2 * i]), int(replies[2 * i + 1])) for i, queue in enumerate(queues)
+        }
 
     def _counts(self, queues: list[str], edges_ms: list[Any]) -> list[list[int]]:
         """Per queue: next due ms (-1 if none), then counts in [edges[i], edges[i + 1])."""

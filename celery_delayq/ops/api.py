@@ -15,7 +15,7 @@ from celery.utils.time import maybe_make_aware
 from ..celery.connect import open_store
 from ..celery.message import due_ms, with_eta
 from ..celery.settings import config_of
-from ..core.results import QueueBacklog
+from ..core.results import DeadLetter, QueueBacklog
 from ..core.status import StoreStatus, read_status
 from ..core.store import DelayedStore
 
@@ -90,3 +90,41 @@ def status(app: Celery) -> StoreStatus:
     """Backlog per queue and the movers, alive or not, in one snapshot."""
     with open_store(app) as store:
         return read_status(store, config_of(app).mover_alive_within)
+
+
+def dead_letters(app: Celery, queue: str | None = None) -> list[DeadLetter]:
+    """Messages that kept failing to reach the broker (unroutable, refused, or whose
+    claims kept expiring), oldest first, each with its reason."""
+    with open_store(app) as store:
+        return store.dead.list(queue)
+
+
+def resend_dead(app: Celery, task_ids: Iterable[str] | None = None) -> int:
+    """Schedule dead letters again, due now, and deliver what is due (every dead letter
+    when ``task_ids`` is None); how many were scheduled again. Those the broker still
+    refuses come back as dead letters after their tries."""
+    with open_store(app) as store:
+        resent = sum(
+            store.dead.resend(queue, keys) for queue, keys in _dead_keys(store, task_ids).items()
+        )
+        if resent:
+            store.move_all_due()
+    return resent
+
+
+def drop_dead(app: Celery, task_ids: Iterable[str] | None = None) -> int:
+    """Delete dead letters for good (every one when ``task_ids`` is None); how many."""
+    with open_store(app) as store:
+        return sum(
+            store.dead.drop(queue, keys) for queue, keys in _dead_keys(store, task_ids).items()
+        )
+
+
+def _dead_keys(store: DelayedStore, task_ids: Iterable[str] | None) -> dict[str, list[bytes]]:
+    """The message keys of the wanted dead letters, per queue."""
+    wanted = None if task_ids is None else set(task_ids)
+    found: dict[str, list[bytes]] = {}
+    for letter in store.dead.list():
+        if wanted is None or letter.task_id in wanted:
+            found.setdefault(letter.queue, []).append(letter.key)
+    return found

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from celery import Celery
 
+from ..celery.broker_health import broker_findings
 from ..celery.connect import open_store
 from ..celery.settings import config_of
 from ..core.consistency import consistency_findings
@@ -13,6 +14,7 @@ from ..core.health import (
     FAIL,
     Finding,
     clock_finding,
+    dead_letter_finding,
     mover_finding,
     redis_location,
     server_findings,
@@ -35,7 +37,8 @@ class HealthReport:
 
 def doctor(app: Celery, *, repair: bool = False) -> HealthReport:
     """Check Redis version, persistence, eviction policy, clock skew, movers alive and
-    the store's consistency; with ``repair``, fix what is safe to fix."""
+    the store's consistency, and with ``delayq_store_url`` the dead letters, the broker
+    and publisher confirms; with ``repair``, fix what is safe to fix."""
     with open_store(app) as store:
         status = read_status(store, config_of(app).mover_alive_within)
         findings = [
@@ -44,4 +47,6 @@ def doctor(app: Celery, *, repair: bool = False) -> HealthReport:
             mover_finding(status.alive, status.backlog, status.alive_within),
             *consistency_findings(store, repair=repair),
         ]
+        if config_of(app).store_url is not None:
+            findings += [dead_letter_finding(status.backlog), *broker_findings(app)]
         return HealthReport(redis_location(store.client), findings)

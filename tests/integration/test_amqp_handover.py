@@ -170,7 +170,7 @@ def test_a_quorum_queue_on_a_topic_exchange_keeps_celerys_native_delayed_deliver
     """Celery 5.5+ reroutes an ETA message to ``celery_delayed_27`` when it sees quorum
     queues and a topic exchange; with celery-delayq it waits in Redis, cancellable, and
     goes to its own exchange."""
-    name = f"quorum-{id(object()):x}"
+    name = f"quorum-{make_amqp_app().conf.task_default_queue}"
     queue = Queue(
         name,
         Exchange(name, type="topic"),

@@ -89,9 +89,12 @@ FAMILIES = {
     "celery_delayq_overdue": "gauge",
     "celery_delayq_lag_seconds": "gauge",
     "celery_delayq_next_due_timestamp_seconds": "gauge",
+    "celery_delayq_in_flight": "gauge",
+    "celery_delayq_dead_letters": "gauge",
     "celery_delayq_scheduled": "counter",
     "celery_delayq_moved": "counter",
     "celery_delayq_cancelled": "counter",
+    "celery_delayq_dead_lettered": "counter",
     "celery_delayq_move_lateness_seconds": "histogram",
     "celery_delayq_movers_alive": "gauge",
 }
@@ -139,6 +142,9 @@ def test_every_family_and_value(app: Celery) -> None:
     assert samples["celery_delayq_scheduled_total"] == {q("alpha"): 5, q("beta"): 4, q("gamma"): 1}
     assert samples["celery_delayq_moved_total"] == {q("alpha"): 2, q("beta"): 1, q("gamma"): 1}
     assert samples["celery_delayq_cancelled_total"] == {q("alpha"): 1, q("beta"): 0, q("gamma"): 0}
+    nothing = {q("alpha"): 0, q("beta"): 0, q("gamma"): 0}  # no hand-over on a Redis broker
+    assert samples["celery_delayq_in_flight"] == samples["celery_delayq_dead_letters"] == nothing
+    assert samples["celery_delayq_dead_lettered_total"] == nothing
     assert samples["celery_delayq_movers_alive"] == {(): 1}
 
     buckets = samples["celery_delayq_move_lateness_seconds_bucket"]

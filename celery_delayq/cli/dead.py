@@ -1,0 +1,65 @@
+"""``celery delayq dead``: messages that kept failing to reach the broker."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from ..celery.message import describe
+from ..core.results import DeadLetter
+from ..ops import api
+from .render import current_app, emit, iso, json_option, table
+
+
+def dead_json(letter: DeadLetter) -> dict[str, Any]:
+    described = describe(letter.record.payload)
+    return {
+        "queue": letter.queue,
+        "dead_at": iso(letter.dead_at),
+        "tries": letter.tries,
+        "reason": letter.reason,
+        **described,
+    }
+
+
+def dead_table(letters: list[dict[str, Any]]) -> str:
+    rows = [
+        [d["id"], d["task"], d["queue"], d["dead_at"], d["tries"], d["reason"]] for d in letters
+    ]
+    return table(["task id", "task", "queue", "dead since (UTC)", "tries", "reason"], rows)
+
+
+@click.group()
+def dead() -> None:
+    """Dead letters: messages the broker kept refusing (list them with `list --dead`)."""
+
+
+def _selection(task_ids: tuple[str, ...], all_: bool) -> list[str] | None:
+    if bool(task_ids) == all_:
+        raise click.UsageError("give task ids or --all (not both)")
+    return None if all_ else list(task_ids)
+
+
+@dead.command()
+@json_option
+@click.argument("task_ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every dead letter.")
+def resend(as_json: bool, task_ids: tuple[str, ...], all_: bool) -> None:
+    """Schedule dead letters again, due now (fix the cause first)."""
+    resent = api.resend_dead(current_app(), _selection(task_ids, all_))
+    emit(as_json, {"resent": resent}, f"resent {resent}")
+
+
+@dead.command()
+@json_option
+@click.argument("task_ids", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Every dead letter.")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def drop(as_json: bool, task_ids: tuple[str, ...], all_: bool, yes: bool) -> None:
+    """Delete dead letters for good."""
+    selection = _selection(task_ids, all_)
+    if not yes:
+        click.confirm("Delete these dead letters for good?", abort=True)
+    dropped = api.drop_dead(current_app(), selection)
+    emit(as_json, {"dropped": dropped}, f"dropped {dropped}")

@@ -1,0 +1,67 @@
+"""Messages that kept failing to reach a broker in another system (lua/handover.lua).
+
+They leave the schedule with the reason, so nothing is dropped silently; an operator
+lists them, sends them again once the cause is fixed, or drops them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from .record import Record
+from .results import DeadLetter
+
+if TYPE_CHECKING:
+    from .store import DelayedStore
+
+
+class DeadLetters:
+    """The dead letters of one store, per queue."""
+
+    def __init__(self, store: DelayedStore) -> None:
+        self.store = store
+
+    def list(self, queue: str | None = None) -> list[DeadLetter]:
+        """The dead letters of one queue or all, oldest first."""
+        found: list[DeadLetter] = []
+        for name in [queue] if queue else self.store.queues():
+            keys = self.store.keys.for_queue(name)
+            with self.store.client.pipeline(transaction=True) as pipe:
+                pipe.hgetall(keys.dead)
+                pipe.hgetall(keys.dead_reasons)
+                records, reasons = pipe.execute()
+            for key, raw in records.items():
+                dead_at, tries, reason = _dead_reason(reasons.get(key, b""))
+                record = Record.decode_or_raw(raw, keys.own_list, 0)
+                found.append(DeadLetter(name, key, record, dead_at, tries, reason))
+        return sorted(found, key=lambda letter: letter.dead_at)
+
+    def resend(self, queue: str, message_keys: Sequence[bytes]) -> int:
+        """Schedule these dead letters of ``queue`` again, due now; how many."""
+        if not message_keys:
+            return 0
+        keys = self.store.keys.for_queue(queue)
+        script = self.store.scripts.resend_dead
+        return int(script(keys=keys.handover_keys(), args=[*keys.page_args(), *message_keys]))
+
+    def drop(self, queue: str, message_keys: Sequence[bytes]) -> int:
+        """Delete these dead letters of ``queue`` for good; how many."""
+        if not message_keys:
+            return 0
+        keys = self.store.keys.for_queue(queue)
+        with self.store.client.pipeline(transaction=True) as pipe:
+            pipe.hdel(keys.dead, *message_keys)
+            pipe.hdel(keys.dead_reasons, *message_keys)
+            dropped, _ = pipe.execute()
+        return int(dropped)
+
+
+def _dead_reason(raw: bytes) -> tuple[float, int, str]:
+    """``"<ms when> <tries> <reason>"`` (lua/handover.lua) as (seconds, tries, reason)."""
+    when, _, rest = raw.decode("utf-8", "replace").partition(" ")
+    tries, _, reason = rest.partition(" ")
+    try:
+        return int(when) / 1000, int(tries), reason
+    except ValueError:
+        return 0.0, 0, raw.decode("utf-8", "replace")

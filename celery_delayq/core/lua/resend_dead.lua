@@ -1,0 +1,24 @@
+-- Schedule dead letters again, due now (after prelude.lua and handover.lua): an
+-- operator fixed what made them fail (a missing binding, say). Their tries start over.
+--
+-- ARGV[3..] message keys of dead letters
+-- Returns   how many were scheduled again (a key with no dead letter, or whose message
+--           key is taken by a newer pending message of the same task, is left as it is)
+
+local now = server_now()
+local resent = 0
+for i = 3, #ARGV do
+  local key = ARGV[i]
+  local record = redis.call('HGET', DEAD, key)
+  if record and redis.call('HEXISTS', MSG, key) == 0 then
+    local due = parse(record)
+    if due then record = now .. string.sub(record, #due + 1) end
+    redis.call('HSET', MSG, key, record)
+    add_entry(key, now)
+    redis.call('HDEL', DEAD, key)
+    redis.call('HDEL', DEAD_WHY, key)
+    redis.call('HDEL', TRIES, key)
+    resent = resent + 1
+  end
+end
+return resent
