@@ -131,3 +131,20 @@ def make_amqp_app(
         return app_factory(rabbitmq_url, **{**amqp_settings, **settings})
 
     return make
+
+
+@pytest.fixture(scope="session")
+def store_server() -> Iterator[RedisServer]:
+    """A second Redis of the session: a ``delayq_store_url`` apart from the broker's."""
+    with RedisServer() as server:
+        yield server
+
+
+@pytest.fixture
+def store_client(store_server: RedisServer) -> Iterator[redis.Redis]:
+    """A client on that second Redis, flushed (data and scripts) first."""
+    client = store_server.client()
+    client.flushall()
+    client.script_flush()
+    yield client
+    client.close()

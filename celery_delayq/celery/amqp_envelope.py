@@ -14,10 +14,10 @@ from typing import Any
 import amqp
 from kombu.utils.json import dumps, loads
 
+from .message import STABLE_ID_HEADER
+
 #: Separates exchange and routing key in a destination (no exchange name holds it).
 DESTINATION_SEPARATOR = "\x1f"
-#: The header every published delayed message carries, the same for each publish of it.
-STABLE_ID_HEADER = "x-delayq-id"
 
 
 def destination(exchange: str, routing_key: str) -> str:

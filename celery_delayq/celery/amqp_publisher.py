@@ -23,7 +23,8 @@ from amqp.exceptions import ChannelError
 from kombu.connection import Connection
 
 from ..core.handover import Outgoing, PublishReport
-from .amqp_envelope import STABLE_ID_HEADER, amqp_message, exchange_and_routing_key
+from .amqp_envelope import amqp_message, exchange_and_routing_key
+from .message import STABLE_ID_HEADER
 
 logger = logging.getLogger(__name__)
 

@@ -15,6 +15,7 @@ routing key the producer chose, with confirms (core/handover.py).
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import amqp
@@ -22,13 +23,14 @@ from celery import Celery
 from celery.app import base as celery_app_base
 from kombu.transport import pyamqp
 
-from ..core.store import DelayedStore, Scheduled
+from ..core.handover import Publisher
+from ..core.store import Scheduled
 from .amqp_envelope import destination, envelope
+from .amqp_publisher import AMQPPublisher
 from .channel import STORE_URL_NEEDED, DelayqChannel, delayq_app, uses_delayq
 from .errors import ConfigurationError
 from .message import due_ms
-from .separate_store import separate_store
-from .settings import DelayqConfig, config_of
+from .settings import config_of
 
 
 class AMQPChannel(DelayqChannel, pyamqp.Channel):
@@ -46,8 +48,9 @@ class AMQPChannel(DelayqChannel, pyamqp.Channel):
         # instance attribute that waits for each confirm; keep it for due messages.
         self._publish_now = self.__dict__.pop("basic_publish", None) or super().basic_publish
 
-    def store_for(self, config: DelayqConfig) -> DelayedStore:
-        return separate_store(self._delayq_app, config)
+    @classmethod
+    def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
+        return lambda: AMQPPublisher(app.connection_for_write)
 
     def basic_publish(
         self, msg: amqp.Message, exchange: str = "", routing_key: str = "", *args: Any, **kw: Any

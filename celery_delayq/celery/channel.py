@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -25,12 +26,19 @@ from celery._state import _get_active_apps, get_current_app
 from kombu.transport import get_transport_cls
 from kombu.utils.json import dumps
 
-from ..core.handover import SameRedisMove
+from ..core.handover import Publisher, SameRedisMove
 from ..core.keys import KeySpace
 from ..core.store import DelayedStore, Scheduled
-from .errors import ConfigurationError
+from .errors import ConfigurationError, StoreUnavailable
 from .message import due_ms, eta_of, eta_timestamp
+from .redis_publisher import RedisListPublisher
+from .separate_store import separate_store
 from .settings import REDIS_SCHEMES, DelayqConfig, check_broker_url, config_of
+
+STORE_URL_NEEDED = (
+    "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
+    'where delayed messages wait (e.g. delayq_store_url = "redis://localhost:6379/0")'
+)
 
 
 class DelayqChannel:
@@ -41,10 +49,24 @@ class DelayqChannel:
     """
 
     delayq_config: DelayqConfig
+    _delayq_app: Celery
     _delayed_store: DelayedStore | None = None
 
     def store_for(self, config: DelayqConfig) -> DelayedStore:
-        """A delayed store with the given settings, for this channel's broker."""
+        """A delayed store with the given settings, for this channel's broker: at
+        ``delayq_store_url`` when set (handing messages over with confirms), else in
+        the broker itself."""
+        if config.store_url is not None:
+            return separate_store(config, self.publisher_factory(self._delayq_app))
+        return self.store_on_broker(config)
+
+    def store_on_broker(self, config: DelayqConfig) -> DelayedStore:
+        """The store in the broker's own Redis (only a Redis broker has one)."""
+        raise ConfigurationError(STORE_URL_NEEDED)
+
+    @classmethod
+    def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
+        """How a mover of ``app`` opens its publisher to this kind of broker."""
         raise NotImplementedError
 
     @property
@@ -67,7 +89,14 @@ class DelayqChannel:
         if seconds <= time.time():
             return False
         stored = payload() if callable(payload) else payload
-        self.delayed_store.schedule(self.delayed(queue, message, stored, seconds))
+        try:
+            self.delayed_store.schedule(self.delayed(queue, message, stored, seconds))
+        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            if self.delayq_config.store_url is None:
+                raise  # the broker's own Redis: kombu knows its errors
+            raise StoreUnavailable(
+                f"the delayed store (delayq_store_url) is unreachable: {exc}"
+            ) from exc
         return True
 
     def delayed(
@@ -92,15 +121,15 @@ class DelayedPublishMixin(DelayqChannel):
         app = delayq_app()
         check_broker_url(app, self.url_schemes)
         self.delayq_config = config_of(app)
-        if self.delayq_config.store_url is not None:
-            raise ConfigurationError(
-                "delayq_store_url with a Redis broker is not supported yet: leave it unset "
-                "to keep delayed messages in the broker's Redis"
-            )
+        self._delayq_app = app
         self._delayed_store = None
         super().__init__(*args, **kwargs)
 
-    def store_for(self, config: DelayqConfig) -> DelayedStore:
+    @classmethod
+    def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
+        return lambda: RedisListPublisher(app.connection_for_write)
+
+    def store_on_broker(self, config: DelayqConfig) -> DelayedStore:
         """A delayed store on this channel's Redis, with the given settings.
 
         The client is a plain (unprefixed) one on kombu's own connection pool: kombu's
@@ -152,8 +181,11 @@ class DelayedPublishMixin(DelayqChannel):
         return [self.real_key(name) for name in self.queue_lists(queue)]
 
     def _purge(self, queue: str) -> int:
-        """Empty the queue, its delayed messages included, in one atomic call; how many
-        messages there were (``celery purge`` and ``app.control.purge()`` count them)."""
+        """Empty the queue, its delayed messages included, in one atomic call (two with
+        ``delayq_store_url``); how many messages there were (``celery purge`` and
+        ``app.control.purge()`` count them)."""
+        if self.delayq_config.store_url is not None:
+            return int(super()._purge(queue)) + self.delayed_store.purge(queue)  # type: ignore[misc]
         return self.delayed_store.purge(queue, self.real_queue_lists(queue))
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
@@ -161,12 +193,6 @@ class DelayedPublishMixin(DelayqChannel):
         otherwise be moved into a list that no longer belongs to any queue."""
         super()._delete(queue, *args, **kwargs)  # type: ignore[misc]
         self.delayed_store.purge(queue)
-
-
-STORE_URL_NEEDED = (
-    "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
-    'where delayed messages wait (e.g. delayq_store_url = "redis://localhost:6379/0")'
-)
 
 
 def delayq_channel_class(app: Celery) -> type[DelayqChannel] | None:

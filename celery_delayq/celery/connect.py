@@ -9,17 +9,18 @@ own, which it can reopen after an outage.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 from celery import Celery
 from kombu.connection import Connection
 from kombu.utils.url import maybe_sanitize_url
 
+from ..core.handover import Publisher
 from ..core.health import OK, redis_location, server_findings
 from ..core.mover import Mover, MoverThread
 from ..core.store import DelayedStore
-from .channel import DelayqChannel, check_store_setting
+from .channel import DelayqChannel, check_store_setting, delayq_channel_class
 from .errors import ConfigurationError
 from .separate_store import separate_store
 from .settings import config_of
@@ -27,6 +28,17 @@ from .settings import config_of
 logger = logging.getLogger(__name__)
 
 TRANSPORT_HINT = 'set broker_transport = "celery_delayq.transport:Transport"'
+
+
+def publisher_factory(app: Celery) -> Callable[[], Publisher]:
+    """How ``app``'s movers open a publisher to its broker (a store at delayq_store_url)."""
+    channel = delayq_channel_class(app)
+    if channel is None:
+        raise ConfigurationError(
+            f"the broker transport {app.conf.broker_transport!r} is not celery-delayq's: "
+            + TRANSPORT_HINT
+        )
+    return channel.publisher_factory(app)
 
 
 def store_on(app: Celery, connection: Connection) -> DelayedStore:
@@ -46,7 +58,7 @@ def open_store(app: Celery) -> Iterator[DelayedStore]:
     at ``delayq_store_url`` (then the broker is reached only to deliver)."""
     config = config_of(app)
     if config.store_url is not None:
-        store = separate_store(app, config)
+        store = separate_store(config, publisher_factory(app))
         try:
             yield store
         finally:
@@ -72,7 +84,7 @@ class StoreConnection:
         self.close()
         config = config_of(self.app)
         if config.store_url is not None:
-            self._store = separate_store(self.app, config)
+            self._store = separate_store(config, publisher_factory(self.app))
         else:
             self._connection = self.app.connection_for_write()
             self._store = store_on(self.app, self._connection)

@@ -15,3 +15,12 @@ class InvalidETA(ValueError):
     Raised at publish time, before anything is written, so the caller sees the
     mistake instead of a task that silently never runs.
     """
+
+
+class StoreUnavailable(ConnectionError):
+    """The Redis at ``delayq_store_url`` cannot be reached to store a delayed message.
+
+    A ``ConnectionError`` (an ``OSError``), so kombu treats it as a recoverable connection
+    error of any transport: Celery's publish retry policy applies, and the caller finally
+    sees kombu's ``OperationalError``, as for a broker outage.
+    """

@@ -14,6 +14,10 @@ from kombu.utils.json import dumps, loads
 
 from .errors import InvalidETA
 
+#: The header every delayed message carries when a mover hands it to another broker: the
+#: same for each publish of it (core/handover.py ``Outgoing.stable_id``).
+STABLE_ID_HEADER = "x-delayq-id"
+
 
 def eta_of(message: dict[str, Any]) -> Any:
     """The raw ``eta`` header of a Celery (protocol 2) message, or None."""
@@ -48,8 +52,13 @@ def due_ms(seconds: float) -> int:
 
 def with_eta(payload: bytes, eta: datetime) -> bytes:
     """The same kombu message with its ``eta`` header replaced (used by reschedule)."""
+    return with_header(payload, "eta", eta.isoformat())
+
+
+def with_header(payload: bytes, name: str, value: Any) -> bytes:
+    """The same kombu message with one header set."""
     message = loads(payload)
-    message["headers"]["eta"] = eta.isoformat()
+    message.setdefault("headers", {})[name] = value
     return dumps(message).encode()
 
 

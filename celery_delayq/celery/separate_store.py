@@ -1,21 +1,21 @@
 """A delayed store in a Redis of its own (``delayq_store_url``).
 
-A broker that is not Redis (RabbitMQ, ...) keeps its queues; delayed messages wait in
-this Redis and reach the broker through the claim -> publish -> ack hand-over
-(core/handover.py), whose publisher opens its broker connection on first use only.
+A broker that is not Redis (RabbitMQ, ...), or a Redis broker whose schedule should live
+elsewhere, keeps its queues; delayed messages wait in this Redis and reach the broker
+through the claim -> publish -> ack hand-over (core/handover.py), whose publisher opens
+its broker connection on first use only.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import redis
-from celery import Celery
 
-from ..core.handover import ClaimPublishAck, HandOverPolicy
+from ..core.handover import ClaimPublishAck, HandOverPolicy, Publisher
 from ..core.keys import KeySpace
 from ..core.store import DelayedStore
-from .amqp_publisher import AMQPPublisher
 from .settings import DelayqConfig
 
 _clients: dict[str, redis.Redis] = {}
@@ -32,9 +32,9 @@ def store_client(url: str) -> redis.Redis:
         return client
 
 
-def separate_store(app: Celery, config: DelayqConfig) -> DelayedStore:
-    """The store at ``config.store_url``; it publishes due messages to ``app``'s broker
-    with confirms, on a connection of its own opened at the first delivery."""
+def separate_store(config: DelayqConfig, make_publisher: Callable[[], Publisher]) -> DelayedStore:
+    """The store at ``config.store_url``; it publishes due messages to the broker with
+    confirms, through a publisher made at the first delivery."""
     assert config.store_url is not None
     client = store_client(config.store_url)
     policy = HandOverPolicy(
@@ -42,5 +42,5 @@ def separate_store(app: Celery, config: DelayqConfig) -> DelayedStore:
         most_tries=config.handover_tries,
         retry_backoff_ms=round(config.handover_backoff * 1000),
     )
-    handover = ClaimPublishAck(client, lambda: AMQPPublisher(app.connection_for_write), policy)
+    handover = ClaimPublishAck(client, make_publisher, policy)
     return DelayedStore(client, KeySpace("", config.key_prefix), config.move_batch_size, handover)

@@ -59,3 +59,6 @@ SOURCES = {
     + read_source(field.name)
     for field in dataclasses.fields(StoreScripts)
 }
+
+#: Runs on a Redis broker that is not the store's own (no prelude): see the file.
+PUSH_LISTS = read_source("push_lists")

@@ -6,15 +6,16 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import kombu.exceptions
 import pytest
 import redis
 from celery import Celery
 from kombu import Exchange, Queue
 
 import celery_delayq
-from celery_delayq.celery.amqp_envelope import STABLE_ID_HEADER
 from celery_delayq.celery.connect import mover_thread, open_store
 from celery_delayq.celery.errors import ConfigurationError
+from celery_delayq.celery.message import STABLE_ID_HEADER
 from celery_delayq.core.handover import ClaimPublishAck
 from celery_delayq.ops.api import deliver_all_due
 
@@ -209,3 +210,17 @@ def test_a_store_url_must_be_a_redis_url(app_factory: Callable[..., Celery]) -> 
     app = app_factory(NOWHERE, delayq_store_url="amqp://elsewhere//")
     with pytest.raises(ConfigurationError, match="delayq_store_url must be a redis"):
         celery_delayq.backlog(app)
+
+
+def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
+    make_amqp_app: Callable[..., Celery],
+) -> None:
+    """Redis down when a delayed task is sent: kombu's OperationalError after Celery's
+    publish retries, and nothing reaches RabbitMQ."""
+    app = make_amqp_app(delayq_store_url="redis://127.0.0.1:9/0")
+    policy = {"max_retries": 1, "interval_start": 0, "interval_step": 0.01}
+
+    with pytest.raises(kombu.exceptions.OperationalError, match="delayq_store_url"):
+        app.send_task("tests.remember", countdown=60, retry_policy=policy)
+
+    assert take(app, app.conf.task_default_queue) == []

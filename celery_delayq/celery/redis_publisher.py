@@ -1,0 +1,71 @@
+"""Publishes due messages to a Redis broker whose store is elsewhere (``delayq_store_url``).
+
+One script call (``lua/push_lists.lua``) per batch on the broker pushes every message
+onto its kombu list, so the batch is confirmed as a whole when the call returns; a
+destination key that is not a list refuses its own messages and nothing else.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import redis
+from kombu.connection import Connection
+
+from ..core.handover import Outgoing, PublishReport
+from ..core.scripts import PUSH_LISTS
+from .message import STABLE_ID_HEADER, with_header
+
+
+class RedisListPublisher:
+    """A ``Publisher`` (core/handover.py) on a kombu Redis connection of its own."""
+
+    def __init__(self, connect: Callable[[], Connection]) -> None:
+        self.connect = connect
+        self._connection: Connection | None = None
+        self._push: Any = None
+
+    def publish(self, messages: Sequence[Outgoing]) -> PublishReport:
+        report = PublishReport()
+        by_destination: dict[str, list[Outgoing]] = {}
+        for message in messages:
+            by_destination.setdefault(message.destination, []).append(message)
+        destinations = list(by_destination)
+        groups = [by_destination[d] for d in destinations]
+        payloads = [
+            with_header(m.payload, STABLE_ID_HEADER, m.stable_id) for g in groups for m in g
+        ]
+        expiries = [max((m.expires_ms or 0) for m in group) for group in groups]
+        try:
+            refused = self._script()(
+                keys=destinations, args=[*map(len, groups), *payloads, *expiries]
+            )
+        except Exception as exc:  # noqa: BLE001 - reported: the mover backs off and retries
+            self.close()
+            report.error = exc
+            return report
+        refused_kinds = {int(i): kind.decode() for i, kind in zip(refused[::2], refused[1::2])}
+        for index, group in enumerate(groups, start=1):
+            kind = refused_kinds.get(index)
+            if kind is None:
+                report.confirmed.extend(message.key for message in group)
+                continue
+            reason = f"cannot deliver to {group[0].destination}: it holds a {kind}, not a list"
+            report.refused.update((message.key, reason) for message in group)
+        return report
+
+    def _script(self) -> Any:
+        if self._push is None:
+            self._connection = self.connect()
+            pool = self._connection.default_channel.pool  # type: ignore[attr-defined]
+            self._push = redis.Redis(connection_pool=pool).register_script(PUSH_LISTS)
+        return self._push
+
+    def close(self) -> None:
+        self._push = None
+        if self._connection is not None:
+            with contextlib.suppress(Exception):  # closing a broken connection
+                self._connection.release()
+            self._connection = None

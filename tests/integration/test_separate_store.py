@@ -1,0 +1,98 @@
+"""A Redis broker with its schedule in another Redis (``delayq_store_url``): delayed
+messages wait there and reach the broker's queue lists through the claim -> publish ->
+ack hand-over; an unreachable store fails the publish as a broker outage would."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+
+import kombu.exceptions
+import pytest
+import redis
+from celery import Celery
+
+import celery_delayq
+from celery_delayq.celery.message import STABLE_ID_HEADER
+from celery_delayq.ops.api import deliver_all_due
+
+from ..helpers import invoke
+
+
+@pytest.fixture
+def make_split_app(
+    make_app: Callable[..., Celery], store_server, store_client: redis.Redis
+) -> Callable[..., Celery]:
+    def make(**settings) -> Celery:
+        return make_app(delayq_store_url=store_server.url, **settings)
+
+    return make
+
+
+def overdue(app: Celery, *results) -> None:
+    for result in results:
+        assert celery_delayq.reschedule(app, result.id, countdown=-1) == 1
+
+
+def test_a_delayed_task_waits_in_the_store_redis_and_reaches_the_broker_list_when_due(
+    make_split_app, redis_client: redis.Redis, store_client: redis.Redis
+) -> None:
+    app = make_split_app()
+    sent = app.send_task("tests.remember", countdown=3600)
+    now = app.send_task("tests.remember")
+
+    assert [json.loads(m)["headers"]["id"] for m in redis_client.lrange("default", 0, -1)] == [
+        now.id
+    ]
+    assert not redis_client.keys("delayq*") and store_client.keys("delayq*")
+    assert celery_delayq.backlog(app)[0].pending == 1
+
+    overdue(app, sent)
+    assert deliver_all_due(app) == 1
+
+    delivered = json.loads(redis_client.lindex("default", 0))
+    assert delivered["headers"]["id"] == sent.id
+    assert delivered["headers"][STABLE_ID_HEADER].startswith(f"{sent.id}@")
+    assert celery_delayq.backlog(app)[0].pending == 0
+    assert store_client.keys("*inflight*") == []
+
+
+def test_a_destination_that_is_not_a_list_refuses_only_its_messages(
+    make_split_app, redis_client: redis.Redis
+) -> None:
+    app = make_split_app(delayq_handover_tries=1)
+    blocked = app.send_task("tests.remember", countdown=3600, queue="blocked")
+    fine = app.send_task("tests.remember", countdown=3600)
+    redis_client.set("blocked", "not a list")
+    overdue(app, blocked, fine)
+
+    assert deliver_all_due(app) == 1
+
+    assert redis_client.llen("default") == 1
+    (dead,) = json.loads(invoke(app, "list", "--dead", "--json").output)
+    assert dead["id"] == blocked.id and "holds a string, not a list" in dead["reason"]
+
+
+def test_purge_empties_the_queue_list_and_its_delayed_messages(
+    make_split_app, redis_client: redis.Redis
+) -> None:
+    app = make_split_app()
+    app.send_task("tests.remember", countdown=3600)
+    app.send_task("tests.remember")
+
+    assert app.control.purge() == 2
+    assert redis_client.llen("default") == 0
+    assert celery_delayq.backlog(app) == []  # purged queues are forgotten
+
+
+def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
+    make_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """kombu's OperationalError after Celery's publish retries; nothing is written."""
+    app = make_app(delayq_store_url="redis://127.0.0.1:9/0")
+    policy = {"max_retries": 1, "interval_start": 0, "interval_step": 0.01}
+
+    with pytest.raises(kombu.exceptions.OperationalError, match="delayq_store_url"):
+        app.send_task("tests.remember", countdown=60, retry_policy=policy)
+
+    assert redis_client.llen("default") == 0
