@@ -90,6 +90,12 @@ class Outgoing:
     due_ms: int
     expires_ms: int | None = None  # the queue's x-expires, when its publisher declared one
 
+    @classmethod
+    def from_record(cls, key: bytes, raw: bytes, own_list: str) -> Outgoing:
+        """The outgoing message of a claimed record (``claim_due.lua``'s reply)."""
+        record = Record.decode(raw, own_list)
+        return cls(key, record.destination, record.payload, record.due_ms, record.expires_ms)
+
     @property
     def stable_id(self) -> str:
         """The same for every publish of this delayed message (a republish after a mover
@@ -187,7 +193,9 @@ class ClaimPublishAck:
                 queue.queue,
             )
         self._log_dead(queue, dead, "their claims kept expiring")
-        messages = [_outgoing(key, raw, queue.own_list) for key, raw in _pairs(reply[5:])]
+        messages = [
+            Outgoing.from_record(key, raw, queue.own_list) for key, raw in _pairs(reply[5:])
+        ]
         report = self.publisher.publish(messages) if messages else PublishReport()
         moved, max_late = self._ack(queue, owner, report.confirmed)
         self._give_back_refused(queue, owner, report.refused)
@@ -260,8 +268,3 @@ class ClaimPublishAck:
 
 def _pairs(flat: list[bytes]) -> list[tuple[bytes, bytes]]:
     return list(zip(flat[::2], flat[1::2]))
-
-
-def _outgoing(key: bytes, raw: bytes, own_list: str) -> Outgoing:
-    record = Record.decode(raw, own_list)
-    return Outgoing(key, record.destination, record.payload, record.due_ms, record.expires_ms)

@@ -3,6 +3,7 @@ claim -> publish with confirms -> ack hand-over (real RabbitMQ, real Redis, no w
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -16,8 +17,9 @@ import celery_delayq
 from celery_delayq.celery.connect import mover_thread, open_store
 from celery_delayq.celery.errors import ConfigurationError
 from celery_delayq.celery.message import STABLE_ID_HEADER
-from celery_delayq.core.handover import ClaimPublishAck
+from celery_delayq.core.handover import ClaimPublishAck, Outgoing
 from celery_delayq.ops.api import deliver_all_due
+from celery_delayq.testing import wait_until
 
 from ..helpers import NOWHERE
 
@@ -160,8 +162,6 @@ def test_a_claim_whose_mover_died_comes_back_after_its_lease(
 
 
 def wait_for_move(store: Any) -> Any:
-    from celery_delayq.testing import wait_until
-
     return wait_until(lambda: (r := store.move_all_due()).moved and r, what="a pass moved it")
 
 
@@ -224,3 +224,54 @@ def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
         app.send_task("tests.remember", countdown=60, retry_policy=policy)
 
     assert take(app, app.conf.task_default_queue) == []
+
+
+def claim(store: Any, queue_name: str, owner: str, lease_ms: int) -> list[Outgoing]:
+    """What a mover's claim step takes (then "killed" by not going on)."""
+    handover = store.handover
+    keys = store.keys.for_queue(queue_name)
+    reply = handover.scripts.claim_due(
+        keys=keys.handover_keys(), args=[*keys.page_args(), 100, 1 << 20, owner, lease_ms, 5]
+    )
+    pairs = zip(reply[5::2], reply[6::2])
+    return [Outgoing.from_record(key, raw, keys.own_list) for key, raw in pairs]
+
+
+@pytest.mark.parametrize("killed_after", ["claim", "publish", "ack"])
+def test_a_mover_killed_at_any_step_loses_nothing_and_duplicates_only_after_the_confirm(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis, killed_after: str
+) -> None:
+    """The state a SIGKILL leaves at each step of claim -> publish -> ack, then another
+    mover's passes once the dead mover's lease is over: every message arrives; only a
+    kill between the broker's confirm and the ack gives a second copy, with the same
+    stable id."""
+    app = make_amqp_app()
+    queue_name = app.conf.task_default_queue
+    sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(3)]
+    overdue(app, *sent)
+    with open_store(app) as store:
+        claimed = claim(store, queue_name, "dead-mover", lease_ms=200)
+        assert len(claimed) == 3
+        if killed_after in ("publish", "ack"):
+            report = store.handover.publisher.publish(claimed)
+            assert sorted(report.confirmed) == sorted(m.key for m in claimed)
+        if killed_after == "ack":
+            keys = store.keys.for_queue(queue_name)
+            store.handover.scripts.ack_claimed(
+                keys=keys.handover_keys(),
+                args=[*keys.page_args(), "dead-mover", 3, *report.confirmed],
+            )
+        lease_over = store.server_time_ms() + 200
+        wait_until(lambda: store.server_time_ms() > lease_over, what="the lease is over")
+        store.move_all_due()  # another mover's pass
+
+    arrived = take(app, queue_name)
+    copies = Counter(m.headers["id"] for m in arrived)
+    assert set(copies) == {r.id for r in sent}  # nothing lost
+    expected = 2 if killed_after == "publish" else 1
+    assert set(copies.values()) == {expected}
+    ids = {m.headers["id"]: set() for m in arrived}
+    for message in arrived:
+        ids[message.headers["id"]].add(message.headers[STABLE_ID_HEADER])
+    assert all(len(stable) == 1 for stable in ids.values())  # copies share their stable id
+    assert redis_client.keys("*inflight*") == [] and redis_client.keys("*dead*") == []
