@@ -77,26 +77,29 @@ class AMQPPublisher:
     def _publish_batch(self, messages: Sequence[Outgoing], report: PublishReport) -> None:
         channel = self._ready_channel()
         batch = BatchConfirms(report)
-        for message in messages:
-            exchange, routing_key = exchange_and_routing_key(message.destination)
-            self._published += 1
-            batch.expect(self._published, message)
-            # amqp.Channel's own publish: not this package's, which would delay again a
-            # message whose ETA is still ahead by this host's clock.
-            channel._basic_publish(
-                amqp_message(message.payload, message.stable_id),
-                exchange=exchange,
-                routing_key=routing_key,
-                mandatory=True,
-            )
         handlers = {
             "basic_return": batch.on_return,
             "basic_ack": batch.on_ack,
             "basic_nack": batch.on_nack,
         }
+        # Listen before the first publish: py-amqp's publish itself reads what the broker
+        # sent (to notice connection.blocked), confirms of this batch's first messages
+        # included, and would drop them unheard.
         for event, handler in handlers.items():
             channel.events[event].add(handler)
         try:
+            for message in messages:
+                exchange, routing_key = exchange_and_routing_key(message.destination)
+                self._published += 1
+                batch.expect(self._published, message)
+                # amqp.Channel's own publish: not this package's, which would delay again
+                # a message whose ETA is still ahead by this host's clock.
+                channel._basic_publish(
+                    amqp_message(message.payload, message.stable_id),
+                    exchange=exchange,
+                    routing_key=routing_key,
+                    mandatory=True,
+                )
             self._await_confirms(batch)
         finally:
             for event, handler in handlers.items():
