@@ -212,3 +212,21 @@ def test_a_worker_keeps_consuming_while_its_mover_drains_a_large_backlog(
 
     assert sorted(r["id"] for r in runs(redis_client)) == sorted(s.id for s in sent)
     assert drained_when_tasks_ran < 250_000, "the tasks ran only after the whole backlog moved"
+
+
+def test_a_redis_broker_with_its_schedule_in_another_redis_runs_delayed_tasks_once(
+    make_app, redis_server, redis_client, store_server, store_client
+):
+    """``delayq_store_url`` on a Redis broker: the worker's mover hands due messages from
+    the store's Redis to the broker's lists (claim -> push -> ack)."""
+    settings = {"delayq_store_url": store_server.url}
+    app = make_app(**settings)
+    with celery_process("worker", redis_server.url, settings, "-P", "solo"):
+        sent = [remember(app, f"c{c}", countdown=c) for c in (0.3, 0.8, 1.2)]
+        assert store_client.keys("delayq:*")  # waiting in the store's Redis
+        wait_until(lambda: len(runs(redis_client)) == len(sent), timeout=20)
+        wait_until_quiescent(app, workers=1)
+
+    assert Counter(run["id"] for run in runs(redis_client)) == Counter(s.id for s in sent)
+    for run in runs(redis_client):
+        assert run["at"] >= datetime.fromisoformat(run["eta"]).timestamp()

@@ -1,0 +1,94 @@
+"""Faults on RabbitMQ with real processes: a standalone mover SIGKILLed in the middle
+of handing thousands of messages over; another mover finishes, and nothing is lost."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import amqp
+import pytest
+from celery import Celery
+from kombu import Queue
+
+import celery_delayq
+from celery_delayq.celery.amqp_envelope import destination, envelope
+from celery_delayq.celery.connect import open_store
+from celery_delayq.celery.message import STABLE_ID_HEADER
+from celery_delayq.core.store import Scheduled
+from celery_delayq.testing import wait_until
+
+from ..helpers import standalone_mover
+
+pytestmark = pytest.mark.timeout(180)
+
+MESSAGES = 3_000
+
+
+def schedule_overdue(app: Celery, queue: str, count: int) -> None:
+    """``count`` messages, each ``{"n": i}`` with task id ``t<i>``, already due, bound
+    for ``queue`` through the default exchange (as a producer's AMQP publish would be)."""
+    with open_store(app) as store:
+        due = store.server_time_ms() - 1
+        store.schedule_many(
+            Scheduled(
+                queue,
+                f"m{i}",
+                f"t{i}",
+                due,
+                destination("", queue),
+                envelope(amqp.Message(b'{"n": %d}' % i, application_headers={"id": f"t{i}"})),
+            )
+            for i in range(count)
+        )
+
+
+def ready_in(app: Celery, queue: str) -> int:
+    with app.connection_for_write() as connection:
+        _, ready, _ = Queue(queue)(connection.default_channel).queue_declare(passive=True)
+    return int(ready)
+
+
+def drain(app: Celery, queue: str) -> list[Any]:
+    taken = []
+    with app.connection_for_write() as connection:
+        channel = connection.channel()
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            taken.append(message)
+        channel.close()
+    return taken
+
+
+@pytest.mark.slow
+def test_a_mover_killed_mid_hand_over_loses_nothing_and_its_duplicates_are_attributable(
+    make_amqp_app, amqp_settings, rabbitmq_url
+):
+    settings = {**amqp_settings, "delayq_handover_lease": 1.0, "delayq_move_batch_size": 100}
+    app = make_amqp_app(**settings)
+    queue = app.conf.task_default_queue
+    with app.connection_for_write() as connection:
+        Queue(queue)(connection.default_channel).declare()
+    schedule_overdue(app, queue, MESSAGES)
+
+    with standalone_mover(rabbitmq_url, settings) as first:
+        wait_until(lambda: ready_in(app, queue) >= MESSAGES // 10, timeout=60)
+        first.kill()  # SIGKILL, mid-stream: some batches claimed, maybe published
+    assert 0 < sum(b.pending for b in celery_delayq.backlog(app)) < MESSAGES
+
+    with standalone_mover(rabbitmq_url, settings):
+        wait_until(
+            lambda: not any(b.pending for b in celery_delayq.backlog(app)),
+            timeout=90,
+            what="the second mover has handed everything over",
+        )
+
+    arrived = drain(app, queue)
+    copies = Counter(m.headers["id"] for m in arrived)
+    assert set(copies) == {f"t{i}" for i in range(MESSAGES)}  # nothing lost
+    duplicated = [task for task, n in copies.items() if n > 1]
+    assert all(copies[task] == 2 for task in duplicated)
+    assert len(duplicated) <= 100  # at most the one batch the killed mover had in flight
+    for task in duplicated:
+        stable = {m.headers[STABLE_ID_HEADER] for m in arrived if m.headers["id"] == task}
+        assert len(stable) == 1  # both copies say they are the same delayed message
+    assert not any(b.dead for b in celery_delayq.backlog(app))
