@@ -54,14 +54,17 @@ def broker_reachable(url: str) -> bool:
 
 
 class RabbitMQNode:
-    """A private RabbitMQ node; ``config`` lines go into its rabbitmq.conf."""
+    """A private RabbitMQ node; ``config`` lines go into its rabbitmq.conf, ``advanced``
+    (Erlang terms, e.g. ``[{rabbit, [{channel_tick_interval, 1000}]}].``) into its
+    advanced.config."""
 
-    def __init__(self, config: Mapping[str, str] | None = None) -> None:
+    def __init__(self, config: Mapping[str, str] | None = None, advanced: str = "[].") -> None:
         self.port = free_port()
         self.name = f"delayq-test-{self.port}@localhost"
         self.dir = Path(tempfile.mkdtemp(prefix="delayq-rabbitmq-"))
         self.config = {"listeners.tcp.default": str(self.port), "loopback_users": "none"}
         self.config.update(config or {})
+        self.advanced = advanced
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -75,6 +78,7 @@ class RabbitMQNode:
         conf = "".join(f"{key} = {value}\n" for key, value in self.config.items())
         (self.dir / "rabbitmq.conf").write_text(conf)
         (self.dir / "enabled_plugins").write_text("[].\n")
+        (self.dir / "advanced.config").write_text(self.advanced + "\n")
         env = dict(
             os.environ,
             HOME=str(self.dir),  # its own Erlang cookie
@@ -84,6 +88,7 @@ class RabbitMQNode:
             RABBITMQ_MNESIA_BASE=str(self.dir / "mnesia"),
             RABBITMQ_LOG_BASE=str(self.dir / "log"),
             RABBITMQ_CONFIG_FILE=str(self.dir / "rabbitmq.conf"),
+            RABBITMQ_ADVANCED_CONFIG_FILE=str(self.dir / "advanced.config"),
             RABBITMQ_ENABLED_PLUGINS_FILE=str(self.dir / "enabled_plugins"),
             RABBITMQ_PID_FILE=str(self.dir / "pid"),
         )
