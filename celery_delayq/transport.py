@@ -4,15 +4,8 @@
 
 from __future__ import annotations
 
-from .celery.transport import (
-    AMQPChannel,
-    AMQPSSLTransport,
-    AMQPTransport,
-    Channel,
-    SentinelChannel,
-    SentinelTransport,
-    Transport,
-)
+from .celery.amqp_transport import AMQPChannel, AMQPSSLTransport, AMQPTransport
+from .celery.transport import Channel, SentinelChannel, SentinelTransport, Transport
 
 __all__ = [
     "AMQPChannel",

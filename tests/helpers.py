@@ -55,6 +55,17 @@ def noop_task(app: Celery) -> Any:
     return noop
 
 
+def take_all(app: Celery, queue: str) -> list[Any]:
+    """Every message in a RabbitMQ queue now, taken off it (``basic_get``)."""
+    taken = []
+    with app.connection_for_write() as connection:
+        channel = connection.channel()
+        while (message := channel.basic_get(queue, no_ack=True)) is not None:
+            taken.append(message)
+        channel.close()
+    return taken
+
+
 def runs(client: redis.Redis) -> list[dict[str, Any]]:
     """Executions recorded by tests.worker_app tasks, oldest first."""
     return [json.loads(raw) for raw in client.lrange("test:runs", 0, -1)]

@@ -25,6 +25,7 @@ from kombu.transport import pyamqp
 
 from ..core.handover import Publisher
 from ..core.store import Scheduled
+from . import worker_hooks
 from .amqp_envelope import destination, envelope
 from .amqp_publisher import AMQPPublisher
 from .channel import STORE_URL_NEEDED, DelayqChannel, delayq_app, uses_delayq
@@ -125,3 +126,5 @@ def keep_native_delayed_delivery_away() -> None:
 
 
 keep_native_delayed_delivery_away()
+# A worker that uses this transport gets the mover step and the delayed listing.
+worker_hooks.connect()

@@ -21,20 +21,9 @@ from celery_delayq.core.handover import ClaimPublishAck, Outgoing
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import wait_until
 
-from ..helpers import NOWHERE
+from ..helpers import NOWHERE, take_all
 
 pytestmark = pytest.mark.timeout(60)
-
-
-def take(app: Celery, queue: str) -> list[Any]:
-    """Every message in a RabbitMQ queue now (taken off it)."""
-    taken = []
-    with app.connection_for_write() as connection:
-        channel = connection.channel()
-        while (message := channel.basic_get(queue, no_ack=True)) is not None:
-            taken.append(message)
-        channel.close()
-    return taken
 
 
 def overdue(app: Celery, *results: Any) -> None:
@@ -49,14 +38,14 @@ def test_a_delayed_task_waits_in_redis_and_reaches_its_queue_once_when_due(
     app = make_amqp_app()
     queue = app.conf.task_default_queue
     sent = app.send_task("tests.remember", ("x",), countdown=3600, priority=3)
-    assert take(app, queue) == []  # declared by the publish, and empty
+    assert take_all(app, queue) == []  # declared by the publish, and empty
     assert [(b.queue, b.pending) for b in celery_delayq.backlog(app)] == [(queue, 1)]
 
     overdue(app, sent)
     assert deliver_all_due(app) == 1
     assert deliver_all_due(app) == 0
 
-    (message,) = take(app, queue)
+    (message,) = take_all(app, queue)
     assert message.headers["id"] == sent.id
     assert message.headers[STABLE_ID_HEADER].startswith(f"{sent.id}@")
     assert message.properties["priority"] == 3
@@ -92,7 +81,7 @@ def test_a_message_nobody_can_route_is_retried_then_dead_lettered_with_the_reaso
     _, tries, reason = why.decode().split(" ", 2)
     assert tries == "2"
     assert reason.startswith("unroutable: ") and "'lonely'" in reason and "'none'" in reason
-    assert len(take(app, app.conf.task_default_queue)) == 1
+    assert len(take_all(app, app.conf.task_default_queue)) == 1
 
 
 def test_an_exchange_that_does_not_exist_refuses_only_its_own_messages(
@@ -107,7 +96,7 @@ def test_an_exchange_that_does_not_exist_refuses_only_its_own_messages(
 
     assert deliver_all_due(app) == 3
 
-    delivered = [m.headers["id"] for m in take(app, app.conf.task_default_queue)]
+    delivered = [m.headers["id"] for m in take_all(app, app.conf.task_default_queue)]
     assert sorted(delivered) == sorted(r.id for r in good)
     (why,) = redis_client.hvals(redis_client.keys("*:dead:why")[0])
     assert "NOT_FOUND" in why.decode() and "nowhere" in why.decode()
@@ -131,7 +120,7 @@ def test_an_unreachable_broker_returns_the_claims_and_loses_nothing(
     assert celery_delayq.backlog(app)[0].overdue == 5
     app.set_current()
     assert deliver_all_due(app) == 5
-    assert len(take(app, app.conf.task_default_queue)) == 5
+    assert len(take_all(app, app.conf.task_default_queue)) == 5
 
 
 def test_a_claim_whose_mover_died_comes_back_after_its_lease(
@@ -157,7 +146,7 @@ def test_a_claim_whose_mover_died_comes_back_after_its_lease(
         result = wait_for_move(store)
         assert result.now_ms >= first + 200 - 5
 
-    (message,) = take(app, app.conf.task_default_queue)
+    (message,) = take_all(app, app.conf.task_default_queue)
     assert message.headers["id"] == sent.id
 
 
@@ -190,7 +179,7 @@ def test_a_quorum_queue_on_a_topic_exchange_keeps_celerys_native_delayed_deliver
     assert celery_delayq.cancel(app, later.id) == 1
     overdue(app, soon)
     assert deliver_all_due(app) == 1
-    (message,) = take(app, name)
+    (message,) = take_all(app, name)
     assert message.headers["id"] == soon.id
     assert message.delivery_info["exchange"] == name
 
@@ -223,7 +212,7 @@ def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
     with pytest.raises(kombu.exceptions.OperationalError, match="delayq_store_url"):
         app.send_task("tests.remember", countdown=60, retry_policy=policy)
 
-    assert take(app, app.conf.task_default_queue) == []
+    assert take_all(app, app.conf.task_default_queue) == []
 
 
 def claim(store: Any, queue_name: str, owner: str, lease_ms: int) -> list[Outgoing]:
@@ -265,7 +254,7 @@ def test_a_mover_killed_at_any_step_loses_nothing_and_duplicates_only_after_the_
         wait_until(lambda: store.server_time_ms() > lease_over, what="the lease is over")
         store.move_all_due()  # another mover's pass
 
-    arrived = take(app, queue_name)
+    arrived = take_all(app, queue_name)
     copies = Counter(m.headers["id"] for m in arrived)
     assert set(copies) == {r.id for r in sent}  # nothing lost
     expected = 2 if killed_after == "publish" else 1

@@ -4,7 +4,6 @@ of handing thousands of messages over; another mover finishes, and nothing is lo
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any
 
 import amqp
 import pytest
@@ -18,7 +17,7 @@ from celery_delayq.celery.message import STABLE_ID_HEADER
 from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import wait_until
 
-from ..helpers import standalone_mover
+from ..helpers import standalone_mover, take_all
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -49,16 +48,6 @@ def ready_in(app: Celery, queue: str) -> int:
     return int(ready)
 
 
-def drain(app: Celery, queue: str) -> list[Any]:
-    taken = []
-    with app.connection_for_write() as connection:
-        channel = connection.channel()
-        while (message := channel.basic_get(queue, no_ack=True)) is not None:
-            taken.append(message)
-        channel.close()
-    return taken
-
-
 @pytest.mark.slow
 def test_a_mover_killed_mid_hand_over_loses_nothing_and_its_duplicates_are_attributable(
     make_amqp_app, amqp_settings, rabbitmq_url
@@ -82,7 +71,7 @@ def test_a_mover_killed_mid_hand_over_loses_nothing_and_its_duplicates_are_attri
             what="the second mover has handed everything over",
         )
 
-    arrived = drain(app, queue)
+    arrived = take_all(app, queue)
     copies = Counter(m.headers["id"] for m in arrived)
     assert set(copies) == {f"t{i}" for i in range(MESSAGES)}  # nothing lost
     duplicated = [task for task, n in copies.items() if n > 1]

@@ -1,0 +1,28 @@
+"""What celery-delayq does to a worker that uses one of its transports.
+
+A worker loads its broker transport's module when it first looks at the transport,
+just before it sends ``worker_init`` and builds its blueprint: the one moment a
+settings-only plugin can add a bootstep to the worker (and choose how its
+remote-control node answers ``inspect scheduled``). Every transport module connects
+this handler; ``dispatch_uid`` keeps it to one connection.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from celery import signals
+
+from .bootstep import add_worker_mover
+from .channel import check_store_setting
+from .inspect import list_delayed_in_scheduled
+
+
+def _on_worker_init(sender: Any, **_: Any) -> None:
+    check_store_setting(sender.app)
+    add_worker_mover(sender)
+    list_delayed_in_scheduled(sender.app)
+
+
+def connect() -> None:
+    signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="celery_delayq.mover")
