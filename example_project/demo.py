@@ -5,6 +5,8 @@ Run it from the repository root::
     python -m example_project.demo                      # starts a throw-away Redis
     REDIS_URL=redis://localhost:6379/0 python -m example_project.demo
     python -m example_project.demo --pool solo          # a worker without child processes
+    BROKER_URL=amqp://guest:guest@localhost:5672// python -m example_project.demo
+                                                        # RabbitMQ, delayed tasks in Redis
 
 It starts a worker subprocess (prefork with concurrency 2 unless ``--pool solo``, and
 celery-delayq's mover thread), sends a spread of delayed tasks, cancels one and
@@ -153,7 +155,7 @@ def wait_for_starts(plan: Plan, worker: Worker) -> tuple[dict[str, starts.Start]
     Waits at least until past the cancelled task's original ETA, so "it never ran"
     means something. Returns the runs seen and when they were last read.
     """
-    url = app.conf.broker_url
+    url = app.conf.demo_redis_url
     not_before = plan.cancelled_eta + CANCEL_CHECK_SECONDS
     deadline = plan.t0 + LAST_DUE_SECONDS + GRACE_SECONDS
     seen: dict[str, starts.Start] = {}
@@ -255,6 +257,8 @@ def running_worker(url: str, pool: str) -> Iterator[Worker]:
         logfile = Path(tmp) / "worker.log"
         python_path = [str(REPO_ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]
         env = {**os.environ, "REDIS_URL": url, "PYTHONPATH": os.pathsep.join(python_path)}
+        if app.conf.broker_url.startswith("amqp"):
+            env["BROKER_URL"] = app.conf.broker_url
         command = [
             sys.executable,
             "-m",
@@ -364,7 +368,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _raise_terminated)
     try:
         with redis_url() as url:
-            app.conf.broker_url = url
+            app.conf.demo_redis_url = url
+            if app.conf.broker_url.startswith("amqp"):
+                app.conf.delayq_store_url = url
+                print(f"broker: {app.conf.broker_url} (delayed tasks wait in that Redis)")
+            else:
+                app.conf.broker_url = url
             with running_worker(url, args.pool) as worker:
                 return run(worker)
     except DemoError as exc:

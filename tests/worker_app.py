@@ -39,6 +39,12 @@ if "task_queues" in settings:  # JSON: each queue as a dict of its parts
 app.conf.update(settings)
 
 
+def eta_of(request: Any) -> Any:
+    """The task's ETA: Celery's own, or, for a task a mover handed to RabbitMQ (which
+    arrives as an ordinary task), the ``x-delayq-eta`` header."""
+    return request.eta or request.get("x-delayq-eta")
+
+
 def record(task_id: str, eta: Any, **extra: Any) -> None:
     """Note one execution: task id, its ETA as the worker saw it, and the start time."""
     if eta is not None and not isinstance(eta, str):
@@ -50,12 +56,12 @@ def record(task_id: str, eta: Any, **extra: Any) -> None:
 
 @app.task(bind=True)
 def remember(self: Any, label: str = "") -> None:
-    record(self.request.id, self.request.eta, label=label)
+    record(self.request.id, eta_of(self.request), label=label)
 
 
 @app.task(bind=True, max_retries=3)
 def retry_once(self: Any, countdown: float) -> None:
-    record(self.request.id, self.request.eta, retries=self.request.retries)
+    record(self.request.id, eta_of(self.request), retries=self.request.retries)
     if self.request.retries == 0:
         raise self.retry(countdown=countdown)
 
@@ -65,6 +71,6 @@ def retry_once(self: Any, countdown: float) -> None:
 )
 def flaky(self: Any) -> None:
     """Fails twice; Celery's autoretry backs off 1 s, then 2 s."""
-    record(self.request.id, self.request.eta, retries=self.request.retries)
+    record(self.request.id, eta_of(self.request), retries=self.request.retries)
     if self.request.retries < 2:
         raise ValueError("not yet")

@@ -56,7 +56,8 @@ def make_app(env: dict[str, str] | None = None) -> Celery:
 
 def record(self: Any) -> None:
     """The benchmark task: note its id, its ETA and when it started."""
-    entry = {"id": self.request.id, "at": time.time(), "eta": self.request.eta}
+    eta = self.request.eta or self.request.get("x-delayq-eta")  # delayq: the latter
+    entry = {"id": self.request.id, "at": time.time(), "eta": eta}
     with redis.Redis.from_url(self.app.conf.bench_record_url) as client:
         client.rpush(RUNS_KEY, json.dumps(entry, default=str))
 

@@ -16,6 +16,9 @@ from kombu.utils.json import dumps, loads
 
 from .message import STABLE_ID_HEADER
 
+#: Where a due message keeps its ETA when it reaches a RabbitMQ worker (amqp_message).
+ETA_HEADER = "x-delayq-eta"
+
 #: Separates exchange and routing key in a destination (no exchange name holds it).
 DESTINATION_SEPARATOR = "\x1f"
 
@@ -48,11 +51,23 @@ def envelope(message: amqp.Message) -> bytes:
 
 
 def amqp_message(payload: bytes, stable_id: str) -> amqp.Message:
-    """The py-amqp message of a stored envelope, with the stable id header added."""
+    """The py-amqp message of a due stored envelope, with the stable id header added and
+    its ``eta`` header renamed ``x-delayq-eta``.
+
+    A Celery worker treats a task with an ``eta`` header as an ETA task even when the
+    ETA has passed: it goes through the worker's timer and raises and lowers the
+    channel's prefetch count, two ``basic.qos`` round trips per task, so on RabbitMQ a
+    worker runs such tasks a few per second (measured: 4/s at prefetch 1, 25/s at 4,
+    against 574/s without the header). The message is due when a mover publishes it
+    (by the Redis clock), so it goes as an ordinary task; the ETA stays readable as
+    ``task.request.get("x-delayq-eta")``.
+    """
     stored: dict[str, Any] = loads(payload)
     properties = dict(stored.get("properties") or {})
     properties.pop("body_encoding", None)
     headers = {**(stored.get("headers") or {}), STABLE_ID_HEADER: stable_id}
+    if headers.get("eta") is not None:
+        headers[ETA_HEADER] = headers.pop("eta")
     return amqp.Message(
         base64.b64decode(stored["body"]),
         content_type=stored.get("content-type"),

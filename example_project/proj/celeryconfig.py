@@ -1,14 +1,24 @@
 """Celery settings of the example project: plain Celery settings, nothing else.
 
 Two lines make countdown/ETA tasks wait in Redis instead of in worker memory:
-``broker_url`` must be a ``redis://`` URL, and ``broker_transport`` names the
-celery-delayq transport. Everything else is ordinary Celery configuration.
+``broker_url`` a ``redis://`` URL, and ``broker_transport`` naming the celery-delayq
+transport. On RabbitMQ (``BROKER_URL=amqp://...``) it is three: the AMQP transport,
+and ``delayq_store_url``, the Redis where delayed tasks wait. Everything else is
+ordinary Celery configuration.
 """
 
 import os
 
-broker_url = os.environ.get("REDIS_URL", "redis://localhost:6379/0")
-broker_transport = "celery_delayq.transport:Transport"
+redis_url = os.environ.get("REDIS_URL", "redis://localhost:6379/0")
+broker_url = os.environ.get("BROKER_URL") or redis_url
+if broker_url.startswith("amqp"):
+    broker_transport = "celery_delayq.transport:AMQPTransport"
+    delayq_store_url = redis_url
+else:
+    broker_transport = "celery_delayq.transport:Transport"
+
+# Where the demo's tasks note when they started (a setting of this project, not Celery's).
+demo_redis_url = redis_url
 
 # Every worker runs a mover thread (the default, spelled out here); alternatively run
 # `celery beat` with beat_scheduler = "celery_delayq.beat:Scheduler".

@@ -12,10 +12,16 @@ from . import starts
 from .celery import app
 
 
+def eta_of(task: Task) -> object:
+    """The ETA the message carried: Celery's ``eta``, or on RabbitMQ, where a due task
+    arrives as an ordinary one, the ``x-delayq-eta`` header celery-delayq kept it in."""
+    return task.request.eta or task.request.get("x-delayq-eta")
+
+
 @app.task(bind=True)
 def stamp(self: Task, run: str, label: str) -> None:
     """Note when this run started; the task does nothing else."""
-    starts.record(self.app.conf.broker_url, run, label, self.request.eta)
+    starts.record(self.app.conf.demo_redis_url, run, label, eta_of(self))
 
 
 @app.task(bind=True, max_retries=1)
@@ -25,6 +31,6 @@ def flaky(self: Task, run: str, label: str) -> None:
     The retry is a new message with an ETA, so it too waits in Redis, not in the worker.
     """
     attempt = self.request.retries + 1
-    starts.record(self.app.conf.broker_url, run, f"{label}, attempt {attempt}", self.request.eta)
+    starts.record(self.app.conf.demo_redis_url, run, f"{label}, attempt {attempt}", eta_of(self))
     if attempt == 1:
         raise self.retry(countdown=1)

@@ -14,6 +14,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 import celery_delayq
+from celery_delayq.celery.amqp_envelope import ETA_HEADER
 from celery_delayq.celery.connect import mover_thread, open_store
 from celery_delayq.celery.errors import ConfigurationError
 from celery_delayq.celery.message import STABLE_ID_HEADER
@@ -50,6 +51,9 @@ def test_a_delayed_task_waits_in_redis_and_reaches_its_queue_once_when_due(
     assert message.headers[STABLE_ID_HEADER].startswith(f"{sent.id}@")
     assert message.properties["priority"] == 3
     assert message.properties["delivery_mode"] == 2  # persistent, as Celery published it
+    # Due now: an ordinary task to the worker (no eta header: no prefetch round trips),
+    # its ETA kept aside.
+    assert "eta" not in message.headers and message.headers[ETA_HEADER]
     assert celery_delayq.backlog(app)[0].pending == 0
     assert redis_client.keys("*inflight*") == [] and redis_client.keys("*claims*") == []
 

@@ -38,9 +38,12 @@ TIME = r"\d\d:\d\d:\d\d\.\d{3}"
 ROW = re.compile(rf"^(?P<task>\S.*?)\s{{2,}}{TIME}\s+{TIME}\s+(?P<late>-?\d+\.\d)$")
 
 
-def run_demo() -> subprocess.CompletedProcess[str]:
-    """Run the demo; on timeout, SIGTERM it first so it can stop its worker and Redis."""
-    env = {name: value for name, value in os.environ.items() if name != "REDIS_URL"}
+def run_demo(broker_url: str | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the demo (on RabbitMQ with ``broker_url``); on timeout, SIGTERM it first so it
+    can stop its worker and Redis."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "BROKER_URL")}
+    if broker_url:
+        env["BROKER_URL"] = broker_url
     command = [sys.executable, "-m", "example_project.demo"]
     with subprocess.Popen(
         command, cwd=REPO_ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -60,7 +63,19 @@ def run_demo() -> subprocess.CompletedProcess[str]:
 
 @pytest.mark.slow
 def test_demo_runs_every_task_never_early_and_not_the_cancelled_one() -> None:
-    result = run_demo()
+    check(run_demo())
+
+
+@pytest.mark.slow
+def test_the_demo_on_rabbitmq_too(rabbitmq_url: str) -> None:
+    """``BROKER_URL=amqp://... python -m example_project.demo``: the queue on RabbitMQ,
+    delayed tasks in the demo's Redis."""
+    result = run_demo(rabbitmq_url)
+    assert "broker: amqp://" in result.stdout
+    check(result)
+
+
+def check(result: subprocess.CompletedProcess[str]) -> None:
     output = f"--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
     assert result.returncode == 0, output
 
