@@ -10,18 +10,16 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import signal
 import subprocess
 import sys
 import time
 from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
-from types import FrameType
 
 from celery_delayq.testing import redis_server_binary
 
-from .harness import log
+from .harness import exit_on_termination, log
 from .profiles import FULL, QUICK, Profile
 from .report import ScenarioResult, markdown_table, missed_lines
 from .runner import run_all
@@ -51,11 +49,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="run only this scenario (repeatable; default: all)",
     )
     return parser.parse_args(argv)
-
-
-def _raise_on_sigterm(signum: int, _frame: FrameType | None) -> None:
-    # SystemExit unwinds through the finally blocks that stop workers and Redis.
-    raise SystemExit(128 + signum)
 
 
 def environment() -> str:
@@ -181,8 +174,7 @@ def main(argv: list[str] | None = None) -> int:
     profile = QUICK if args.quick else FULL
     output = args.output or (None if args.quick else DEFAULT_OUTPUT)
     keys = tuple(args.scenario) if args.scenario else SCENARIO_KEYS
-    signal.signal(signal.SIGTERM, _raise_on_sigterm)
-    signal.signal(signal.SIGHUP, _raise_on_sigterm)
+    exit_on_termination()
 
     plot_dir = output.parent / "plots" if output is not None else None
     started = time.monotonic()

@@ -20,7 +20,7 @@ from pathlib import Path
 from celery_delayq.testing import RedisServer
 from celery_delayq.testing_rabbitmq import RabbitMQNode
 
-from ..harness import log
+from ..harness import exit_on_termination, log
 from ..report import ScenarioResult, markdown_table, missed_lines
 from .scenarios import ConsumerTimeout, Lateness, MoveRate, WorkerMemory
 from .side import Side
@@ -102,6 +102,7 @@ def main() -> int:
     parser.add_argument("--output", type=Path)
     parser.add_argument("--scenario", action="append", help="timeout, memory, lateness, moverate")
     args = parser.parse_args()
+    exit_on_termination()
     sizes = QUICK if args.quick else FULL
     chosen = [s for s in scenarios(sizes) if not args.scenario or s.key in args.scenario]
     started = time.monotonic()

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from urllib.parse import urlparse
 
 import redis
+from redis.sentinel import Sentinel
 
 from ..core.handover import ClaimPublishAck, HandOverPolicy, Publisher
 from ..core.keys import KeySpace
@@ -22,21 +24,36 @@ _clients: dict[str, redis.Redis] = {}
 _clients_lock = threading.Lock()
 
 
-def store_client(url: str) -> redis.Redis:
+def store_client(url: str, master_name: str | None = None) -> redis.Redis:
     """One client (and connection pool) per store URL and process: every channel and
     mover of the process shares it, as kombu's channels share one pool."""
+    key = f"{url}#{master_name}"
     with _clients_lock:
-        client = _clients.get(url)
+        client = _clients.get(key)
         if client is None:
-            client = _clients[url] = redis.Redis.from_url(url)
+            client = _clients[key] = _connect(url, master_name)
         return client
+
+
+def _connect(url: str, master_name: str | None) -> redis.Redis:
+    """A client for a redis://, rediss:// or unix:// URL, or for the master behind
+    ``sentinel://host:port[/db];sentinel://...`` (kombu's form of a Sentinel URL)."""
+    if not url.lower().startswith("sentinel"):
+        return redis.Redis.from_url(url)
+    parts = [urlparse(one.strip()) for one in url.split(";") if one.strip()]
+    password = next((p.password for p in parts if p.password), None)
+    db = int((parts[0].path or "/0").lstrip("/") or 0)
+    sentinel = Sentinel(
+        [(p.hostname or "localhost", p.port or 26379) for p in parts], password=password
+    )
+    return sentinel.master_for(master_name or "", db=db, password=password)
 
 
 def separate_store(config: DelayqConfig, make_publisher: Callable[[], Publisher]) -> DelayedStore:
     """The store at ``config.store_url``; it publishes due messages to the broker with
     confirms, through a publisher made at the first delivery."""
     assert config.store_url is not None
-    client = store_client(config.store_url)
+    client = store_client(config.store_url, config.store_master_name)
     policy = HandOverPolicy(
         lease_ms=round(config.handover_lease * 1000),
         most_tries=config.handover_tries,

@@ -26,7 +26,7 @@ SETTING_PREFIX = "delayq_"
 REDIS_SCHEMES = frozenset({"redis", "rediss", "socket", "unix", "redis+socket"})
 SENTINEL_SCHEMES = frozenset({"sentinel"})
 #: URL schemes ``delayq_store_url`` may have (redis-py's ``Redis.from_url``).
-STORE_SCHEMES = frozenset({"redis", "rediss", "unix"})
+STORE_SCHEMES = frozenset({"redis", "rediss", "unix", "sentinel"})
 
 
 @dataclass(frozen=True)
@@ -55,6 +55,9 @@ class DelayqConfig:
     #: redis:// or rediss:// URL. Needed with a broker that is not Redis (RabbitMQ...);
     #: with a Redis broker it keeps the schedule elsewhere. None: the broker's Redis.
     store_url: str | None = None
+    #: With a ``sentinel://host:port[/db];sentinel://...`` store URL: the name of the
+    #: master the sentinels watch (as kombu's ``master_name`` transport option).
+    store_master_name: str | None = None
     #: Seconds a mover may take to publish a claimed message to a broker in another
     #: system before its claim expires and the message is published again.
     handover_lease: float = 60.0
@@ -96,8 +99,14 @@ class DelayqConfig:
         )
         _check(
             self.store_url is None or urlparse(str(self.store_url)).scheme.lower() in STORE_SCHEMES,
-            "delayq_store_url must be a redis://, rediss:// or unix:// URL, "
+            "delayq_store_url must be a redis://, rediss://, unix:// or sentinel:// URL, "
             f"got {maybe_sanitize_url(str(self.store_url))!r}",
+        )
+        _check(
+            not str(self.store_url or "").lower().startswith("sentinel")
+            or bool(self.store_master_name),
+            "a sentinel:// delayq_store_url needs delayq_store_master_name (the master the "
+            "sentinels watch)",
         )
         _check(
             isinstance(self.handover_tries, int)

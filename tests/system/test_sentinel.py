@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -10,6 +11,7 @@ import pytest
 import redis
 
 import celery_delayq
+from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import RedisServer, free_port, redis_server_binary, wait_until
 
 from ..helpers import celery_process, runs
@@ -63,3 +65,25 @@ def test_sentinel_transport_delays_and_delivers_through_the_master(make_app, sen
     with celery_process("worker", url, settings, "-P", "solo", record_url=master.url):
         wait_until(lambda: runs(master.client()), timeout=15)
     assert [r["id"] for r in runs(master.client())] == [sent.id]
+
+
+def test_a_store_behind_sentinel_keeps_the_schedule_of_another_broker(
+    make_app, sentinel, redis_client
+):
+    """``delayq_store_url = "sentinel://..."`` with ``delayq_store_master_name``: the
+    schedule on the master the sentinel names, the queue on the (plain Redis) broker."""
+    master, sentinel_port = sentinel
+    app = make_app(
+        delayq_store_url=f"sentinel://127.0.0.1:{sentinel_port}/0",
+        delayq_store_master_name="mymaster",
+    )
+
+    sent = app.send_task("tests.worker_app.remember", ("via sentinel",), countdown=3600)
+    assert master.client().hlen("delayq:{default}:msg") == 1
+    assert redis_client.llen("default") == 0
+    assert celery_delayq.reschedule(app, sent.id, countdown=-1) == 1
+    assert deliver_all_due(app) == 1
+
+    (delivered,) = redis_client.lrange("default", 0, -1)
+    assert json.loads(delivered)["headers"]["id"] == sent.id
+    assert master.client().hlen("delayq:{default}:msg") == 0
