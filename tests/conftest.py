@@ -10,6 +10,9 @@
 
 from __future__ import annotations
 
+import socket
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -19,7 +22,7 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_delayq.testing import RedisServer
+from celery_delayq.testing import RedisServer, free_port, wait_until
 from celery_delayq.testing_rabbitmq import RabbitMQUnavailable, rabbitmq_for_tests
 
 from .helpers import NOWHERE
@@ -148,3 +151,62 @@ def store_client(store_server: RedisServer) -> Iterator[redis.Redis]:
     client.script_flush()
     yield client
     client.close()
+
+
+SQS_TRANSPORT = "celery_delayq.transport:SQSTransport"
+
+
+@pytest.fixture(scope="session")
+def sqs_server() -> Iterator[str]:
+    """An SQS-compatible server of this session: moto in server mode (an emulator of
+    AWS, from PyPI's moto[server]); its ``sqs://`` URL."""
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_until(
+            lambda: _answers(port),
+            timeout=30,
+            what="the moto server answers",
+            abort=lambda: None if process.poll() is None else "it exited",
+        )
+        yield f"sqs://test:test@127.0.0.1:{port}"
+    finally:
+        process.kill()
+        process.wait()
+
+
+def _answers(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=1):
+            return True
+    except OSError:
+        return False
+
+
+@pytest.fixture
+def make_sqs_app(
+    app_factory: Callable[..., Celery],
+    sqs_server: str,
+    redis_server: RedisServer,
+    redis_client: redis.Redis,
+) -> Callable[..., Celery]:
+    """An app on the moto SQS server, its delayed store in the session's (flushed) Redis
+    and a queue of its own."""
+
+    def make(**settings: Any) -> Celery:
+        return app_factory(
+            sqs_server,
+            **{
+                "broker_transport": SQS_TRANSPORT,
+                "broker_transport_options": {"region": "us-east-1", "is_secure": False},
+                "delayq_store_url": redis_server.url,
+                "task_default_queue": f"q-{uuid.uuid4().hex[:8]}",
+                **settings,
+            },
+        )
+
+    return make

@@ -1,10 +1,10 @@
-"""The kombu Redis channel that keeps future-ETA messages in the delayed store.
+"""What every celery-delayq channel shares: its app's settings, its delayed store, and
+the decision to keep a message whose ``eta`` lies ahead in that store.
 
-Every non-fanout publish passes through ``Channel._put``: a message whose ``eta``
-header lies in the future is written to the delayed store instead of the queue list;
-everything else goes exactly the way kombu's Redis transport sends it. Fanout
-(broadcast) messages are never delayed. A queue's purge and delete take its delayed
-messages with it, as they take the messages in its lists.
+``DelayqChannel`` is the base of all of them; ``VirtualChannelMixin`` adds the store to
+kombu's virtual transports (the Redis channels in redis_channel.py, SQS in
+sqs_transport.py), whose publishes all pass ``Channel._put``; the AMQP channel is in
+amqp_transport.py. Fanout (broadcast) messages are never delayed.
 
 kombu gives a channel no reference to the Celery app that opened its connection, and
 ``current_app`` is Celery's empty fallback app in any thread that did not create the
@@ -26,14 +26,13 @@ from celery._state import _get_active_apps, get_current_app
 from kombu.transport import get_transport_cls
 from kombu.utils.json import dumps
 
-from ..core.handover import Publisher, SameRedisMove
-from ..core.keys import KeySpace
+from ..core.handover import Publisher
 from ..core.store import DelayedStore, Scheduled
 from .errors import ConfigurationError, StoreUnavailable
 from .message import due_ms, eta_of, eta_timestamp
-from .redis_publisher import RedisListPublisher
 from .separate_store import separate_store
-from .settings import REDIS_SCHEMES, DelayqConfig, check_broker_url, config_of
+from .settings import DelayqConfig, check_broker_url, config_of
+from .virtual_publisher import VirtualPublisher
 
 STORE_URL_NEEDED = (
     "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
@@ -44,13 +43,17 @@ STORE_URL_NEEDED = (
 class DelayqChannel:
     """What every celery-delayq channel has: its app's settings and a delayed store.
 
-    The Redis channels (``DelayedPublishMixin``) and the AMQP channel
-    (``amqp_transport.py``) derive from it; ``uses_delayq`` looks for it.
+    The virtual-transport channels (``VirtualChannelMixin``: Redis in redis_channel.py,
+    SQS) and the AMQP channel (amqp_transport.py) derive from it; ``uses_delayq`` looks
+    for it.
     """
 
     delayq_config: DelayqConfig
     _delayq_app: Celery
     _delayed_store: DelayedStore | None = None
+    #: Whether the broker itself can hold the store (a Redis broker); otherwise
+    #: delayq_store_url is needed.
+    keeps_own_store = False
 
     def store_for(self, config: DelayqConfig) -> DelayedStore:
         """A delayed store with the given settings, for this channel's broker: at
@@ -106,20 +109,18 @@ class DelayqChannel:
         raise NotImplementedError
 
 
-class DelayedPublishMixin(DelayqChannel):
-    """Adds the delayed store to a kombu Redis channel and diverts future ETAs to it."""
+class VirtualChannelMixin(DelayqChannel):
+    """For kombu's virtual transports (Redis, SQS, ...), where every non-fanout publish
+    passes through ``Channel._put``: a message whose ``eta`` lies ahead goes to the
+    delayed store instead. Due messages come back through ``put_now``."""
 
-    #: Broker URL schemes this channel can serve.
-    url_schemes: frozenset[str] = REDIS_SCHEMES
-
-    # Provided by kombu's Redis Channel.
-    global_keyprefix: str
-    pool: redis.ConnectionPool
-    priority_steps: list[int]
+    #: Broker URL schemes this channel can serve (None: whatever kombu accepts).
+    url_schemes: frozenset[str] | None = None
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         app = delayq_app()
-        check_broker_url(app, self.url_schemes)
+        if self.url_schemes is not None:
+            check_broker_url(app, self.url_schemes)
         self.delayq_config = config_of(app)
         self._delayq_app = app
         self._delayed_store = None
@@ -127,19 +128,7 @@ class DelayedPublishMixin(DelayqChannel):
 
     @classmethod
     def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
-        return lambda: RedisListPublisher(app.connection_for_write)
-
-    def store_on_broker(self, config: DelayqConfig) -> DelayedStore:
-        """A delayed store on this channel's Redis, with the given settings.
-
-        The client is a plain (unprefixed) one on kombu's own connection pool: kombu's
-        prefixing client would prefix only some keys of a script call, so the prefix
-        is applied by ``KeySpace`` instead.
-        """
-        client = redis.Redis(connection_pool=self.pool)
-        keys = KeySpace(self.global_keyprefix, config.key_prefix)
-        handover = SameRedisMove(client, queue_lists=self.real_queue_lists)
-        return DelayedStore(client, keys, config.move_batch_size, handover)
+        return lambda: VirtualPublisher(app.connection_for_write)
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         """Publish, or store until due. Inside a kombu publish batch a delayed message is
@@ -147,50 +136,44 @@ class DelayedPublishMixin(DelayqChannel):
         if not self.store_if_future(queue, message, lambda: dumps(message).encode()):
             super()._put(queue, message, **kwargs)  # type: ignore[misc]
 
+    def put_now(self, queue: str, message: dict[str, Any]) -> None:
+        """kombu's own put, for a due message (never diverted to the store again)."""
+        super()._put(queue, message)  # type: ignore[misc]
+
     def delayed(
         self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
     ) -> Scheduled:
-        """What the store keeps of a delayed message: the list kombu would push it to
-        (priority and ``global_keyprefix`` applied), its delivery tag as id, its task id."""
+        """What the store keeps of a delayed message: its queue as destination, its
+        delivery tag as id, its task id."""
+        return self.scheduled(queue, message, payload, eta_seconds, destination=queue)
+
+    def scheduled(
+        self,
+        queue: str,
+        message: dict[str, Any],
+        payload: bytes,
+        eta_seconds: float,
+        **extra: Any,
+    ) -> Scheduled:
         properties = message.get("properties") or {}
-        headers = message.get("headers") or {}
-        priority = self._get_message_priority(message, reverse=False)  # type: ignore[attr-defined]
-        kombu_list = self._q_for_pri(queue, priority)  # type: ignore[attr-defined]
-        task_id = headers.get("id")
+        task_id = (message.get("headers") or {}).get("id")
         return Scheduled(
             queue=queue,
             message_id=str(properties.get("delivery_tag") or uuid.uuid4()),
             task_id=str(task_id) if task_id is not None else None,
             due_ms=due_ms(eta_seconds),
-            destination=self.real_key(kombu_list),
             payload=payload,
-            expires_ms=(getattr(self, "_expires", None) or {}).get(queue),
+            **extra,
         )
 
-    def real_key(self, kombu_key: str) -> str:
-        """The Redis key of a kombu key (kombu's ``global_keyprefix`` applied)."""
-        return KeySpace(self.global_keyprefix).destination(kombu_key)
-
-    def queue_lists(self, queue: str) -> list[str]:
-        """The kombu lists of one queue: the bare name and its priority sub-lists."""
-        steps = self.priority_steps
-        return list(dict.fromkeys(self._q_for_pri(queue, step) for step in steps))  # type: ignore[attr-defined]
-
-    def real_queue_lists(self, queue: str) -> list[str]:
-        """The Redis keys of the queue's kombu lists."""
-        return [self.real_key(name) for name in self.queue_lists(queue)]
-
     def _purge(self, queue: str) -> int:
-        """Empty the queue, its delayed messages included, in one atomic call (two with
-        ``delayq_store_url``); how many messages there were (``celery purge`` and
-        ``app.control.purge()`` count them)."""
-        if self.delayq_config.store_url is not None:
-            return int(super()._purge(queue)) + self.delayed_store.purge(queue)  # type: ignore[misc]
-        return self.delayed_store.purge(queue, self.real_queue_lists(queue))
+        """Empty the queue and its delayed messages; how many there were (``celery
+        purge`` and ``app.control.purge()`` count them)."""
+        return int(super()._purge(queue)) + self.delayed_store.purge(queue)  # type: ignore[misc]
 
     def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
         """Delete the queue (kombu's own), then its delayed messages: they would
-        otherwise be moved into a list that no longer belongs to any queue."""
+        otherwise be delivered to a queue that no longer exists."""
         super()._delete(queue, *args, **kwargs)  # type: ignore[misc]
         self.delayed_store.purge(queue)
 
@@ -221,8 +204,8 @@ def uses_delayq(app: Celery) -> bool:
 def check_store_setting(app: Celery) -> None:
     """At start (worker, beat, mover): a broker that is not Redis needs delayq_store_url."""
     channel = delayq_channel_class(app)
-    on_redis = channel is None or issubclass(channel, DelayedPublishMixin)
-    if not on_redis and config_of(app).store_url is None:
+    own_store = channel is None or channel.keeps_own_store
+    if not own_store and config_of(app).store_url is None:
         raise ConfigurationError(STORE_URL_NEEDED)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 from kombu.transport import redis as kombu_redis
 
 from . import worker_hooks
-from .channel import DelayedPublishMixin
+from .redis_channel import DelayedPublishMixin
 from .settings import SENTINEL_SCHEMES
 
 
