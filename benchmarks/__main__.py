@@ -19,7 +19,8 @@ from pathlib import Path
 
 from celery_delayq.testing import redis_server_binary
 
-from .harness import exit_on_termination, log
+from .harness import log
+from .processes import exit_on_termination
 from .profiles import FULL, QUICK, Profile
 from .report import ScenarioResult, markdown_table, missed_lines
 from .runner import run_all

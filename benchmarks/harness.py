@@ -8,7 +8,6 @@ leak into the next one.
 from __future__ import annotations
 
 import json
-import signal
 import sys
 import time
 import uuid
@@ -16,7 +15,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType
 from typing import Any
 
 import redis
@@ -30,17 +28,6 @@ from .processes import WorkerProcess
 from .runconfig import RunConfig, Side
 
 _started = time.monotonic()
-
-
-def exit_on_termination() -> None:
-    """SIGTERM and SIGHUP raise SystemExit(128 + signal), which unwinds through the
-    finally blocks that stop workers, Redis and RabbitMQ nodes."""
-
-    def raise_exit(signum: int, _frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, raise_exit)
-    signal.signal(signal.SIGHUP, raise_exit)
 
 
 def log(message: str) -> None:

@@ -18,6 +18,7 @@ import time
 from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
+from types import FrameType
 
 import psutil
 import redis
@@ -37,6 +38,17 @@ def _die_with_parent() -> None:
     """Runs in the child between fork and exec: SIGKILL it when the orchestrator exits."""
     if _libc is not None:
         _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+def exit_on_termination() -> None:
+    """SIGTERM and SIGHUP raise SystemExit(128 + signal), which unwinds through the
+    finally blocks that stop workers, Redis and RabbitMQ nodes."""
+
+    def raise_exit(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, raise_exit)
+    signal.signal(signal.SIGHUP, raise_exit)
 
 
 def spawn(command: list[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:

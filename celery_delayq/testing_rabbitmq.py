@@ -115,8 +115,9 @@ class RabbitMQNode:
             return None
         return "it exited:\n" + (self.dir / "server.out").read_text(errors="replace")[-3000:]
 
-    def stop(self) -> None:
-        """A clean shutdown (SIGTERM to the node's process group), then the directories."""
+    def stop(self, keep_data: bool = False) -> None:
+        """A clean shutdown (SIGTERM to the node's process group); then its directories
+        go, unless ``keep_data`` (to start the same node again: ``restart``)."""
         if self.process is not None:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGTERM)
@@ -126,7 +127,14 @@ class RabbitMQNode:
                 os.killpg(self.process.pid, signal.SIGKILL)
                 self.process.wait()
             self.process = None
-        shutil.rmtree(self.dir, ignore_errors=True)
+        if not keep_data:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def restart(self) -> None:
+        """Stop and start the node again, on the same port with the same data (durable
+        queues and persistent messages survive, as on a real server)."""
+        self.stop(keep_data=True)
+        self.start()
 
 
 @contextlib.contextmanager

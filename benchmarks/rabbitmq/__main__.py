@@ -20,7 +20,8 @@ from pathlib import Path
 from celery_delayq.testing import RedisServer
 from celery_delayq.testing_rabbitmq import RabbitMQNode
 
-from ..harness import exit_on_termination, log
+from ..harness import log
+from ..processes import exit_on_termination
 from ..report import ScenarioResult, markdown_table, missed_lines
 from .scenarios import ConsumerTimeout, Lateness, MoveRate, WorkerMemory
 from .side import Side

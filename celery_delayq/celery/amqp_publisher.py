@@ -28,7 +28,8 @@ from .message import STABLE_ID_HEADER
 
 logger = logging.getLogger(__name__)
 
-#: Longest wait for the confirms of one batch; beyond it the broker is taken as unwell.
+#: Longest wait for the confirms of one batch; beyond it the broker is taken as unwell
+#: (the movers pass half their lease, so a live mover gives up before its claims expire).
 CONFIRM_TIMEOUT_SECONDS = 30.0
 
 
@@ -39,8 +40,11 @@ class ConfirmTimeout(ConnectionError):
 class AMQPPublisher:
     """A ``Publisher`` (core/handover.py) on a kombu connection of its own."""
 
-    def __init__(self, connect: Callable[[], Connection]) -> None:
+    def __init__(
+        self, connect: Callable[[], Connection], confirm_timeout: float = CONFIRM_TIMEOUT_SECONDS
+    ) -> None:
         self.connect = connect
+        self.confirm_timeout = confirm_timeout
         self._connection: Connection | None = None
         self._channel: Any = None
         self._published = 0  # delivery tags the broker gave this channel's publishes
@@ -107,13 +111,13 @@ class AMQPPublisher:
 
     def _await_confirms(self, batch: BatchConfirms) -> None:
         assert self._connection is not None
-        deadline = time.monotonic() + CONFIRM_TIMEOUT_SECONDS
+        deadline = time.monotonic() + self.confirm_timeout
         while batch.unconfirmed:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ConfirmTimeout(
                     f"the broker did not confirm {len(batch.unconfirmed)} message(s) within "
-                    f"{CONFIRM_TIMEOUT_SECONDS:g} s"
+                    f"{self.confirm_timeout:g} s"
                 )
             with contextlib.suppress(socket.timeout):
                 self._connection.drain_events(timeout=remaining)

@@ -27,7 +27,7 @@ from ..core.handover import Publisher
 from ..core.store import Scheduled
 from . import worker_hooks
 from .amqp_envelope import destination, envelope
-from .amqp_publisher import AMQPPublisher
+from .amqp_publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher
 from .channel import STORE_URL_NEEDED, DelayqChannel, delayq_app, uses_delayq
 from .errors import ConfigurationError
 from .message import due_ms
@@ -51,7 +51,10 @@ class AMQPChannel(DelayqChannel, pyamqp.Channel):
 
     @classmethod
     def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
-        return lambda: AMQPPublisher(app.connection_for_write)
+        """Batched confirms, waited for at most half the lease: a live mover gives up
+        on a batch (and gives its claims back) before another could take them."""
+        wait = min(CONFIRM_TIMEOUT_SECONDS, config_of(app).handover_lease / 2)
+        return lambda: AMQPPublisher(app.connection_for_write, confirm_timeout=wait)
 
     def basic_publish(
         self, msg: amqp.Message, exchange: str = "", routing_key: str = "", *args: Any, **kw: Any
