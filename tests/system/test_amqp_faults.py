@@ -52,7 +52,9 @@ def ready_in(app: Celery, queue: str) -> int:
 def test_a_mover_killed_mid_hand_over_loses_nothing_and_its_duplicates_are_attributable(
     make_amqp_app, amqp_settings, rabbitmq_url
 ):
-    settings = {**amqp_settings, "delayq_handover_lease": 1.0, "delayq_move_batch_size": 100}
+    # A short lease, so the killed mover's claims come back soon; movers wait for a
+    # batch's confirms at most half of it (2 s), plenty for 100 messages.
+    settings = {**amqp_settings, "delayq_handover_lease": 4.0, "delayq_move_batch_size": 100}
     app = make_amqp_app(**settings)
     queue = app.conf.task_default_queue
     with app.connection_for_write() as connection:
