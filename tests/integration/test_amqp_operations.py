@@ -94,3 +94,28 @@ def test_doctor_fails_when_the_broker_cannot_be_reached_and_sees_confirms(
     assert found["broker"]["level"] == "fail" and "unreachable" in found["broker"]["message"]
     assert found["publisher confirms"]["level"] == "ok"
     assert found["dead letters"]["level"] == "ok"
+
+
+def test_every_task_command_works_on_rabbitmq(make_amqp_app: Callable[..., Celery]) -> None:
+    """list, show, reschedule, promote, cancel and purge act on the store at
+    delayq_store_url; promote hands over to RabbitMQ at once."""
+    app = make_amqp_app()
+    queue = app.conf.task_default_queue
+    kept, cancelled, promoted = (
+        app.send_task("tests.remember", (name,), countdown=3600)
+        for name in ("kept", "cancelled", "promoted")
+    )
+
+    listed = json.loads(invoke(app, "list", "--json").output)
+    assert sorted(m["id"] for m in listed) == sorted(r.id for r in (kept, cancelled, promoted))
+    (shown,) = json.loads(invoke(app, "show", "--json", kept.id).output)
+    assert (shown["task"], shown["queue"]) == ("tests.remember", queue)
+    assert invoke(app, "reschedule", kept.id, "--countdown", "7200").exit_code == 0
+    assert invoke(app, "cancel", cancelled.id).exit_code == 0
+    assert invoke(app, "promote", promoted.id).exit_code == 0
+
+    with app.connection_for_write() as connection:
+        message = connection.default_channel.basic_get(queue, no_ack=True)
+    assert message is not None and message.headers["id"] == promoted.id
+    assert json.loads(invoke(app, "purge", "--yes", "--json").output) == {queue: 1}
+    assert celery_delayq.backlog(app) == []
