@@ -23,6 +23,7 @@ import redis
 from celery import Celery
 
 from celery_delayq.testing import RedisServer, free_port, wait_until
+from celery_delayq.testing_cluster import RedisClusterServers
 from celery_delayq.testing_rabbitmq import RabbitMQUnavailable, rabbitmq_for_tests
 
 from .helpers import NOWHERE
@@ -151,6 +152,39 @@ def store_client(store_server: RedisServer) -> Iterator[redis.Redis]:
     client.script_flush()
     yield client
     client.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisClusterServers]:
+    """A Redis Cluster of the session: 3 masters, no replicas (failover tests start
+    their own)."""
+    with RedisClusterServers(masters=3) as cluster:
+        yield cluster
+
+
+@pytest.fixture
+def cluster_store_url(redis_cluster: RedisClusterServers) -> str:
+    """``delayq_store_url`` of the session's cluster, every master flushed (data and
+    scripts) first."""
+    client = redis_cluster.client()
+    for node in client.get_primaries():
+        server = client.get_redis_connection(node)
+        server.flushall()
+        server.script_flush()
+    client.close()
+    return redis_cluster.url.replace("redis://", "redis+cluster://")
+
+
+@pytest.fixture
+def make_cluster_app(
+    make_amqp_app: Callable[..., Celery], cluster_store_url: str
+) -> Callable[..., Celery]:
+    """An app on the session's RabbitMQ with its schedule on the session's cluster."""
+
+    def make(**settings: Any) -> Celery:
+        return make_amqp_app(**{"delayq_store_url": cluster_store_url, **settings})
+
+    return make
 
 
 SQS_TRANSPORT = "celery_delayq.transport:SQSTransport"

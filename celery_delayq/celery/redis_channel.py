@@ -48,7 +48,7 @@ class DelayedPublishMixin(VirtualChannelMixin):
         is applied by ``KeySpace`` instead.
         """
         client = redis.Redis(connection_pool=self.pool)
-        keys = KeySpace(self.global_keyprefix, config.key_prefix)
+        keys = KeySpace(self.global_keyprefix, config.key_prefix, config.store_shards)
         handover = SameRedisMove(client, queue_lists=self.real_queue_lists)
         return DelayedStore(client, keys, config.move_batch_size, handover)
 

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import cast
 from urllib.parse import urlparse
 
 import redis
+from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
 from ..core.handover import ClaimPublishAck, HandOverPolicy, Publisher
@@ -36,8 +38,11 @@ def store_client(url: str, master_name: str | None = None) -> redis.Redis:
 
 
 def _connect(url: str, master_name: str | None) -> redis.Redis:
-    """A client for a redis://, rediss:// or unix:// URL, or for the master behind
-    ``sentinel://host:port[/db];sentinel://...`` (kombu's form of a Sentinel URL)."""
+    """A client for a redis://, rediss:// or unix:// URL, for the master behind
+    ``sentinel://host:port[/db];sentinel://...`` (kombu's form of a Sentinel URL), or
+    for the Redis Cluster of ``redis+cluster://[user:password@]host:port[,host:port]``."""
+    if url.lower().startswith(("redis+cluster:", "rediss+cluster:")):
+        return _cluster_client(url)
     if not url.lower().startswith("sentinel"):
         return redis.Redis.from_url(url)
     parts = [urlparse(one.strip()) for one in url.split(";") if one.strip()]
@@ -47,6 +52,24 @@ def _connect(url: str, master_name: str | None) -> redis.Redis:
         [(p.hostname or "localhost", p.port or 26379) for p in parts], password=password
     )
     return sentinel.master_for(master_name or "", db=db, password=password)
+
+
+def _cluster_client(url: str) -> redis.Redis:
+    """A cluster client that knows every node the URL names (any one that answers
+    tells it the rest), retrying through MOVED/ASK and failovers as redis-py does."""
+    scheme, _, rest = url.partition("+cluster")
+    credentials, _, hosts = rest.rpartition("@")
+    hosts, _, tail = hosts.partition("/")
+    first, *others = hosts.split(",")
+    plain = f"{scheme}{credentials}{'@' if credentials else ''}{first}/{tail}"
+    nodes = [ClusterNode(*_host_port(other)) for other in others]
+    client = RedisCluster.from_url(plain, startup_nodes=nodes or None)
+    return cast(redis.Redis, client)
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    return host or "localhost", int(port or 6379)
 
 
 def separate_store(config: DelayqConfig, make_publisher: Callable[[], Publisher]) -> DelayedStore:
@@ -60,4 +83,7 @@ def separate_store(config: DelayqConfig, make_publisher: Callable[[], Publisher]
         retry_backoff_ms=round(config.handover_backoff * 1000),
     )
     handover = ClaimPublishAck(client, make_publisher, policy)
-    return DelayedStore(client, KeySpace("", config.key_prefix), config.move_batch_size, handover)
+    keys = KeySpace("", config.key_prefix, config.store_shards)
+    return DelayedStore(
+        client, keys, config.move_batch_size, handover, cluster=config.store_is_cluster
+    )

@@ -25,8 +25,12 @@ SETTING_PREFIX = "delayq_"
 #: URL schemes a Redis broker may be given with (``socket`` and ``unix`` are Unix sockets).
 REDIS_SCHEMES = frozenset({"redis", "rediss", "socket", "unix", "redis+socket"})
 SENTINEL_SCHEMES = frozenset({"sentinel"})
-#: URL schemes ``delayq_store_url`` may have (redis-py's ``Redis.from_url``).
-STORE_SCHEMES = frozenset({"redis", "rediss", "unix", "sentinel"})
+#: ``delayq_store_url`` schemes that name a Redis Cluster (any of its nodes; several
+#: comma-separated in the host part).
+CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
+#: URL schemes ``delayq_store_url`` may have (redis-py's ``Redis.from_url``, Sentinel
+#: as kombu writes it, and a cluster).
+STORE_SCHEMES = frozenset({"redis", "rediss", "unix", "sentinel", *CLUSTER_SCHEMES})
 
 
 @dataclass(frozen=True)
@@ -52,9 +56,14 @@ class DelayqConfig:
     #: earliest due); 0: add none.
     inspect_limit: int = 1000
     #: Where delayed messages wait when they do not wait in the broker's own Redis: a
-    #: redis:// or rediss:// URL. Needed with a broker that is not Redis (RabbitMQ...);
-    #: with a Redis broker it keeps the schedule elsewhere. None: the broker's Redis.
+    #: redis://, rediss://, sentinel:// or (a Redis Cluster) redis+cluster:// URL. Needed
+    #: with a broker that is not Redis (RabbitMQ...); with a Redis broker it keeps the
+    #: schedule elsewhere. None: the broker's Redis.
     store_url: str | None = None
+    #: How many shards each queue's delayed messages are spread over; on a Redis Cluster
+    #: each shard is its own hash slot, so one busy queue spans nodes. A task's shard is
+    #: fixed by its task id.
+    store_shards: int = 1
     #: With a ``sentinel://host:port[/db];sentinel://...`` store URL: the name of the
     #: master the sentinels watch (as kombu's ``master_name`` transport option).
     store_master_name: str | None = None
@@ -103,6 +112,17 @@ class DelayqConfig:
             f"got {maybe_sanitize_url(str(self.store_url))!r}",
         )
         _check(
+            not self.store_is_cluster or urlparse(str(self.store_url)).path.strip("/") in ("", "0"),
+            "a Redis Cluster has database 0 only: delayq_store_url "
+            f"{maybe_sanitize_url(str(self.store_url))!r} names another",
+        )
+        _check(
+            isinstance(self.store_shards, int)
+            and not isinstance(self.store_shards, bool)
+            and 1 <= self.store_shards <= 1024,
+            f"delayq_store_shards must be an integer from 1 to 1024, got {self.store_shards!r}",
+        )
+        _check(
             not str(self.store_url or "").lower().startswith("sentinel")
             or bool(self.store_master_name),
             "a sentinel:// delayq_store_url needs delayq_store_master_name (the master the "
@@ -120,6 +140,11 @@ class DelayqConfig:
                 isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
                 f"delayq_{name} must be a number of seconds above 0, got {value!r}",
             )
+
+    @property
+    def store_is_cluster(self) -> bool:
+        """Whether ``store_url`` names a Redis Cluster (redis+cluster://...)."""
+        return urlparse(str(self.store_url or "")).scheme.lower() in CLUSTER_SCHEMES
 
     @property
     def mover_alive_within(self) -> float:

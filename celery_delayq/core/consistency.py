@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .health import OK, WARN, Finding
+from .keys import QueueKeys
 from .record import Record, duplicate_key, is_duplicate
 from .store import DelayedStore
 
@@ -25,11 +26,14 @@ def consistency_findings(store: DelayedStore, repair: bool = False) -> list[Find
     """
     findings = []
     for queue in store.queues():
-        problems = _queue_consistency(store, queue, repair)
-        if problems:
-            verb = "repaired" if repair else "found"
-            fix = "" if repair else "run `celery delayq doctor --repair`"
-            findings.append(Finding(f"store {queue}", WARN, f"{verb}: {'; '.join(problems)}", fix))
+        for shard in store.keys.shards_of(queue):
+            problems = _shard_consistency(store, shard, repair)
+            if problems:
+                verb = "repaired" if repair else "found"
+                fix = "" if repair else "run `celery delayq doctor --repair`"
+                findings.append(
+                    Finding(f"store {shard.label}", WARN, f"{verb}: {'; '.join(problems)}", fix)
+                )
     if not findings:
         findings.append(Finding("store", OK, "records, schedule and duplicate listings agree"))
     return findings
@@ -60,18 +64,17 @@ class QueueScan:
         return {*self.ghosts, *self.unscheduled, *self.mistimed, *self.misfiled}
 
 
-def _queue_consistency(store: DelayedStore, queue: str, repair: bool) -> list[str]:
-    scan = scan_queue(store, queue)
+def _shard_consistency(store: DelayedStore, keys: QueueKeys, repair: bool) -> list[str]:
+    scan = scan_shard(store, keys)
     if repair:
         for key in scan.to_repair():
-            store.repair(queue, key, scan.entries.get(key, (None, 0))[0])
+            store.repair(keys, key, scan.entries.get(key, (None, 0))[0])
     return scan.problems()
 
 
-def scan_queue(store: DelayedStore, queue: str) -> QueueScan:
-    """Compare one queue's records with its page entries and duplicate listings."""
-    keys = store.keys.for_queue(queue)
-    scan = QueueScan(store.page_entries(queue))
+def scan_shard(store: DelayedStore, keys: QueueKeys) -> QueueScan:
+    """Compare one queue shard's records with its page entries and duplicate listings."""
+    scan = QueueScan(store.page_entries(keys))
     records: dict[bytes, int] = {}
     for key, raw in store.client.hscan_iter(keys.messages, count=SCAN_CHUNK):
         try:

@@ -26,35 +26,39 @@ class DeadLetters:
         """The dead letters of one queue or all, oldest first."""
         found: list[DeadLetter] = []
         for name in [queue] if queue else self.store.queues():
-            keys = self.store.keys.for_queue(name)
-            with self.store.client.pipeline(transaction=True) as pipe:
-                pipe.hgetall(keys.dead)
-                pipe.hgetall(keys.dead_reasons)
-                records, reasons = pipe.execute()
-            for key, raw in records.items():
-                dead_at, tries, reason = _dead_reason(reasons.get(key, b""))
-                record = Record.decode_or_raw(raw, keys.own_list, 0)
-                found.append(DeadLetter(name, key, record, dead_at, tries, reason))
+            for keys in self.store.keys.shards_of(name):
+                with self.store.client.pipeline(transaction=True) as pipe:
+                    pipe.hgetall(keys.dead)
+                    pipe.hgetall(keys.dead_reasons)
+                    records, reasons = pipe.execute()
+                for key, raw in records.items():
+                    dead_at, tries, reason = _dead_reason(reasons.get(key, b""))
+                    record = Record.decode_or_raw(raw, keys.own_list, 0)
+                    found.append(DeadLetter(name, key, record, dead_at, tries, reason))
         return sorted(found, key=lambda letter: letter.dead_at)
 
     def resend(self, queue: str, message_keys: Sequence[bytes]) -> int:
-        """Schedule these dead letters of ``queue`` again, due now; how many."""
+        """Schedule these dead letters of ``queue`` again, due now; how many. Each shard
+        takes back those it holds (a duplicate's key does not tell its shard)."""
         if not message_keys:
             return 0
-        keys = self.store.keys.for_queue(queue)
         script = self.store.scripts.resend_dead
-        return int(script(keys=keys.handover_keys(), args=[*keys.page_args(), *message_keys]))
+        return sum(
+            int(script(keys=keys.handover_keys(), args=[*keys.page_args(), *message_keys]))
+            for keys in self.store.keys.shards_of(queue)
+        )
 
     def drop(self, queue: str, message_keys: Sequence[bytes]) -> int:
         """Delete these dead letters of ``queue`` for good; how many."""
         if not message_keys:
             return 0
-        keys = self.store.keys.for_queue(queue)
-        with self.store.client.pipeline(transaction=True) as pipe:
-            pipe.hdel(keys.dead, *message_keys)
-            pipe.hdel(keys.dead_reasons, *message_keys)
-            dropped, _ = pipe.execute()
-        return int(dropped)
+        dropped = 0
+        for keys in self.store.keys.shards_of(queue):
+            with self.store.client.pipeline(transaction=True) as pipe:
+                pipe.hdel(keys.dead, *message_keys)
+                pipe.hdel(keys.dead_reasons, *message_keys)
+                dropped += int(pipe.execute()[0])
+        return dropped
 
 
 def _dead_reason(raw: bytes) -> tuple[float, int, str]:

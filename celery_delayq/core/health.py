@@ -7,11 +7,13 @@ say what is wrong and how to fix it; ``consistency`` checks the store's own keys
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.cluster import RedisCluster
 
 from .results import QueueBacklog
 
@@ -30,8 +32,20 @@ class Finding:
     fix: str = ""
 
 
+def server_nodes(client: redis.Redis) -> list[tuple[str, redis.Redis]]:
+    """The servers behind a client, each with a name for reports: the one Redis, or
+    every master of a Redis Cluster (each checked on its own)."""
+    if isinstance(client, RedisCluster):
+        masters = sorted(client.get_primaries(), key=lambda node: node.name)
+        return [(node.name, client.get_redis_connection(node)) for node in masters]
+    return [("", client)]
+
+
 def redis_location(client: redis.Redis) -> str:
     """Where a client points, as a URL without the password."""
+    if isinstance(client, RedisCluster):
+        names = ",".join(name for name, _ in server_nodes(client))
+        return f"redis+cluster://{names} ({len(client.get_primaries())} masters)"
     kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
@@ -43,7 +57,18 @@ def redis_location(client: redis.Redis) -> str:
 
 
 def server_findings(client: redis.Redis) -> list[Finding]:
-    """Version, persistence and eviction policy of the server (a warning instead when
+    """Version, persistence and eviction policy of the server, or of every master of a
+    cluster (the check then names the node)."""
+    findings = []
+    for name, server in server_nodes(client):
+        for finding in _one_server_findings(server):
+            check = f"{finding.check} {name}" if name else finding.check
+            findings.append(dataclasses.replace(finding, check=check))
+    return findings
+
+
+def _one_server_findings(client: redis.Redis) -> list[Finding]:
+    """Version, persistence and eviction policy of one server (a warning instead when
     this user may not run INFO, as an ACL user confined to its keys may not)."""
     try:
         server, persistence, memory = (
@@ -123,16 +148,28 @@ def _eviction(memory: dict[str, Any]) -> Finding:
 
 def clock_finding(client: redis.Redis) -> Finding:
     """Skew between this host's clock and Redis's: ETAs are computed by publishers' clocks
-    and judged due by Redis's, so skew makes tasks early or late by as much."""
+    and judged due by Redis's, so skew makes tasks early or late by as much. On a
+    cluster each shard is moved by its own node's clock, so the skew between nodes is
+    measured too: a task on a node that is behind runs that much later."""
+    skews = {name: server_clock_skew(server) for name, server in server_nodes(client)}
+    worst = max(skews.values(), key=abs)
+    direction = "behind" if worst > 0 else "ahead of"
+    message = f"this host's clock is {abs(worst) * 1000:.0f} ms {direction} Redis"
+    spread = max(skews.values()) - min(skews.values())
+    if len(skews) > 1:
+        message += f" (its furthest node); the {len(skews)} masters differ by up to "
+        message += f"{spread * 1000:.0f} ms"
+    if abs(worst) <= CLOCK_SKEW_WARN_SECONDS and spread <= CLOCK_SKEW_WARN_SECONDS:
+        return Finding("clock skew", OK, message)
+    return Finding("clock skew", WARN, message, "synchronise clocks with NTP")
+
+
+def server_clock_skew(client: redis.Redis) -> float:
+    """Seconds by which one server's clock is ahead of this host's (round trip halved)."""
     before = time.time()
     seconds, micros = client.time()
     after = time.time()
-    skew = seconds + micros / 1e6 - (before + after) / 2
-    direction = "behind" if skew > 0 else "ahead of"
-    message = f"this host's clock is {abs(skew) * 1000:.0f} ms {direction} Redis"
-    if abs(skew) <= CLOCK_SKEW_WARN_SECONDS:
-        return Finding("clock skew", OK, message)
-    return Finding("clock skew", WARN, message, "synchronise clocks with NTP")
+    return float(seconds) + float(micros) / 1e6 - (before + after) / 2
 
 
 def mover_finding(

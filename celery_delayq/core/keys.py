@@ -30,10 +30,18 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
 One queue's keys share the ``{Q}`` hash tag, so each atomic script touches one
 Redis Cluster slot (apart from the destination list, which kombu names). Page keys are
 formed inside the Lua scripts from the page prefix, under the same tag.
+
+Shards (``delayq_store_shards`` > 1): a queue's messages are spread over that many
+independent copies of the per-queue keys, shard ``s`` under the tag ``{Q|s}`` (shard 0
+keeps ``{Q}``, so a queue scheduled before sharding was turned on is still shard 0). A
+message's shard is fixed by its task id (``shard_of``), so cancel, reschedule and show
+go to one shard; on a Redis Cluster the shards of one busy queue hash to different
+slots, and so to different nodes.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,7 +61,14 @@ class QueueKeys:
     stats: str
     page_prefix: str
     own_list: str  # the destination most records have (priority lists are named in them)
-    tagged: str  # the start of every key of this queue: P:{Q}
+    tagged: str  # the start of every key of this queue shard: P:{Q} or P:{Q|s}
+    shard: int = 0
+    shards: int = 1  # how many shards the queue has
+
+    @property
+    def label(self) -> str:
+        """The queue's name, with the shard when the queue is sharded (for reports)."""
+        return f"{self.queue} shard {self.shard}" if self.shards > 1 else self.queue
 
     def as_list(self) -> list[str]:
         """The keys in the order every per-queue script expects them as KEYS."""
@@ -91,6 +106,7 @@ class KeySpace:
 
     global_keyprefix: str = ""
     key_prefix: str = "delayq"
+    shards: int = 1  # how many shards each queue's messages are spread over
 
     @property
     def base(self) -> str:
@@ -111,8 +127,19 @@ class KeySpace:
     def _named(self, name: str) -> str:
         return f"{self.base}:{name}"
 
-    def for_queue(self, queue: str) -> QueueKeys:
-        tagged = self._tagged(queue)
+    def shards_of(self, queue: str) -> list[QueueKeys]:
+        """The keys of every shard of one queue, shard 0 first."""
+        return [self.for_queue(queue, shard) for shard in range(self.shards)]
+
+    def shard_of(self, queue: str, message_key: bytes) -> QueueKeys:
+        """The keys of the one shard that holds a message: by its message key (a task's
+        packed id, record.task_key), so every process finds a task's shard alike."""
+        shard = zlib.crc32(message_key) % self.shards if self.shards > 1 else 0
+        return self.for_queue(queue, shard)
+
+    def for_queue(self, queue: str, shard: int = 0) -> QueueKeys:
+        """The keys of one shard of a queue (shard 0: the whole queue when unsharded)."""
+        tagged = self._tagged(queue if shard == 0 else f"{queue}|{shard}")
         return QueueKeys(
             queue=queue,
             messages=f"{tagged}:msg",
@@ -122,6 +149,8 @@ class KeySpace:
             page_prefix=f"{tagged}:p:",
             own_list=self.destination(queue),
             tagged=tagged,
+            shard=shard,
+            shards=self.shards,
         )
 
     def inspect_claim(self, queue: str, ticket: str) -> str:

@@ -5,17 +5,22 @@ by the script's own file; the claim -> publish -> ack scripts have ``lua/handove
 between the two.
 
 redis-py's ``Script`` computes the SHA locally, runs EVALSHA and reloads the script
-after NOSCRIPT (a restarted or flushed Redis), so no SHA cache of our own is kept.
+after NOSCRIPT (a restarted or flushed Redis, or on a Redis Cluster a node that has not
+seen it: a promoted replica, a new master), so no SHA cache of our own is kept. In a
+pipeline it cannot do that; ``run_pipelined`` does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
+from typing import Any
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 
 def read_source(name: str) -> str:
@@ -46,6 +51,35 @@ class StoreScripts:
     @classmethod
     def register(cls, client: redis.Redis) -> StoreScripts:
         return cls(**{name: client.register_script(source) for name, source in SOURCES.items()})
+
+
+#: One script call: the script, its KEYS and its ARGV.
+ScriptCall = tuple[Script, Sequence[Any], Sequence[Any]]
+
+
+def run_pipelined(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[Any]:
+    """Run script calls in one pipelined round trip (per node, on a cluster), each still
+    its own atomic call; their replies in order.
+
+    A call refused with NOSCRIPT did nothing, so it alone is run again on its own, where
+    ``Script`` loads the script first. Any other error is raised once every call ran.
+    """
+    if not calls:
+        return []
+    with client.pipeline(transaction=False) as pipe:
+        for script, keys, args in calls:
+            # execute_command: redis-py refuses pipe.evalsha on a cluster, though EVALSHA
+            # routes by its keys like any other command
+            pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        replies = pipe.execute(raise_on_error=False)
+    for i, reply in enumerate(replies):
+        if isinstance(reply, NoScriptError):
+            script, keys, args = calls[i]
+            replies[i] = script(keys=keys, args=args)
+    error = next((reply for reply in replies if isinstance(reply, Exception)), None)
+    if error is not None:
+        raise error
+    return list(replies)
 
 
 #: Read once at import, not lazily: a lazy read in a mover thread could hold the import

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
+import random
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, cast
@@ -24,7 +25,7 @@ from .keys import KeySpace, QueueKeys
 from .movers import MoverRegistry
 from .record import Record, duplicate_key, message_key, task_key
 from .results import MoveResult, PendingMessage, QueueBacklog
-from .scripts import StoreScripts
+from .scripts import StoreScripts, run_pipelined
 from .stats import counters
 
 logger = logging.getLogger(__name__)
@@ -62,7 +63,12 @@ class ScheduleCall:
 
 
 class DelayedStore:
-    """Schedule, move, cancel and inspect delayed messages in one Redis."""
+    """Schedule, move, cancel and inspect delayed messages in one Redis or Redis Cluster.
+
+    On a cluster (``cluster``), no script touches the queue registry, which lives in
+    another slot: a queue is added to it before its first message is scheduled, and
+    never removed (a stale entry costs a mover an empty visit, nothing more).
+    """
 
     def __init__(
         self,
@@ -70,25 +76,28 @@ class DelayedStore:
         keys: KeySpace,
         move_batch_size: int = 500,
         handover: HandOver | None = None,
+        cluster: bool = False,
     ) -> None:
         self.client = client
         self.keys = keys
         self.move_batch_size = move_batch_size
+        self.cluster = cluster
         self.scripts = StoreScripts.register(client)
         self.handover = handover or SameRedisMove(client, self.scripts)
         self.movers = MoverRegistry(client, keys.movers)
         self.dead = DeadLetters(self)
+        self._registered: set[str] = set()  # queues this process put in the registry
 
     # -- writing
 
     def schedule_call(self, message: Scheduled) -> ScheduleCall:
         """The KEYS and ARGV of ``schedule.lua`` for one message (rescue reuses them)."""
-        keys = self.keys.for_queue(message.queue)
-        record = Record(message.due_ms, message.destination, message.payload, message.expires_ms)
         key = message_key(message.task_id, message.message_id)
+        keys = self.keys.shard_of(message.queue, key)
+        record = Record(message.due_ms, message.destination, message.payload, message.expires_ms)
         tail = record.tail(keys.own_list)
         return ScheduleCall(
-            keys=[*keys.as_list(), self.keys.queues],
+            keys=[*keys.as_list(), *self._registry_in_scripts()],
             args=[
                 *keys.page_args(),
                 key,
@@ -101,8 +110,22 @@ class DelayedStore:
 
     def schedule(self, message: Scheduled) -> bool:
         """Store a message until it is due; True when it is now its queue's earliest."""
+        self._register([message.queue])
         call = self.schedule_call(message)
         return bool(self.scripts.schedule(keys=call.keys, args=call.args))
+
+    def _registry_in_scripts(self) -> list[str]:
+        """KEYS[5] of schedule.lua and purge.lua: the queue registry, unless it is in
+        another cluster slot than the queue's keys."""
+        return [] if self.cluster else [self.keys.queues]
+
+    def _register(self, queues: Iterable[str]) -> None:
+        """On a cluster, add queues to the registry before their first message (SADD
+        is idempotent; this process does it once per queue)."""
+        new = set(queues) - self._registered
+        if self.cluster and new:
+            self.client.sadd(self.keys.queues, *sorted(new))
+            self._registered |= new
 
     def schedule_many(self, messages: Iterable[Scheduled]) -> int:
         """Store many messages in pipelined round trips (each still its own atomic
@@ -119,11 +142,12 @@ class DelayedStore:
     def _schedule_pipelined(self, messages: list[Scheduled]) -> int:
         if not messages:
             return 0
-        with self.client.pipeline(transaction=False) as pipe:
-            for message in messages:
-                call = self.schedule_call(message)
-                self.scripts.schedule(keys=call.keys, args=call.args, client=pipe)
-            pipe.execute()
+        self._register(message.queue for message in messages)
+        calls = []
+        for message in messages:
+            call = self.schedule_call(message)
+            calls.append((self.scripts.schedule, call.keys, call.args))
+        run_pipelined(self.client, calls)
         return len(messages)
 
     def close(self) -> None:
@@ -133,8 +157,21 @@ class DelayedStore:
     # -- moving
 
     def move_due(self, queue: str) -> MoveResult:
-        """Deliver at most one batch of this queue's due messages."""
-        return self.handover.deliver_due(self.keys.for_queue(queue), self.move_batch_size)
+        """Deliver at most one batch of this queue's due messages from each shard."""
+        results = [
+            self.handover.deliver_due(shard, self.move_batch_size)
+            for shard in self.keys.shards_of(queue)
+        ]
+        if len(results) == 1:
+            return results[0]
+        next_due = [r.next_due_ms for r in results if r.next_due_ms is not None]
+        return MoveResult(
+            sum(r.moved for r in results),
+            min(next_due) if next_due else None,
+            max(r.now_ms for r in results),
+            sum(r.missing for r in results),
+            max(r.max_lateness_ms for r in results),
+        )
 
     def move_all_due(self) -> MoveResult:
         """Deliver everything due in every queue, one bounded batch per call.
@@ -144,20 +181,27 @@ class DelayedStore:
         skipped: its messages stay pending, and the other queues are still moved.
         """
         total = _MoveTotals()
-        active = self.queues()
+        active = [shard for queue in self.queues() for shard in self._shards_in_turn(queue)]
         while active:
-            results = {queue: self._try_move(queue) for queue in active}
-            for result in results.values():
+            results = [(shard, self._try_move(shard)) for shard in active]
+            for _, result in results:
                 if result is not None:
                     total.add(result)
-            active = [queue for queue, result in results.items() if result and result.more_due]
+            active = [shard for shard, result in results if result and result.more_due]
         return total.result(lambda: self.server_time_ms())
 
-    def _try_move(self, queue: str) -> MoveResult | None:
+    def _shards_in_turn(self, queue: str) -> list[QueueKeys]:
+        """A queue's shards, starting at a random one: movers running side by side
+        start on different shards instead of all claiming from the same one first."""
+        shards = self.keys.shards_of(queue)
+        start = random.randrange(len(shards))
+        return shards[start:] + shards[:start]
+
+    def _try_move(self, shard: QueueKeys) -> MoveResult | None:
         try:
-            return self.move_due(queue)
+            return self.handover.deliver_due(shard, self.move_batch_size)
         except redis.ResponseError as exc:
-            logger.warning("celery-delayq: cannot move queue %r: %s", queue, exc)
+            logger.warning("celery-delayq: cannot move queue %r: %s", shard.label, exc)
             return None
 
     # -- changing pending messages
@@ -165,9 +209,9 @@ class DelayedStore:
     def cancel(self, task_id: str) -> int:
         """Remove every pending message of ``task_id``; how many were removed."""
         removed = 0
+        key = task_key(task_id)
         for queue in self.queues():
-            keys = self.keys.for_queue(queue)
-            removed += int(self._run(self.scripts.cancel, keys, task_key(task_id)))
+            removed += int(self._run(self.scripts.cancel, self.keys.shard_of(queue, key), key))
         return removed
 
     def reschedule(
@@ -180,7 +224,7 @@ class DelayedStore:
         """
         changed = 0
         for queue in self.queues():
-            keys = self.keys.for_queue(queue)
+            keys = self.keys.shard_of(queue, task_key(task_id))
             for key in self._message_keys(keys, task_id):
                 changed += self._replace(keys, key, due_ms, rewrite_payload)
         return changed
@@ -208,21 +252,26 @@ class DelayedStore:
         return int(self._run(self.scripts.replace, keys, key, raw, new_raw, due_ms, wakeup))
 
     def purge(self, queue: str, lists: Sequence[str] = ()) -> int:
-        """Delete every pending message of ``queue`` at once, and with ``lists`` (real
-        keys) the messages in those lists too, in the same atomic call; how many there
-        were."""
-        keys = self.keys.for_queue(queue)
-        return int(
-            self.scripts.purge(
-                keys=[*keys.as_list(), self.keys.queues, *lists],
-                args=[*keys.page_args(), queue],
+        """Delete every pending message of ``queue``, and with ``lists`` (real keys of
+        the same Redis) the messages in those lists too, in the same atomic call as an
+        unsharded queue's messages (one call per shard: each shard is atomic on its
+        own); how many there were. A sharded or clustered queue stays registered, since
+        a producer may be scheduling into a shard purged a moment ago."""
+        shards = self.keys.shards_of(queue)
+        forget = self._registry_in_scripts() if len(shards) == 1 else []
+        return sum(
+            int(
+                self.scripts.purge(
+                    keys=[*keys.as_list(), *forget, *(lists if keys.shard == 0 else ())],
+                    args=[*keys.page_args(), queue, len(forget)],
+                )
             )
+            for keys in shards
         )
 
-    def repair(self, queue: str, key: bytes, seen_page: bytes | None) -> bool:
+    def repair(self, keys: QueueKeys, key: bytes, seen_page: bytes | None) -> bool:
         """Schedule a message at its record's due time, dropping its entry from
         ``seen_page`` (if any); False when it has no readable record (nothing left)."""
-        keys = self.keys.for_queue(queue)
         return bool(self._run(self.scripts.repair, keys, key, seen_page or ""))
 
     # -- reading
@@ -244,23 +293,36 @@ class DelayedStore:
 
     def handover_counts(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
         """Per queue: messages in flight to another broker, and dead letters."""
+        shards = self._all_shards(queues)
         with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                keys = self.keys.for_queue(queue)
+            for keys in shards:
                 pipe.zcard(keys.inflight)
                 pipe.hlen(keys.dead)
-            replies = pipe.execute()
-        return {
-            queue: (int(replies[2 * i]), int(replies[2 * i + 1])) for i, queue in enumerate(queues)
-        }
+            replies = iter(pipe.execute())
+        counts = {queue: (0, 0) for queue in queues}
+        for keys in shards:
+            in_flight, dead = counts[keys.queue]
+            counts[keys.queue] = (in_flight + int(next(replies)), dead + int(next(replies)))
+        return counts
 
     def _counts(self, queues: list[str], edges_ms: list[Any]) -> list[list[int]]:
         """Per queue: next due ms (-1 if none), then counts in [edges[i], edges[i + 1])."""
-        with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                keys = self.keys.for_queue(queue)
-                self._run(self.scripts.count, keys, *edges_ms, client=pipe)
-            return [[int(n) for n in reply] for reply in pipe.execute()]
+        shards = self._all_shards(queues)
+        calls = [
+            (self.scripts.count, keys.as_list(), [*keys.page_args(), *edges_ms]) for keys in shards
+        ]
+        totals: dict[str, list[int]] = {}
+        for keys, reply in zip(shards, run_pipelined(self.client, calls)):
+            counts = [int(n) for n in reply]
+            total = totals.setdefault(keys.queue, counts)
+            if total is not counts:
+                dues = [due for due in (total[0], counts[0]) if due >= 0]
+                total[0] = min(dues) if dues else -1
+                total[1:] = [a + b for a, b in zip(total[1:], counts[1:])]
+        return [totals[queue] for queue in queues]
+
+    def _all_shards(self, queues: Iterable[str]) -> list[QueueKeys]:
+        return [keys for queue in queues for keys in self.keys.shards_of(queue)]
 
     def pending(
         self,
@@ -277,8 +339,7 @@ class DelayedStore:
         high = "+inf" if due_before is None else repr(due_before * 1000)
         order = "1" if newest_first else "0"
         found: list[PendingMessage] = []
-        for name in [queue] if queue else self.queues():
-            keys = self.keys.for_queue(name)
+        for keys in self._all_shards([queue] if queue else self.queues()):
             flat = self._run(self.scripts.pending, keys, low, high, limit, order)
             entries = [(key, int(float(due))) for key, due in zip(flat[::2], flat[1::2])]
             found.extend(self._with_records(keys, entries))
@@ -289,7 +350,7 @@ class DelayedStore:
         """Every pending message of one Celery task id."""
         found: list[PendingMessage] = []
         for name in self.queues():
-            keys = self.keys.for_queue(name)
+            keys = self.keys.shard_of(name, task_key(task_id))
             keyed: list[tuple[bytes, int | None]] = [
                 (key, None) for key in self._message_keys(keys, task_id)
             ]
@@ -304,10 +365,14 @@ class DelayedStore:
 
     def pending_counts(self, queues: Sequence[str]) -> dict[str, int]:
         """How many messages each of these queues has pending."""
+        shards = self._all_shards(queues)
         with self.client.pipeline(transaction=False) as pipe:
-            for queue in queues:
-                pipe.hlen(self.keys.for_queue(queue).messages)
-            return {queue: int(count) for queue, count in zip(queues, pipe.execute())}
+            for keys in shards:
+                pipe.hlen(keys.messages)
+            counts = dict.fromkeys(queues, 0)
+            for keys, count in zip(shards, pipe.execute()):
+                counts[keys.queue] += int(count)
+            return counts
 
     def claim_listing(
         self, queues: Sequence[str], ticket: str, holder: str, ttl_ms: int = LISTING_CLAIM_MS
@@ -340,9 +405,14 @@ class DelayedStore:
         return found
 
     def stats(self, queue: str) -> dict[str, int]:
-        """The counters of one queue (see ``keys``): scheduled, moved, cancelled, lateness."""
-        raw: dict[bytes, bytes] = self.client.hgetall(self.keys.for_queue(queue).stats)  # type: ignore[assignment]
-        return counters(raw)
+        """The counters of one queue (see ``keys``), summed over its shards: scheduled,
+        moved, cancelled, lateness."""
+        total: dict[str, int] = {}
+        for keys in self.keys.shards_of(queue):
+            raw: dict[bytes, bytes] = self.client.hgetall(keys.stats)  # type: ignore[assignment]
+            for name, value in counters(raw).items():
+                total[name] = total.get(name, 0) + value
+        return total
 
     def timeline(self, edges: list[float]) -> dict[str, list[int]]:
         """Per queue, how many messages fall due in each window between ``edges``
@@ -352,10 +422,9 @@ class DelayedStore:
         counts = self._counts(queues, edges_ms)
         return {queue: reply[1:] for queue, reply in zip(queues, counts)}
 
-    def page_entries(self, queue: str) -> dict[bytes, tuple[bytes, int]]:
-        """Every page entry of a queue, message key -> (page number, due ms); for
+    def page_entries(self, keys: QueueKeys) -> dict[bytes, tuple[bytes, int]]:
+        """Every page entry of a queue shard, message key -> (page number, due ms); for
         consistency checks."""
-        keys = self.keys.for_queue(queue)
         entries: dict[bytes, tuple[bytes, int]] = {}
         pages: list[bytes] = self.client.zrange(keys.pages, 0, -1)  # type: ignore[assignment]
         with self.client.pipeline(transaction=False) as pipe:  # one round trip, not one a page

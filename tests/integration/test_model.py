@@ -34,6 +34,7 @@ from kombu.utils.json import dumps, loads
 
 import celery_delayq
 from celery_delayq.celery.connect import open_store
+from celery_delayq.core.record import message_key, task_key
 from celery_delayq.core.results import MoveResult
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import PRIORITY_STEPS, kombu_lists
@@ -69,6 +70,7 @@ class Message:
     due_ms: int
     destination: str
     payload: bytes
+    shard: int = 0  # of the queue's shards, the one the store keeps it in
 
 
 def listed(messages: Iterable[Any]) -> Counter[tuple[str, str, int, bytes]]:
@@ -158,18 +160,25 @@ class StoreMachine(RuleBasedStateMachine):
                 payload=payload,
             )
         )
-        self.pending[ident] = Message(queue, task_id or "", due_ms, destination, payload)
+        shard = self._shard_of(queue, message_key(task_id, f"tag-{ident}"))
+        self.pending[ident] = Message(queue, task_id or "", due_ms, destination, payload, shard)
         self.ever_queued.add(queue)
         return earliest
+
+    def _shard_of(self, queue: str, key: bytes) -> int:
+        """The shard the store puts a message in: the same hash of its key in every
+        process (``KeySpace.shard_of``), so the model can use it."""
+        return self.store.keys.shard_of(queue, key).shard
 
     def _collect(self) -> list[Message]:
         """Take everything delivered since the last look. Each delivery must be a pending
         message of the model (so: scheduled, and not delivered before), in its own list,
-        byte for byte; within a list, in due order."""
+        byte for byte; within a list, in due order (of each shard: shards are moved one
+        after the other, so messages of two shards due in one pass may cross)."""
         by_payload = {m.payload: ident for ident, m in self.pending.items()}
         delivered = []
         for name, payloads in drain(self.client, self.lists).items():
-            dues = []
+            dues: dict[int, list[int]] = {}
             for payload in payloads:
                 ident = by_payload.pop(payload, None)
                 assert ident is not None, (
@@ -181,8 +190,9 @@ class StoreMachine(RuleBasedStateMachine):
                 assert ident not in self.delivered
                 self.delivered.add(ident)
                 delivered.append(message)
-                dues.append(message.due_ms)
-            assert dues == sorted(dues), f"{name!r}: not delivered in due order: {dues}"
+                dues.setdefault(message.shard, []).append(message.due_ms)
+            for shard, shard_dues in dues.items():
+                assert shard_dues == sorted(shard_dues), f"{name!r} {shard}: not in due order"
         return delivered
 
     def _pick_task(self, pick: tuple[bool, int], *extra: str | None) -> Any:
@@ -236,8 +246,9 @@ class StoreMachine(RuleBasedStateMachine):
     )
     def schedule(self, queue: str, task_id: str | None, offset: int, step: int, raw: bool) -> None:
         """Given a message with any due time, when scheduled, then it is pending, and the
-        store says whether it is its queue's earliest."""
-        others = [m.due_ms for m in self._of_queue(queue)]
+        store says whether it is its queue's (shard's) earliest."""
+        shard = self._shard_of(queue, message_key(task_id, f"tag-{self.next_ident + 1}"))
+        others = [m.due_ms for m in self._of_queue(queue) if m.shard == shard]
         due = self._now() + offset
         earliest = self._schedule(queue, task_id, due, step, raw and not task_id)
         if not others or due < min(others):
@@ -278,16 +289,23 @@ class StoreMachine(RuleBasedStateMachine):
         before = {i: m for i, m in self.pending.items() if m.queue == queue}
         result = self.store.move_due(queue)
         delivered = self._collect()
-        due = sorted(m.due_ms for m in before.values() if m.due_ms <= result.now_ms)
-        expected = min(BATCH, len(due))
-        assert result.moved == len(delivered) == expected
         assert result.missing == 0
         assert all(m.queue == queue for m in delivered)
-        assert sorted(m.due_ms for m in delivered) == due[:expected]
+        for shard in range(self.store.keys.shards):  # one batch from each shard
+            due = sorted(
+                m.due_ms for m in before.values() if m.shard == shard and m.due_ms <= result.now_ms
+            )
+            expected = min(BATCH, len(due))
+            moved = sorted(m.due_ms for m in delivered if m.shard == shard)
+            assert moved == due[:expected], shard
+        assert result.moved == len(delivered)
         left = [m.due_ms for m in self._of_queue(queue)]
         assert result.next_due_ms == (min(left) if left else None)
         lateness = [result.now_ms - m.due_ms for m in delivered]
-        assert result.max_lateness_ms == max(lateness, default=0)
+        if self.store.keys.shards == 1:
+            assert result.max_lateness_ms == max(lateness, default=0)
+        else:  # each shard's move read the clock itself, at or before result.now_ms
+            assert result.max_lateness_ms <= max(lateness, default=0)
 
     @rule()
     def move_all_due(self) -> None:
@@ -376,7 +394,8 @@ class StoreMachine(RuleBasedStateMachine):
             eta = maybe_iso8601(loads(payload)["headers"]["eta"]).timestamp()
             assert entry.queue == queue
             assert due_ms_of(entry) == math.ceil(eta * 1000)
-            message = Message(queue, result.id, due_ms_of(entry), destination, payload)
+            shard = self._shard_of(queue, task_key(result.id))
+            message = Message(queue, result.id, due_ms_of(entry), destination, payload, shard)
             self.pending[self._new_ident()] = message
             self.ever_queued.add(queue)
         else:
@@ -472,13 +491,20 @@ def machine_for(
     return type("BoundStoreMachine", (StoreMachine,), attributes)
 
 
-@pytest.fixture(params=[("", 20), ("tenant:", 8)], ids=["no prefix", "global_keyprefix"])
+@pytest.fixture(
+    params=[("", 20, 1), ("tenant:", 8, 1), ("", 10, 3)],
+    ids=["no prefix", "global_keyprefix", "3 shards"],
+)
 def bound_machine(
     request: pytest.FixtureRequest, make_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> Iterator[type[StoreMachine]]:
-    prefix, examples = request.param
+    prefix, examples, shards = request.param
     options = {"global_keyprefix": prefix} if prefix else {}
-    app = make_app(delayq_move_batch_size=BATCH, broker_transport_options=options)
+    app = make_app(
+        delayq_move_batch_size=BATCH,
+        delayq_store_shards=shards,
+        broker_transport_options=options,
+    )
     with open_store(app) as store:
         yield machine_for(app, store, redis_client, prefix, examples)
 

@@ -1,6 +1,7 @@
 -- Store one delayed message until it is due (after prelude.lua).
 --
--- KEYS[5]  P:queues  set  queue names the movers visit
+-- KEYS[5]  P:queues  set  queue names the movers visit (left out on a Redis Cluster, where
+--                         it is in another slot: the client adds the queue itself)
 -- ARGV[3]  task key (a second message of the same task is kept as a duplicate)
 -- ARGV[4]  due time, integer milliseconds since the epoch
 -- ARGV[5]  record without its due time: "[d<len>:<destination>]:<payload>"
@@ -18,7 +19,7 @@ if redis.call('HSETNX', MSG, key, record) == 0 then
   redis.call('HSET', MSG, key, record)
 end
 add_entry(key, due)
-redis.call('SADD', KEYS[5], ARGV[6])
+if KEYS[5] then redis.call('SADD', KEYS[5], ARGV[6]) end
 redis.call('HINCRBY', STATS, 'scheduled', 1)
 if head() == key then
   redis.call('PUBLISH', ARGV[7], due)

@@ -1,0 +1,161 @@
+"""The delayed store on a Redis Cluster (``delayq_store_url = "redis+cluster://..."``):
+a sharded queue spans the masters, every command gives the output it gives on a single
+Redis, scripts come back after NOSCRIPT. (A real 3-master cluster from redis-server, a
+real RabbitMQ; the CLI runs in-process.)"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import amqp
+import kombu.pools
+import pytest
+from celery import Celery
+from kombu import Queue
+
+import celery_delayq
+from celery_delayq.celery.amqp_envelope import destination, envelope
+from celery_delayq.celery.connect import open_store
+from celery_delayq.core.keys import QueueKeys
+from celery_delayq.core.record import task_key
+from celery_delayq.core.store import DelayedStore, Scheduled
+from celery_delayq.ops.api import deliver_all_due
+from celery_delayq.testing_cluster import RedisClusterServers, slot_of
+
+from ..helpers import invoke, take_all
+
+pytestmark = pytest.mark.timeout(90)
+
+SHARDS = 8
+
+
+def test_a_sharded_queue_spans_every_master_and_cancel_goes_to_one_shard(
+    make_cluster_app: Callable[..., Celery], redis_cluster: RedisClusterServers
+) -> None:
+    app = make_cluster_app(delayq_store_shards=SHARDS)
+    queue = app.conf.task_default_queue
+    sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(400)]
+
+    with open_store(app) as store:
+        shards = store.keys.shards_of(queue)
+        held = Counter()
+        for keys in shards:
+            node = redis_cluster.node_for_slot(slot_of(keys.messages))
+            held[node.port] += store.client.hlen(keys.messages)
+        assert sum(held.values()) == 400
+        assert len(held) == 3 and min(held.values()) > 0  # every master holds a part
+        victim = sent[7].id
+        home = store.keys.shard_of(queue, task_key(victim))
+        before = {keys.shard: held_in(store, keys) for keys in shards}
+        assert len(store.find(victim)) == 1
+        assert store.cancel(victim) == 1
+        after = {keys.shard: held_in(store, keys) for keys in shards}
+        assert after == {**before, home.shard: before[home.shard] - 1}
+        assert store.find(victim) == []
+    assert celery_delayq.backlog(app)[0].pending == 399
+
+
+def held_in(store: DelayedStore, keys: QueueKeys) -> int:
+    return int(store.client.hlen(keys.messages))
+
+
+def scheduled_alike(app: Celery) -> list[str]:
+    """The same tasks with the same fixed ETAs and ids on any app: outputs compare."""
+    base = datetime(2100, 1, 1, tzinfo=timezone.utc)
+    ids = []
+    for i in range(40):
+        eta = base + timedelta(seconds=i % 7, milliseconds=i)
+        app.send_task("tests.remember", (i,), eta=eta, task_id=f"task-{i:02d}")
+        ids.append(f"task-{i:02d}")
+    return ids
+
+
+def cli_json(app: Celery, *args: str) -> Any:
+    result = invoke(app, *args, "--json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.output)
+
+
+def without_clock(status: dict[str, Any]) -> dict[str, Any]:
+    """``status --json`` less what depends on when and where it ran."""
+    queues = [
+        {k: v for k, v in q.items() if k not in ("next_due_in", "queue")} for q in status["queues"]
+    ]
+    return {"queues": queues}
+
+
+def test_every_command_gives_the_same_output_on_a_cluster_as_on_a_single_redis(
+    make_amqp_app: Callable[..., Celery], make_cluster_app: Callable[..., Celery]
+) -> None:
+    outputs: dict[str, list[Any]] = {}
+    for make in (make_amqp_app, lambda: make_cluster_app(delayq_store_shards=SHARDS)):
+        # one app at a time: kombu pools producers by broker URL, and both apps' is one
+        kombu.pools.reset()
+        app = make()
+        ids = scheduled_alike(app)
+        assert invoke(app, "cancel", ids[3]).exit_code == 0
+        assert (
+            invoke(app, "reschedule", ids[5], "--eta", "2100-01-02T00:00:00+00:00").exit_code == 0
+        )
+        for name, args in {
+            "list": ("list", "--limit", "15"),
+            "list newest": ("list", "--limit", "15", "--newest-first"),
+            "show": ("show", ids[5]),
+            "status": ("status",),
+        }.items():
+            found = cli_json(app, *args)
+            if name == "status":
+                found = without_clock(found)
+            else:
+                found = [{k: v for k, v in m.items() if k != "queue"} for m in found]
+            outputs.setdefault(name, []).append(found)
+        assert invoke(app, "promote", ids[0], ids[1]).exit_code == 0
+        promoted = sorted(m.headers["id"] for m in take_all(app, app.conf.task_default_queue))
+        outputs.setdefault("promoted", []).append(promoted)
+        purged = cli_json(app, "purge", "--yes")
+        outputs.setdefault("purged", []).append(list(purged.values()))
+        # (a purged queue stays listed, with 0 pending, where it is sharded: see purge)
+        left = sum(backlog.pending for backlog in celery_delayq.backlog(app))
+        outputs.setdefault("after purge", []).append(left)
+
+    for name, (on_single, on_cluster) in outputs.items():
+        assert on_cluster == on_single, name
+    assert outputs["promoted"][0] == ["task-00", "task-01"]
+    assert outputs["purged"][0] == [37]
+
+
+def test_scripts_come_back_after_every_node_forgot_them(
+    make_cluster_app: Callable[..., Celery], redis_cluster: RedisClusterServers
+) -> None:
+    """A promoted replica or a new master has no scripts: NOSCRIPT, in a pipeline too,
+    is answered by loading the script and running that call again (once)."""
+    app = make_cluster_app(delayq_store_shards=SHARDS)
+    queue = app.conf.task_default_queue
+    with app.connection_for_write() as connection:
+        Queue(queue)(connection.default_channel).declare()
+    with open_store(app) as store:
+        now = store.server_time_ms()
+        due = [
+            Scheduled(
+                queue,
+                f"m{i}",
+                f"t{i}",
+                now - 1,
+                destination("", queue),
+                envelope(amqp.Message(b"{}")),
+            )
+            for i in range(100)
+        ]
+        store.schedule(due[0])  # every script the store uses is now loaded somewhere
+        client = redis_cluster.client()
+        for node in client.get_primaries():
+            client.get_redis_connection(node).script_flush()
+
+        assert store.schedule_many(due[1:]) == 99  # pipelined: NOSCRIPT on every node
+        assert [b.pending for b in store.backlog()] == [100]  # pipelined count scripts
+    assert deliver_all_due(app) == 100
+    assert len(take_all(app, queue)) == 100
