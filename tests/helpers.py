@@ -21,12 +21,17 @@ from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
+import amqp
 import redis
 from celery import Celery
 from celery.result import AsyncResult
 from click.testing import CliRunner, Result
+from kombu import Queue
 
+from celery_delayq.celery.amqp_envelope import destination, envelope
+from celery_delayq.celery.connect import open_store
 from celery_delayq.cli import delayq
+from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import publish, wait_until
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -256,3 +261,32 @@ def standalone_mover(
     return celery_process(
         "delayq", broker_url, settings, "mover", ready="standalone mover running", log_level=None
     )
+
+
+def schedule_overdue(app: Celery, queue: str, count: int) -> None:
+    """``count`` messages, each ``{"n": i}`` with task id ``t<i>``, already due, bound
+    for ``queue`` through the default exchange (as a producer's AMQP publish would be)."""
+    with open_store(app) as store:
+        due = store.server_time_ms() - 1
+        store.schedule_many(
+            Scheduled(
+                queue,
+                f"m{i}",
+                f"t{i}",
+                due,
+                destination("", queue),
+                envelope(
+                    amqp.Message(
+                        b'{"n": %d}' % i, application_headers={"id": f"t{i}"}, delivery_mode=2
+                    )
+                ),
+            )
+            for i in range(count)
+        )
+
+
+def ready_in(app: Celery, queue: str) -> int:
+    """How many messages are ready in a RabbitMQ queue."""
+    with app.connection_for_write() as connection:
+        _, ready, _ = Queue(queue)(connection.default_channel).queue_declare(passive=True)
+    return int(ready)

@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
+import redis
 from celery import Celery
 from kombu.connection import Connection
 from kombu.utils.url import maybe_sanitize_url
@@ -117,8 +118,13 @@ def mover_thread(app: Celery, name: str) -> MoverThread:
 def warn_about_risks(store: DelayedStore) -> None:
     """Log, at every (re)connect of a mover, the Redis settings that put delayed tasks
     at risk (no persistence, an evicting memory policy, ...)."""
-    logger.debug("celery-delayq: mover connected to %s", redis_location(store.client))
-    for finding in server_findings(store.client):
+    try:
+        logger.debug("celery-delayq: mover connected to %s", redis_location(store.client))
+        findings = server_findings(store.client)
+    except redis.RedisError as exc:  # a check must never keep a mover from moving
+        logger.warning("celery-delayq: cannot check the store's Redis settings: %s", exc)
+        return
+    for finding in findings:
         if finding.level != OK:
             logger.warning("celery-delayq: %s: %s; %s", finding.check, finding.message, finding.fix)
 

@@ -34,8 +34,10 @@ class Finding:
 
 def server_nodes(client: redis.Redis) -> list[tuple[str, redis.Redis]]:
     """The servers behind a client, each with a name for reports: the one Redis, or
-    every master of a Redis Cluster (each checked on its own)."""
+    every master of a Redis Cluster (each checked on its own). The cluster's layout is
+    read afresh first: the client's may still name a master that has failed over."""
     if isinstance(client, RedisCluster):
+        client.nodes_manager.initialize()
         masters = sorted(client.get_primaries(), key=lambda node: node.name)
         return [(node.name, client.get_redis_connection(node)) for node in masters]
     return [("", client)]
@@ -61,7 +63,11 @@ def server_findings(client: redis.Redis) -> list[Finding]:
     cluster (the check then names the node)."""
     findings = []
     for name, server in server_nodes(client):
-        for finding in _one_server_findings(server):
+        try:
+            found = _one_server_findings(server)
+        except redis.ConnectionError as exc:
+            found = [Finding("server", FAIL, f"unreachable: {exc}", "check the node")]
+        for finding in found:
             check = f"{finding.check} {name}" if name else finding.check
             findings.append(dataclasses.replace(finding, check=check))
     return findings

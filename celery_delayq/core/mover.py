@@ -98,9 +98,7 @@ class Mover:
             if self.on_connect is not None:
                 self.on_connect(self.store)
         if self._pubsub is None:
-            pubsub = self.store.client.pubsub(ignore_subscribe_messages=True)
-            pubsub.subscribe(self.store.keys.wakeup_channel)
-            self._pubsub = pubsub
+            self._pubsub = self.store.wakeup_subscription()
         result = self.store.move_all_due()
         self._clock_offset_ms = result.now_ms - time.monotonic() * 1000
         self.moved_total += result.moved

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, cast
 
 import redis
+from redis.client import PubSub
 from redis.commands.core import Script
 
 from .dead_letters import DeadLetters
@@ -438,6 +439,23 @@ class DelayedStore:
         """Names of the queues that have had delayed messages, sorted."""
         members = self.client.smembers(self.keys.queues)
         return sorted(q.decode() if isinstance(q, bytes) else q for q in members)
+
+    def wakeup_subscription(self) -> PubSub:
+        """A subscription to the movers' wake-up channel. On a cluster it goes to a node
+        the client's layout names; after a failover that may be the dead master, which
+        a subscription (unlike a command) does not correct: the layout is read again."""
+        try:
+            return self._subscribe()
+        except redis.ConnectionError:
+            if not self.cluster:
+                raise
+            self.client.nodes_manager.initialize()  # type: ignore[attr-defined]
+            return self._subscribe()
+
+    def _subscribe(self) -> PubSub:
+        pubsub = self.client.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.keys.wakeup_channel)
+        return pubsub
 
     def server_time_ms(self) -> int:
         seconds, micros = self.client.time()

@@ -7,52 +7,20 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 
-import amqp
 import pytest
 from celery import Celery
 from kombu import Queue
 
 import celery_delayq
-from celery_delayq.celery.amqp_envelope import destination, envelope
-from celery_delayq.celery.connect import open_store
 from celery_delayq.celery.message import STABLE_ID_HEADER
-from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import wait_until
 from celery_delayq.testing_rabbitmq import RabbitMQNode, RabbitMQUnavailable
 
-from ..helpers import standalone_mover, take_all
+from ..helpers import ready_in, schedule_overdue, standalone_mover, take_all
 
 pytestmark = pytest.mark.timeout(180)
 
 MESSAGES = 3_000
-
-
-def schedule_overdue(app: Celery, queue: str, count: int) -> None:
-    """``count`` messages, each ``{"n": i}`` with task id ``t<i>``, already due, bound
-    for ``queue`` through the default exchange (as a producer's AMQP publish would be)."""
-    with open_store(app) as store:
-        due = store.server_time_ms() - 1
-        store.schedule_many(
-            Scheduled(
-                queue,
-                f"m{i}",
-                f"t{i}",
-                due,
-                destination("", queue),
-                envelope(
-                    amqp.Message(
-                        b'{"n": %d}' % i, application_headers={"id": f"t{i}"}, delivery_mode=2
-                    )
-                ),
-            )
-            for i in range(count)
-        )
-
-
-def ready_in(app: Celery, queue: str) -> int:
-    with app.connection_for_write() as connection:
-        _, ready, _ = Queue(queue)(connection.default_channel).queue_declare(passive=True)
-    return int(ready)
 
 
 @pytest.mark.slow
