@@ -96,13 +96,21 @@ def test_a_master_fails_over_to_its_replica_keeping_a_replicated_key() -> None:
         client.close()
 
 
-def test_migrate_slot_moves_a_slot_with_its_keys_to_another_master(
-    cluster: RedisClusterServers, client: RedisCluster
-) -> None:
-    keys = fill_slot(client, "moving", 500)
+def filled_slot_and_another_master(
+    cluster: RedisClusterServers, client: RedisCluster, tag: str
+) -> tuple[list[bytes], int, RedisServer, RedisServer]:
+    """500 keys in one slot, the slot, its master and another master to move it to."""
+    keys = fill_slot(client, tag, 500)
     slot = cluster.slot_of(keys[0])
     source = cluster.node_for_slot(slot)
     target = next(master for master in cluster.masters() if master is not source)
+    return keys, slot, source, target
+
+
+def test_migrate_slot_moves_a_slot_with_its_keys_to_another_master(
+    cluster: RedisClusterServers, client: RedisCluster
+) -> None:
+    keys, slot, source, target = filled_slot_and_another_master(cluster, client, "moving")
 
     assert cluster.migrate_slot(slot, target) == 500
 
@@ -114,10 +122,7 @@ def test_migrate_slot_moves_a_slot_with_its_keys_to_another_master(
 def test_keys_stay_readable_while_a_slot_is_half_migrated(
     cluster: RedisClusterServers, client: RedisCluster
 ) -> None:
-    keys = fill_slot(client, "halfway", 500)
-    slot = cluster.slot_of(keys[0])
-    source = cluster.node_for_slot(slot)
-    target = next(master for master in cluster.masters() if master is not source)
+    keys, slot, source, target = filled_slot_and_another_master(cluster, client, "halfway")
     migration = cluster.begin_slot_migration(slot, target)
     sample = keys[::37]  # spread over the batches: some moved, some not, at each step
 
