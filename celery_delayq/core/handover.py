@@ -9,6 +9,9 @@ script path.
 from __future__ import annotations
 
 import logging
+import os
+import socket
+import threading
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -28,6 +31,11 @@ logger = logging.getLogger(__name__)
 #: A move stops after this many payload bytes, so one script call stays short (a few ms)
 #: even when messages are large.
 MOVE_BATCH_BYTES = 1 << 20
+
+#: How long a queue (shard) stays its last claimer's (ms): other movers leave it alone
+#: meanwhile, so one mover at a time publishes a shard's messages, in due order; a
+#: claimer that died is replaced this soon.
+CLAIMER_HOLD_MS = 2_000
 
 
 class HandOver(Protocol):
@@ -157,6 +165,8 @@ class ClaimPublishAck:
         self._publisher: Publisher | None = None
         self.policy = policy or HandOverPolicy()
         self.scripts = scripts or StoreScripts.register(client)
+        #: Who claims: the same for every pass of one mover thread, across reconnects.
+        self.claimer = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
 
     @property
     def publisher(self) -> Publisher:
@@ -182,9 +192,14 @@ class ClaimPublishAck:
                 owner,
                 policy.lease_ms,
                 policy.most_tries,
+                self.claimer,
+                CLAIMER_HOLD_MS,
             ],
         )
-        now, next_due, missing, given_back, dead = (int(value) for value in reply[:5])
+        now, next_due, missing, given_back, dead, held_for = (int(value) for value in reply[:6])
+        if held_for:  # another mover claims from this shard: look again once its hold ends
+            retry_at = now + held_for
+            return MoveResult(0, max(next_due, retry_at) if next_due >= 0 else None, now)
         if given_back:
             logger.warning(
                 "celery-delayq: %d claim(s) of queue %r expired (a mover died or hung after "
@@ -194,7 +209,7 @@ class ClaimPublishAck:
             )
         self._log_dead(queue, dead, "their claims kept expiring")
         messages = [
-            Outgoing.from_record(key, raw, queue.own_list) for key, raw in _pairs(reply[5:])
+            Outgoing.from_record(key, raw, queue.own_list) for key, raw in _pairs(reply[6:])
         ]
         report = self.publisher.publish(messages) if messages else PublishReport()
         moved, max_late = self._ack(queue, owner, report.confirmed)

@@ -20,6 +20,8 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:{Q}:inflight      ZSET   claimed message key -> lease deadline (ms), while a mover
                                 hands it to another system (lua/handover.lua)
     P:{Q}:claims        HASH   claimed message key -> owner (one mover pass)
+    P:{Q}:claimer       STRING the mover that claims from Q (or Q's shard) now; expires
+                                soon after its last claim (one claimer at a time)
     P:{Q}:tries         HASH   message key -> failed hand-overs so far
     P:{Q}:dead          HASH   message key -> record of a message that kept failing
     P:{Q}:dead:why      HASH   message key -> "<ms when> <tries> <reason>"
@@ -87,9 +89,13 @@ class QueueKeys:
         return f"{self.tagged}:dead:why"
 
     def handover_keys(self) -> list[str]:
-        """KEYS[1..9] of the claim -> publish -> ack scripts (lua/handover.lua)."""
+        """KEYS[1..10] of the claim -> publish -> ack scripts (lua/handover.lua)."""
         claims, tries = f"{self.tagged}:claims", f"{self.tagged}:tries"
-        return [*self.as_list(), self.inflight, claims, tries, self.dead, self.dead_reasons]
+        claimer = f"{self.tagged}:claimer"
+        return [
+            *self.as_list(),
+            *(self.inflight, claims, tries, self.dead, self.dead_reasons, claimer),
+        ]
 
     def page_args(self) -> list[Any]:
         """ARGV[1] and ARGV[2] of every per-queue script (lua/prelude.lua)."""

@@ -132,7 +132,7 @@ def test_a_claim_whose_mover_died_comes_back_after_its_lease(
 ) -> None:
     """A mover that claimed and died before publishing: once the lease is over, the next
     pass publishes the message; nothing is lost. (The dead mover's lease is 200 ms; the
-    live one keeps the default.)"""
+    live one keeps the default; so does its hold on the queue as its claimer.)"""
     app = make_amqp_app()
     sent = app.send_task("tests.remember", countdown=3600)
     overdue(app, sent)
@@ -142,9 +142,9 @@ def test_a_claim_whose_mover_died_comes_back_after_its_lease(
         queue = store.keys.for_queue(app.conf.task_default_queue)
         claimed = handover.scripts.claim_due(
             keys=queue.handover_keys(),
-            args=[*queue.page_args(), 10, 1 << 20, "dead-mover", 200, 5],
+            args=[*queue.page_args(), 10, 1 << 20, "pass-1", 200, 5, "dead-mover", 200],
         )
-        assert len(claimed) == 7  # five numbers, then one key and its record
+        assert len(claimed) == 8  # six numbers, then one key and its record
         assert store.move_all_due().moved == 0  # claimed: no other mover takes it
 
         first = store.server_time_ms()
@@ -153,6 +153,32 @@ def test_a_claim_whose_mover_died_comes_back_after_its_lease(
 
     (message,) = take_all(app, app.conf.task_default_queue)
     assert message.headers["id"] == sent.id
+
+
+def test_one_mover_at_a_time_claims_from_a_queue_shard(
+    make_amqp_app: Callable[..., Celery],
+) -> None:
+    """While one mover hands a shard's messages over, another leaves that shard alone
+    (and is told when to look again), so the shard's messages go out in due order; the
+    holder's next pass goes on; once the holder stops claiming, another takes over."""
+    app = make_amqp_app(delayq_move_batch_size=2)
+    sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(5)]
+    overdue(app, *sent)
+    with open_store(app) as first, open_store(app) as second:
+        assert isinstance(first.handover, ClaimPublishAck)
+        assert isinstance(second.handover, ClaimPublishAck)
+        second.handover.claimer = "another mover"
+        queue = app.conf.task_default_queue
+        held = first.move_due(queue)  # claims, publishes, acks 2; holds the shard
+
+        skipped = second.move_due(queue)
+        assert (held.moved, skipped.moved) == (2, 0)
+        assert skipped.next_due_ms is not None and skipped.next_due_ms > skipped.now_ms
+        assert first.move_due(queue).moved == 2  # the holder goes on
+        taken = wait_until(lambda: (r := second.move_due(queue)).moved and r, timeout=10)
+        assert taken.now_ms >= skipped.now_ms + 1  # only once the hold had ended
+    ids = [m.headers["id"] for m in take_all(app, queue)]
+    assert sorted(ids) == sorted(r.id for r in sent)
 
 
 def wait_for_move(store: Any) -> Any:
@@ -221,13 +247,15 @@ def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
 
 
 def claim(store: Any, queue_name: str, owner: str, lease_ms: int) -> list[Outgoing]:
-    """What a mover's claim step takes (then "killed" by not going on)."""
+    """What a mover's claim step takes (then "killed" by not going on); its hold on the
+    queue as claimer lasts as long as its lease."""
     handover = store.handover
     keys = store.keys.for_queue(queue_name)
     reply = handover.scripts.claim_due(
-        keys=keys.handover_keys(), args=[*keys.page_args(), 100, 1 << 20, owner, lease_ms, 5]
+        keys=keys.handover_keys(),
+        args=[*keys.page_args(), 100, 1 << 20, owner, lease_ms, 5, owner, lease_ms],
     )
-    pairs = zip(reply[5::2], reply[6::2])
+    pairs = zip(reply[6::2], reply[7::2])
     return [Outgoing.from_record(key, raw, keys.own_list) for key, raw in pairs]
 
 

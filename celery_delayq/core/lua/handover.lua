@@ -13,8 +13,11 @@
 -- KEYS[7]  P:{Q}:tries     hash  message key -> failed hand-overs so far (refused or expired)
 -- KEYS[8]  P:{Q}:dead      hash  message key -> record, for messages that kept failing
 -- KEYS[9]  P:{Q}:dead:why  hash  message key -> "<ms when> <tries> <reason>"
+-- KEYS[10] P:{Q}:claimer   string the mover that claims from this queue (shard) now; it
+--                                 expires soon after that mover's last claim
 
 local INFLIGHT, CLAIMS, TRIES, DEAD, DEAD_WHY = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
+local CLAIMER = KEYS[10]
 
 -- Drop a claim, whoever holds it.
 local function unclaim(key)
