@@ -50,7 +50,9 @@ class DelayedPublishMixin(VirtualChannelMixin):
         client = redis.Redis(connection_pool=self.pool)
         keys = KeySpace(self.global_keyprefix, config.key_prefix, config.store_shards)
         handover = SameRedisMove(client, queue_lists=self.real_queue_lists)
-        return DelayedStore(client, keys, config.move_batch_size, handover)
+        return DelayedStore(
+            client, keys, config.move_batch_size, handover, wait_for=config.replica_wait
+        )
 
     def delayed(
         self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float

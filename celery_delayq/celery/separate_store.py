@@ -85,5 +85,10 @@ def separate_store(config: DelayqConfig, make_publisher: Callable[[], Publisher]
     handover = ClaimPublishAck(client, make_publisher, policy)
     keys = KeySpace("", config.key_prefix, config.store_shards)
     return DelayedStore(
-        client, keys, config.move_batch_size, handover, cluster=config.store_is_cluster
+        client,
+        keys,
+        config.move_batch_size,
+        handover,
+        cluster=config.store_is_cluster,
+        wait_for=config.replica_wait,
     )

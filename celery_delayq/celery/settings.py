@@ -18,6 +18,7 @@ from urllib.parse import urlparse
 from celery import Celery
 from kombu.utils.url import maybe_sanitize_url
 
+from ..core.store import ReplicaWait
 from .errors import ConfigurationError
 
 SETTING_PREFIX = "delayq_"
@@ -64,6 +65,12 @@ class DelayqConfig:
     #: each shard is its own hash slot, so one busy queue spans nodes. A task's shard is
     #: fixed by its task id.
     store_shards: int = 1
+    #: After each schedule, wait until this many replicas have it (Redis's WAIT), so a
+    #: failover cannot lose an acknowledged delayed task; 0: do not wait (replication is
+    #: asynchronous). Costs a replication round trip per publish.
+    store_wait_replicas: int = 0
+    #: Longest that wait (seconds); a write not confirmed in time is logged, not failed.
+    store_wait_timeout: float = 1.0
     #: With a ``sentinel://host:port[/db];sentinel://...`` store URL: the name of the
     #: master the sentinels watch (as kombu's ``master_name`` transport option).
     store_master_name: str | None = None
@@ -123,6 +130,13 @@ class DelayqConfig:
             f"delayq_store_shards must be an integer from 1 to 1024, got {self.store_shards!r}",
         )
         _check(
+            isinstance(self.store_wait_replicas, int)
+            and not isinstance(self.store_wait_replicas, bool)
+            and 0 <= self.store_wait_replicas <= 16,
+            "delayq_store_wait_replicas must be an integer from 0 to 16, "
+            f"got {self.store_wait_replicas!r}",
+        )
+        _check(
             not str(self.store_url or "").lower().startswith("sentinel")
             or bool(self.store_master_name),
             "a sentinel:// delayq_store_url needs delayq_store_master_name (the master the "
@@ -134,12 +148,25 @@ class DelayqConfig:
             and self.handover_tries >= 1,
             f"delayq_handover_tries must be an integer of at least 1, got {self.handover_tries!r}",
         )
-        for name in ("mover_max_sleep", "mover_retry_max", "handover_lease", "handover_backoff"):
+        for name in (
+            "mover_max_sleep",
+            "mover_retry_max",
+            "handover_lease",
+            "handover_backoff",
+            "store_wait_timeout",
+        ):
             value = getattr(self, name)
             _check(
                 isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
                 f"delayq_{name} must be a number of seconds above 0, got {value!r}",
             )
+
+    @property
+    def replica_wait(self) -> ReplicaWait | None:
+        """How schedules wait for replicas, or None."""
+        if not self.store_wait_replicas:
+            return None
+        return ReplicaWait(self.store_wait_replicas, round(self.store_wait_timeout * 1000))
 
     @property
     def store_is_cluster(self) -> bool:

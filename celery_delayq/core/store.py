@@ -25,8 +25,9 @@ from .handover import HandOver, SameRedisMove
 from .keys import KeySpace, QueueKeys
 from .movers import MoverRegistry
 from .record import Record, duplicate_key, message_key, task_key
+from .replicated import run_replicated
 from .results import MoveResult, PendingMessage, QueueBacklog
-from .scripts import StoreScripts, run_pipelined
+from .scripts import ScriptCall, StoreScripts, run_pipelined
 from .stats import counters
 
 logger = logging.getLogger(__name__)
@@ -56,6 +57,14 @@ class Scheduled:
 
 
 @dataclass(frozen=True)
+class ReplicaWait:
+    """How schedules wait for replicas (``WAIT replicas timeout_ms`` after the write)."""
+
+    replicas: int
+    timeout_ms: int
+
+
+@dataclass(frozen=True)
 class ScheduleCall:
     """The KEYS and ARGV of one ``schedule.lua`` call."""
 
@@ -78,11 +87,14 @@ class DelayedStore:
         move_batch_size: int = 500,
         handover: HandOver | None = None,
         cluster: bool = False,
+        wait_for: ReplicaWait | None = None,
     ) -> None:
         self.client = client
         self.keys = keys
         self.move_batch_size = move_batch_size
         self.cluster = cluster
+        #: Schedules wait for this many replicas (None: they do not wait).
+        self.wait_for = wait_for
         self.scripts = StoreScripts.register(client)
         self.handover = handover or SameRedisMove(client, self.scripts)
         self.movers = MoverRegistry(client, keys.movers)
@@ -113,7 +125,16 @@ class DelayedStore:
         """Store a message until it is due; True when it is now its queue's earliest."""
         self._register([message.queue])
         call = self.schedule_call(message)
+        if self.wait_for is not None:
+            (reply,) = self._run_schedules([(self.scripts.schedule, call.keys, call.args)])
+            return bool(reply)
         return bool(self.scripts.schedule(keys=call.keys, args=call.args))
+
+    def _run_schedules(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run schedule calls pipelined, waiting for replicas when configured."""
+        if self.wait_for is None:
+            return run_pipelined(self.client, calls)
+        return run_replicated(self.client, calls, self.wait_for.replicas, self.wait_for.timeout_ms)
 
     def _registry_in_scripts(self) -> list[str]:
         """KEYS[5] of schedule.lua and purge.lua: the queue registry, unless it is in
@@ -148,7 +169,7 @@ class DelayedStore:
         for message in messages:
             call = self.schedule_call(message)
             calls.append((self.scripts.schedule, call.keys, call.args))
-        run_pipelined(self.client, calls)
+        self._run_schedules(calls)
         return len(messages)
 
     def close(self) -> None:

@@ -15,7 +15,8 @@ from kombu import Queue
 import celery_delayq
 from celery_delayq.celery.connect import open_store
 from celery_delayq.celery.message import STABLE_ID_HEADER
-from celery_delayq.testing import wait_until
+from celery_delayq.core.record import task_key
+from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.testing_cluster import RedisClusterServers, slot_of
 
 from ..helpers import ready_in, schedule_overdue, standalone_mover, take_all
@@ -102,3 +103,61 @@ def test_a_master_failover_under_a_mover_loses_nothing(
         stable = {m.headers[STABLE_ID_HEADER] for m in arrived if m.headers["id"] == task}
         assert len(stable) == 1  # published again after its claim or ack was lost
     assert not any(b.dead for b in celery_delayq.backlog(app))
+
+
+def replica_holds(cluster: RedisClusterServers, keys: list[str]) -> int:
+    """Messages the replicas hold in these hashes (each read where its slot's master's
+    replica is)."""
+    held = 0
+    for key in keys:
+        master = cluster.node_for_slot(slot_of(key))
+        (replica,) = [r for r in cluster.replicas() if cluster.master_of(r) is master]
+        with replica.client().pipeline(transaction=False) as pipe:  # one connection
+            pipe.execute_command("READONLY")  # a replica answers reads only after this
+            pipe.hlen(key)
+            held += int(pipe.execute()[1])
+    return held
+
+
+def test_with_wait_replicas_a_scheduled_task_is_on_a_replica_when_the_publish_returns(
+    make_amqp_app, replicated_cluster, caplog
+):
+    """``delayq_store_wait_replicas = 1``: each publish returns only once a replica has
+    the message, so a failover right after it loses nothing. Asking for more replicas
+    than a master has (after the failover): the write stands, the shortfall is logged."""
+    store_url = replicated_cluster.url.replace("redis://", "redis+cluster://")
+    app = make_amqp_app(
+        delayq_store_url=store_url,
+        delayq_store_shards=SHARDS,
+        delayq_store_wait_replicas=1,
+        delayq_store_wait_timeout=0.2,
+    )
+    sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(50)]
+    with open_store(app) as store:
+        hashes = [keys.messages for keys in store.keys.shards_of(app.conf.task_default_queue)]
+        assert replica_holds(replicated_cluster, hashes) == 50  # read at once: no waiting
+
+    promoted = replicated_cluster.fail_over_master(replicated_cluster.masters()[0])
+    assert sum(b.pending for b in celery_delayq.backlog(app)) == 50
+    with open_store(app) as store:
+        assert {m.task_id for m in store.pending(limit=100)} == {r.id for r in sent}
+
+    # The promoted master has no replica now: a write there waits out the timeout.
+    queue, task_id = first_placed_on(app, replicated_cluster, promoted)
+    with caplog.at_level("WARNING", logger="celery_delayq.core.replicated"):
+        app.send_task("tests.remember", countdown=3600, queue=queue, task_id=task_id)
+    assert "0 of 1 replicas" in caplog.text
+    assert [b.pending for b in celery_delayq.backlog(app) if b.queue == queue] == [1]
+
+
+def first_placed_on(
+    app: Celery, cluster: RedisClusterServers, master: RedisServer
+) -> tuple[str, str]:
+    """A queue name and task id whose shard the given master serves."""
+    with open_store(app) as store:
+        for n in range(1000):
+            queue, task_id = f"placed-{n // 10}", f"task-{n}"
+            shard = store.keys.shard_of(queue, task_key(task_id))
+            if cluster.node_for_slot(slot_of(shard.messages)) is master:
+                return queue, task_id
+    raise AssertionError("no shard on that master")
