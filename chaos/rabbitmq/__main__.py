@@ -1,4 +1,7 @@
-"""``python -m chaos.rabbitmq [--duration SECONDS] [--rate N] [--output PATH] [--seed N]``
+"""``python -m chaos.rabbitmq [--duration SECONDS] [--rate N] [--output PATH] [--seed N]
+[--cluster [--wait-replicas N]]``
+
+With ``--cluster`` the schedule is on a Redis Cluster (chaos/rabbitmq/stores.py).
 
 Exit status 0 when every task sent ran and no second run is unexplained; 1 otherwise.
 """
@@ -16,14 +19,15 @@ import tempfile
 import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 from benchmarks.processes import exit_on_termination, spawn
-from celery_delayq.testing import RedisServer
 from celery_delayq.testing_rabbitmq import RabbitMQNode
 
 from ..ledger import LedgerReader
 from .analysis import Outcome, analyze, render
 from .app import ENV, ENV_INCARNATION
+from .stores import schedule_store
 
 LEASE = 10.0
 #: Seconds without a new run, after the last ETA and a lease, before the drain gives up.
@@ -106,6 +110,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=20.0, help="tasks sent per second")
     parser.add_argument("--output", type=Path)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--cluster", action="store_true", help="the schedule on a cluster")
+    parser.add_argument("--wait-replicas", type=int, default=0, help="with --cluster")
     args = parser.parse_args()
     exit_on_termination()
     rng = random.Random(args.seed)
@@ -114,10 +120,10 @@ def main() -> int:
     ledger_dir.mkdir()
     say(f"run directory {run_dir}")
     node = RabbitMQNode()
-    with RedisServer("--appendfsync", "always", appendonly=True) as redis_server:
+    with schedule_store(args.cluster, rng) as store:
         node.start()
         try:
-            outcome = chaos(args, rng, run_dir, ledger_dir, node, redis_server)
+            outcome = chaos(args, rng, run_dir, ledger_dir, node, store)
         finally:
             node.stop()
     report = render(outcome, args)
@@ -133,12 +139,14 @@ def chaos(
     run_dir: Path,
     ledger_dir: Path,
     node: RabbitMQNode,
-    redis_server: RedisServer,
+    store: Any,
 ) -> Outcome:
     max_countdown = min(60.0, args.duration / 2)
     settings = {
         "broker_url": node.url,
-        "store_url": redis_server.url,
+        "store_url": store.url,
+        "shards": store.shards,
+        "wait_replicas": args.wait_replicas,
         "ledger_dir": str(ledger_dir),
         "max_countdown": max_countdown,
         "lease": LEASE,
@@ -153,9 +161,10 @@ def chaos(
     )
     actions: Counter[str] = Counter()
     next_kill = time.time() + rng.uniform(2, 5)
+    faults = {"restart rabbitmq": node.restart, **store.faults()}
     restarts = {
-        "rabbitmq": time.time() + args.duration * 0.3,
-        "redis": time.time() + args.duration * 0.55,
+        name: time.time() + args.duration * (0.3 + 0.25 * i / max(1, len(faults) - 1))
+        for i, name in enumerate(faults)
     }
     period = max(20.0, args.duration / 4)
     try:
@@ -167,18 +176,18 @@ def chaos(
                 supervisor.kill(role)
                 actions[f"kill {role.split('-')[0]}"] += 1
                 next_kill = now + rng.uniform(2, 6)
-            for target, when in restarts.items():
+            for fault, when in restarts.items():
                 if now >= when:
-                    say(f"restarting {target}")
-                    node.restart() if target == "rabbitmq" else redis_server.restart(kill=True)
-                    actions[f"restart {target}"] += 1
-                    restarts[target] = now + period
+                    say(fault)
+                    faults[fault]()
+                    actions[fault] += 1
+                    restarts[fault] = now + period
             time.sleep(0.2)
         say(f"producing done ({dict(actions)}); draining")
         drain(supervisor, ledger_dir, last_eta=time.time() + max_countdown + LEASE)
     finally:
         supervisor.stop_all()
-    return analyze(LedgerReader(ledger_dir).poll(), actions, redis_server.url)
+    return analyze(LedgerReader(ledger_dir).poll(), actions, store.url, store.shards)
 
 
 def drain(supervisor: Supervisor, ledger_dir: Path, last_eta: float) -> None:

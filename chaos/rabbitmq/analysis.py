@@ -6,8 +6,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-import redis
-
+from celery_delayq.celery.separate_store import store_client
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.record import task_key
 
@@ -33,7 +32,9 @@ class Outcome:
         return not self.lost and not self.duplicates[UNEXPLAINED]
 
 
-def analyze(events: list[dict[str, Any]], actions: Counter[str], store_url: str) -> Outcome:
+def analyze(
+    events: list[dict[str, Any]], actions: Counter[str], store_url: str, shards: int = 1
+) -> Outcome:
     sent = {e["id"] for e in events if e["k"] == "S"}
     retried = {e["id"] for e in events if e["k"] == "P"}
     runs: dict[str, list[dict[str, Any]]] = defaultdict(list)
@@ -48,7 +49,7 @@ def analyze(events: list[dict[str, Any]], actions: Counter[str], store_url: str)
     )
     missing = sorted(sent - runs.keys())
     if missing:
-        outcome.lost = where(missing, store_url)
+        outcome.lost = where(missing, store_url, shards)
     for task_id, task_runs in runs.items():
         for extra in task_runs[1:]:
             outcome.duplicates[cause(task_id, task_runs[0], extra, retried)] += 1
@@ -65,19 +66,18 @@ def cause(task_id: str, first: dict[str, Any], extra: dict[str, Any], retried: s
     return UNEXPLAINED
 
 
-def where(task_ids: list[str], store_url: str) -> dict[str, int]:
+def where(task_ids: list[str], store_url: str, shards: int) -> dict[str, int]:
     """Where the tasks that never ran are: still in the store (pending or in flight), in
     its dead letters, or nowhere (lost)."""
-    client = redis.Redis.from_url(store_url)
-    keys = KeySpace().for_queue(QUEUE)
-    pending = set(client.hkeys(keys.messages))  # in flight too: a claim keeps its record
-    dead = set(client.hkeys(keys.dead))
+    client = store_client(store_url)
+    keys = KeySpace(shards=shards)
     found: Counter[str] = Counter()
     for task_id in task_ids:
         key = task_key(task_id)
-        if key in pending:
+        shard = keys.shard_of(QUEUE, key)
+        if client.hexists(shard.messages, key):  # in flight too: a claim keeps its record
             found["still pending in the store (ours)"] += 1
-        elif key in dead:
+        elif client.hexists(shard.dead, key):
             found["dead letters (ours)"] += 1
         else:
             found["nowhere (lost)"] += 1
@@ -98,12 +98,28 @@ def render(outcome: Outcome, args: Any) -> str:
     ]
     table = "\n".join(f"| {label} | {value} |" for label, value in rows)
     verdict = "PASSED" if outcome.passed else "FAILED"
+    command = (
+        f"python -m chaos.rabbitmq --duration {args.duration:g} --rate {args.rate:g} "
+        f"--seed {args.seed}"
+    )
+    if args.cluster:
+        command += f" --cluster --wait-replicas {args.wait_replicas}"
+        store = (
+            "a Redis Cluster for the schedule (3 masters with a replica each, 8 shards per "
+            f"queue, delayq_store_wait_replicas={args.wait_replicas}); the monkey SIGKILLs "
+            "workers, movers and beat, restarts RabbitMQ (graceful), SIGKILLs a master "
+            "(its replica takes over; the old master rejoins as a replica) and moves the "
+            "slot of a queue shard to another master under load."
+        )
+    else:
+        store = (
+            "a Redis (AOF, fsync always) for the schedule; the monkey SIGKILLs workers, "
+            "movers and beat and restarts RabbitMQ (graceful) and Redis (SIGKILL)."
+        )
     return (
         f"# Chaos on RabbitMQ: {verdict}\n\n"
-        f"`python -m chaos.rabbitmq --duration {args.duration:g} --rate {args.rate:g} "
-        f"--seed {args.seed}`: a producer, two prefork workers (acks_late, worker movers), "
-        "beat with celery-delayq's scheduler and a standalone mover; a private RabbitMQ "
-        "node and a Redis (AOF, fsync always) for the schedule; the monkey SIGKILLs "
-        "workers, movers and beat and restarts RabbitMQ (graceful) and Redis (SIGKILL).\n\n"
+        f"`{command}`: a producer, two prefork workers (acks_late, worker movers), beat "
+        "with celery-delayq's scheduler and a standalone mover; a private RabbitMQ node "
+        f"and {store}\n\n"
         "| | count |\n|---|---:|\n" + table + "\n"
     )

@@ -1,5 +1,6 @@
 """The chaos run's app, its task and its producer, configured from ``CHAOS_RMQ`` (JSON:
-broker_url, store_url, ledger_dir, max_countdown, lease)."""
+broker_url, store_url, ledger_dir, max_countdown, lease; on a cluster also shards and
+wait_replicas)."""
 
 from __future__ import annotations
 
@@ -38,6 +39,8 @@ def make_app() -> Celery:
         broker_connection_retry_on_startup=True,
         broker_connection_max_retries=None,
         delayq_store_url=config["store_url"],
+        delayq_store_shards=config.get("shards", 1),
+        delayq_store_wait_replicas=config.get("wait_replicas", 0),
         delayq_handover_lease=config["lease"],
         delayq_mover_retry_max=2.0,
         task_default_queue=QUEUE,
