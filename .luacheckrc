@@ -21,8 +21,8 @@ local prelude_exports = {
   "collect_due", "drop_taken", "lateness_histogram", "server_now", "call_chunked",
 }
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
-local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "unclaim",
-                          "dead_letter", "failed_once"}
+local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
+                          "unclaim", "dead_letter", "failed_once"}
 local exported, unused_exports = {}, {}
 for _, names in ipairs({prelude_exports, handover_exports}) do
   for _, name in ipairs(names) do
@@ -49,9 +49,10 @@ files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram",
                                      "prelude.lua")
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate"},
                                      "prelude.lua")
-files[lua .. "handover.lua"].ignore = {"211/unclaim", "211/failed_once"}
+files[lua .. "handover.lua"].ignore = {"211/unclaim", "211/failed_once", "211/CLAIMER"}
 files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_due", "drop_taken",
-                                       "head", "INFLIGHT", "CLAIMS", "unclaim", "failed_once"},
+                                       "head", "INFLIGHT", "CLAIMS", "CLAIMER", "unclaim",
+                                       "failed_once"},
                                       "prelude.lua and handover.lua")
 files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                          "lateness_histogram", "unclaim", "forget_duplicate"},
