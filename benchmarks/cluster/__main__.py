@@ -57,7 +57,7 @@ def measure(setup: StoreSetup, sizes: Sizes, broker: RedisServer) -> dict[str, f
     with running(setup) as store:
         log(f"{setup.name}: draining {sizes.drained:,} due messages")
         broker.client().flushall()
-        found.update(drain(store, broker.url, sizes.drained))
+        found.update(drain(store, broker.client(), broker.url, sizes.drained))
     log(f"  {found}")
     return found
 
@@ -72,19 +72,22 @@ def render(results: dict[str, dict[str, float]], sizes: Sizes, command: str, sec
         f"Scheduling: {sizes.scheduled:,} messages from 2 processes, one `schedule` call "
         f"each (as `apply_async` writes). Memory: {sizes.memory:,} pending ~240-byte "
         f"messages, used_memory of all masters. Drain: {sizes.drained:,} due messages, one "
-        "mover (claim, push to a Redis broker's list, ack; batches of 500); CPU is "
-        "used_cpu_user + used_cpu_sys of the store's masters per moved message.",
+        "mover (claim, push to a Redis broker's list, ack; batches of 500); CPU per moved "
+        "message: used_cpu_user + used_cpu_sys of the store's masters and of the broker's "
+        "Redis, and the mover process's own CPU time.",
         "",
         "| store | scheduled/s | vs single | bytes/pending | drained/s | vs single "
-        "| Redis CPU µs/msg (all masters) | busiest master |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|",
+        "| store CPU µs/msg (all masters) | busiest master | mover CPU µs/msg "
+        "| broker CPU µs/msg |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for name, found in results.items():
         scheduled, drained = found["schedule"], found["rate"]
         lines.append(
             f"| {name} | {scheduled:,.0f} | {scheduled / base['schedule']:.2f}x "
             f"| {found['memory']:,.0f} | {drained:,.0f} | {drained / base['rate']:.2f}x "
-            f"| {found['cpu_us']:.1f} | {found['busiest_cpu_us']:.1f} |"
+            f"| {found['cpu_us']:.1f} | {found['busiest_cpu_us']:.1f} "
+            f"| {found['mover_cpu_us']:.1f} | {found['broker_cpu_us']:.1f} |"
         )
     return "\n".join(lines) + "\n"
 

@@ -10,6 +10,7 @@ import time
 from collections.abc import Sequence
 
 import kombu
+import redis
 
 from celery_delayq.celery.redis_publisher import RedisListPublisher
 from celery_delayq.core.store import Scheduled
@@ -82,14 +83,19 @@ def memory_per_message(running: RunningStore, count: int) -> float:
     return (sum(running.used("memory", "used_memory")) - before) / count
 
 
-def drain(running: RunningStore, broker_url: str, count: int) -> dict[str, float]:
+def drain(
+    running: RunningStore, broker: redis.Redis, broker_url: str, count: int
+) -> dict[str, float]:
     """``count`` due messages handed over by one mover (claim, push, ack) into a Redis
-    broker's list: messages per second, and Redis CPU per message (all masters, and
-    the busiest one) in microseconds."""
+    broker's list: messages per second, and CPU per message in microseconds: the
+    store's Redis (all masters, and the busiest one), the mover (this process) and the
+    broker's Redis."""
     publisher = RedisListPublisher(lambda: kombu.Connection(broker_url))
     store = running.store(publisher)
     store.schedule_many(messages(0, count, store.server_time_ms() - 1))
     cpu_before = _cpu(running)
+    broker_before = _server_cpu(broker)
+    mover_before = time.process_time()
     start = time.perf_counter()
     moved = 0
     while moved < count:
@@ -98,13 +104,22 @@ def drain(running: RunningStore, broker_url: str, count: int) -> dict[str, float
         if not result.moved:
             raise RuntimeError(f"the mover stalled at {moved} of {count}")
     seconds = time.perf_counter() - start
+    mover = time.process_time() - mover_before
+    broker_spent = _server_cpu(broker) - broker_before
     spent = [after - before for after, before in zip(_cpu(running), cpu_before)]
     publisher.close()
     return {
         "rate": count / seconds,
         "cpu_us": sum(spent) / count * 1e6,
         "busiest_cpu_us": max(spent) / count * 1e6,
+        "mover_cpu_us": mover / count * 1e6,
+        "broker_cpu_us": broker_spent / count * 1e6,
     }
+
+
+def _server_cpu(client: redis.Redis) -> float:
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _cpu(running: RunningStore) -> Sequence[float]:
