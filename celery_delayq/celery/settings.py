@@ -100,19 +100,17 @@ class DelayqConfig:
             isinstance(self.worker_mover, bool),
             f"delayq_worker_mover must be True or False, got {self.worker_mover!r}",
         )
-        _check(
-            isinstance(self.move_batch_size, int)
-            and not isinstance(self.move_batch_size, bool)
-            and 1 <= self.move_batch_size <= 10_000,
-            "delayq_move_batch_size must be an integer from 1 to 10000, "
-            f"got {self.move_batch_size!r}",
-        )
-        _check(
-            isinstance(self.inspect_limit, int)
-            and not isinstance(self.inspect_limit, bool)
-            and 0 <= self.inspect_limit <= 100_000,
-            f"delayq_inspect_limit must be an integer from 0 to 100000, got {self.inspect_limit!r}",
-        )
+        for name, low, high in (
+            ("move_batch_size", 1, 10_000),
+            ("inspect_limit", 0, 100_000),
+            ("store_shards", 1, 1024),
+            ("store_wait_replicas", 0, 16),
+        ):
+            value = getattr(self, name)
+            _check(
+                isinstance(value, int) and not isinstance(value, bool) and low <= value <= high,
+                f"delayq_{name} must be an integer from {low} to {high}, got {value!r}",
+            )
         _check(
             self.store_url is None or urlparse(str(self.store_url)).scheme.lower() in STORE_SCHEMES,
             "delayq_store_url must be a redis://, rediss://, unix:// or sentinel:// URL, "
@@ -122,19 +120,6 @@ class DelayqConfig:
             not self.store_is_cluster or urlparse(str(self.store_url)).path.strip("/") in ("", "0"),
             "a Redis Cluster has database 0 only: delayq_store_url "
             f"{maybe_sanitize_url(str(self.store_url))!r} names another",
-        )
-        _check(
-            isinstance(self.store_shards, int)
-            and not isinstance(self.store_shards, bool)
-            and 1 <= self.store_shards <= 1024,
-            f"delayq_store_shards must be an integer from 1 to 1024, got {self.store_shards!r}",
-        )
-        _check(
-            isinstance(self.store_wait_replicas, int)
-            and not isinstance(self.store_wait_replicas, bool)
-            and 0 <= self.store_wait_replicas <= 16,
-            "delayq_store_wait_replicas must be an integer from 0 to 16, "
-            f"got {self.store_wait_replicas!r}",
         )
         _check(
             not str(self.store_url or "").lower().startswith("sentinel")

@@ -37,17 +37,24 @@ def server_nodes(client: redis.Redis) -> list[tuple[str, redis.Redis]]:
     every master of a Redis Cluster (each checked on its own). The cluster's layout is
     read afresh first: the client's may still name a master that has failed over."""
     if isinstance(client, RedisCluster):
-        client.nodes_manager.initialize()
+        reread_layout(client)
         masters = sorted(client.get_primaries(), key=lambda node: node.name)
         return [(node.name, client.get_redis_connection(node)) for node in masters]
     return [("", client)]
 
 
+def reread_layout(client: redis.Redis) -> None:
+    """Read a cluster's layout afresh (after a failover the client's may still name the
+    dead master where a command would not correct it: a subscription, a node's own
+    client, a check of every master)."""
+    client.nodes_manager.initialize()  # type: ignore[attr-defined]
+
+
 def redis_location(client: redis.Redis) -> str:
     """Where a client points, as a URL without the password."""
     if isinstance(client, RedisCluster):
-        names = ",".join(name for name, _ in server_nodes(client))
-        return f"redis+cluster://{names} ({len(client.get_primaries())} masters)"
+        masters = sorted(node.name for node in client.get_primaries())
+        return f"redis+cluster://{','.join(masters)} ({len(masters)} masters)"
     kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"

@@ -19,6 +19,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AskError, NoScriptError, TryAgainError
 
+from .health import redis_location, reread_layout
 from .scripts import ScriptCall
 
 logger = logging.getLogger(__name__)
@@ -44,7 +45,7 @@ def run_replicated(
                     replies[i] = reply
         if not moved:
             break
-        client.nodes_manager.initialize()  # type: ignore[attr-defined]
+        reread_layout(client)
         pending = moved
     else:
         raise redis.exceptions.ClusterError(f"{len(moved)} calls kept moving between nodes")
@@ -91,12 +92,7 @@ def _run_on(
             "on the master, and lost if the master fails before a replica gets it",
             acked,
             replicas,
-            _name(server),
+            redis_location(server),
             timeout_ms,
         )
     return replies
-
-
-def _name(server: redis.Redis) -> str:
-    kwargs = server.connection_pool.connection_kwargs
-    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}"

@@ -22,6 +22,7 @@ from redis.commands.core import Script
 
 from .dead_letters import DeadLetters
 from .handover import HandOver, SameRedisMove
+from .health import reread_layout
 from .keys import KeySpace, QueueKeys
 from .movers import MoverRegistry
 from .record import Record, duplicate_key, message_key, task_key
@@ -470,7 +471,7 @@ class DelayedStore:
         except redis.ConnectionError:
             if not self.cluster:
                 raise
-            self.client.nodes_manager.initialize()  # type: ignore[attr-defined]
+            reread_layout(self.client)
             return self._subscribe()
 
     def _subscribe(self) -> PubSub:
