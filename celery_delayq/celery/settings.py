@@ -113,7 +113,8 @@ class DelayqConfig:
             )
         _check(
             self.store_url is None or urlparse(str(self.store_url)).scheme.lower() in STORE_SCHEMES,
-            "delayq_store_url must be a redis://, rediss://, unix:// or sentinel:// URL, "
+            "delayq_store_url must be a redis://, rediss://, unix://, sentinel:// or (for a "
+            "Redis Cluster) redis+cluster:// or rediss+cluster:// URL, "
             f"got {maybe_sanitize_url(str(self.store_url))!r}",
         )
         _check(
