@@ -20,7 +20,6 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-import redis
 from celery import Celery
 from celery._state import _get_active_apps, get_current_app
 from kombu.transport import get_transport_cls
@@ -28,7 +27,7 @@ from kombu.utils.json import dumps
 
 from ..core.handover import Publisher
 from ..core.store import DelayedStore, Scheduled
-from .errors import ConfigurationError, StoreUnavailable
+from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
 from .message import due_ms, eta_of, eta_timestamp
 from .separate_store import separate_store
 from .settings import DelayqConfig, check_broker_url, config_of
@@ -94,7 +93,7 @@ class DelayqChannel:
         stored = payload() if callable(payload) else payload
         try:
             self.delayed_store.schedule(self.delayed(queue, message, stored, seconds))
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+        except STORE_OUTAGES as exc:
             if self.delayq_config.store_url is None:
                 raise  # the broker's own Redis: kombu knows its errors
             raise StoreUnavailable(

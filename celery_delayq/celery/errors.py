@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import redis
 from celery.exceptions import ImproperlyConfigured
+from redis.exceptions import ClusterDownError, SlotNotCoveredError, TryAgainError
 
 
 class ConfigurationError(ImproperlyConfigured):
@@ -24,3 +26,15 @@ class StoreUnavailable(ConnectionError):
     error of any transport: Celery's publish retry policy applies, and the caller finally
     sees kombu's ``OperationalError``, as for a broker outage.
     """
+
+
+#: What a store outage looks like to a publisher: the connection failing, or a Redis
+#: Cluster between a master's death and its replica's promotion (CLUSTERDOWN, a slot no
+#: node serves yet, TRYAGAIN while a slot moves), once redis-py's own retries ran out.
+STORE_OUTAGES: tuple[type[Exception], ...] = (
+    redis.ConnectionError,
+    redis.TimeoutError,
+    ClusterDownError,
+    SlotNotCoveredError,
+    TryAgainError,
+)

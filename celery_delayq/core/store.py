@@ -12,6 +12,7 @@ import dataclasses
 import logging
 import math
 import random
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, cast
@@ -42,6 +43,9 @@ LISTING_CLAIM_MS = 60_000
 #: Schedule calls per pipeline round trip in ``schedule_many``: large enough to hide the
 #: round trip, small enough that one reply stays small.
 SCHEDULE_CHUNK = 2_000
+
+#: Seconds after which a cluster producer adds its queues to the registry again.
+REGISTRY_REFRESH = 60.0
 
 
 @dataclass(frozen=True)
@@ -100,7 +104,7 @@ class DelayedStore:
         self.handover = handover or SameRedisMove(client, self.scripts)
         self.movers = MoverRegistry(client, keys.movers)
         self.dead = DeadLetters(self)
-        self._registered: set[str] = set()  # queues this process put in the registry
+        self._registered: dict[str, float] = {}  # queue -> when this process last added it
 
     # -- writing
 
@@ -143,12 +147,20 @@ class DelayedStore:
         return [] if self.cluster else [self.keys.queues]
 
     def _register(self, queues: Iterable[str]) -> None:
-        """On a cluster, add queues to the registry before their first message (SADD
-        is idempotent; this process does it once per queue)."""
-        new = set(queues) - self._registered
-        if self.cluster and new:
-            self.client.sadd(self.keys.queues, *sorted(new))
-            self._registered |= new
+        """On a cluster, add queues to the registry before their first message, and
+        again every REGISTRY_REFRESH seconds while this process schedules into them (SADD
+        is idempotent): a registry lost with its master comes back within that time."""
+        if not self.cluster:
+            return
+        now = time.monotonic()
+        due = {
+            q
+            for q in queues
+            if now - self._registered.get(q, -REGISTRY_REFRESH) >= REGISTRY_REFRESH
+        }
+        if due:
+            self.client.sadd(self.keys.queues, *sorted(due))
+            self._registered.update(dict.fromkeys(due, now))
 
     def schedule_many(self, messages: Iterable[Scheduled]) -> int:
         """Store many messages in pipelined round trips (each still its own atomic

@@ -159,3 +159,35 @@ def test_scripts_come_back_after_every_node_forgot_them(
         assert [b.pending for b in store.backlog()] == [100]  # pipelined count scripts
     assert deliver_all_due(app) == 100
     assert len(take_all(app, queue)) == 100
+
+
+def test_a_producer_adds_its_queue_to_a_lost_registry_again(
+    make_cluster_app: Callable[..., Celery], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The registry (in a slot of its own, outside every script) is written by producers
+    once a minute per queue: one lost with its master comes back while they schedule."""
+    app = make_cluster_app()
+    queue = app.conf.task_default_queue
+    with open_store(app) as store:
+        store.schedule(scheduled(queue, "first"))
+        assert store.client.smembers(store.keys.queues) == {queue.encode()}
+        store.client.delete(store.keys.queues)  # as a master lost without a replica
+        store.schedule(scheduled(queue, "second"))
+        assert not store.client.exists(store.keys.queues)  # within the minute: no SADD
+
+        monkeypatch.setattr("celery_delayq.core.store.REGISTRY_REFRESH", 0.0)
+        store.schedule(scheduled(queue, "third"))
+        assert store.client.smembers(store.keys.queues) == {queue.encode()}
+        assert [b.pending for b in store.backlog()] == [3]
+
+
+def scheduled(queue: str, task_id: str) -> Scheduled:
+    """A message for ``queue``'s default-exchange route, due in an hour."""
+    return Scheduled(
+        queue,
+        f"m-{task_id}",
+        task_id,
+        10**13,
+        destination("", queue),
+        envelope(amqp.Message(b"{}")),
+    )

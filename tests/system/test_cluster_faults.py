@@ -4,6 +4,7 @@ message published twice (its claim or ack lost with the old master) carries one 
 
 from __future__ import annotations
 
+import threading
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
@@ -11,9 +12,11 @@ from typing import Any
 import pytest
 from celery import Celery
 from kombu import Queue
+from kombu.exceptions import OperationalError
 
 import celery_delayq
 from celery_delayq.celery.connect import open_store
+from celery_delayq.celery.errors import StoreUnavailable
 from celery_delayq.celery.message import STABLE_ID_HEADER
 from celery_delayq.core.record import task_key
 from celery_delayq.testing import RedisServer, wait_until
@@ -160,4 +163,115 @@ def first_placed_on(
             shard = store.keys.shard_of(queue, task_key(task_id))
             if cluster.node_for_slot(slot_of(shard.messages)) is master:
                 return queue, task_id
+    raise AssertionError("no shard on that master")
+
+
+def test_publishers_retry_through_a_master_failover_and_lose_nothing(
+    make_amqp_app, replicated_cluster
+):
+    """Two publisher threads schedule while a master is SIGKILLed and its replica takes
+    over: calls that meet the dead master raise StoreUnavailable inside Celery's publish
+    retry, which tries again until the replica answers. With ``delayq_store_wait_replicas
+    = 1`` every call that returned is in the store afterwards, and none failed."""
+    store_url = replicated_cluster.url.replace("redis://", "redis+cluster://")
+    app = make_amqp_app(
+        delayq_store_url=store_url,
+        delayq_store_shards=SHARDS,
+        delayq_store_wait_replicas=1,
+        delayq_store_wait_timeout=0.5,
+    )
+    policy = {"max_retries": 100, "interval_start": 0.1, "interval_step": 0.1, "interval_max": 0.5}
+    retried: list[str] = []
+    sent: dict[int, list[str]] = {0: [], 1: []}
+    sent_before: dict[int, int] = {}
+    failed: list[BaseException] = []
+    failed_over = threading.Event()
+
+    def publish(publisher: int) -> None:
+        ids = sent[publisher]
+        # Until as many calls again have returned after the failover as before it.
+        while publisher not in sent_before or len(ids) < 2 * sent_before[publisher]:
+            if failed_over.is_set():
+                sent_before.setdefault(publisher, len(ids))
+            task_id = f"p{publisher}-{len(ids)}"
+            try:
+                app.send_task(
+                    "tests.remember",
+                    countdown=3600,
+                    task_id=task_id,
+                    retry=True,
+                    retry_policy={**policy, "errback": lambda exc, _: retried.append(repr(exc))},
+                )
+            except Exception as exc:  # noqa: BLE001 - counted: the test requires none
+                failed.append(exc)
+                return
+            ids.append(task_id)
+
+    threads = [threading.Thread(target=publish, args=(p,)) for p in sent]
+    for thread in threads:
+        thread.start()
+    wait_until(lambda: min(len(ids) for ids in sent.values()) >= 50, timeout=30)
+    replicated_cluster.fail_over_master(replicated_cluster.masters()[0])
+    failed_over.set()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not any(thread.is_alive() for thread in threads)
+    print(len(retried), "retries, e.g.", retried[:1], {p: len(ids) for p, ids in sent.items()})
+
+    assert failed == []
+    assert retried  # some calls met the dead master and went again
+    with open_store(app) as store:
+        pending = {m.task_id for m in store.pending(limit=100_000)}
+    assert pending == set(sent[0]) | set(sent[1])  # every returned call is kept, once
+
+
+def test_a_cluster_that_is_down_gives_publishers_store_unavailable_and_keeps_nothing(
+    make_amqp_app,
+):
+    """A master without a replica dies: once the other nodes mark it failed, the cluster
+    answers CLUSTERDOWN for every slot. A publish then raises StoreUnavailable (a
+    connection error, so Celery's retry policy applies, and kombu finally raises its
+    OperationalError as for a broker outage) and stores nothing; when the master is
+    back, publishing goes on."""
+    with RedisClusterServers(masters=3) as cluster:
+        app = make_amqp_app(
+            delayq_store_url=cluster.url.replace("redis://", "redis+cluster://"),
+            delayq_store_shards=SHARDS,
+        )
+        victim, alive, _ = cluster.masters()
+        queue = app.conf.task_default_queue
+        before, during = (task_id_on(app, cluster, alive, queue, name) for name in ("b", "d"))
+        app.send_task("tests.remember", countdown=3600, task_id=before)  # the queue's registered
+        victim.stop(kill=True)
+        survivor = alive.client()
+        wait_until(
+            lambda: survivor.cluster("info")["cluster_state"] == "fail",
+            timeout=30,
+            what="the other masters see the cluster down",
+        )
+        with pytest.raises(OperationalError, match="unreachable: The cluster is down") as raised:
+            app.send_task("tests.remember", countdown=3600, task_id=during, retry=False)
+        assert isinstance(raised.value.__cause__, StoreUnavailable)  # CLUSTERDOWN, mapped
+
+        cluster.restart_node(victim)
+        app.send_task("tests.remember", countdown=3600, task_id="after")
+        with open_store(app) as store:  # each id read in its own shard
+            held = {
+                task_id: store.client.hexists(
+                    store.keys.shard_of(queue, task_key(task_id)).messages, task_key(task_id)
+                )
+                for task_id in (before, during, "after")
+            }
+        assert held == {before: True, during: False, "after": True}
+
+
+def task_id_on(
+    app: Celery, cluster: RedisClusterServers, master: RedisServer, queue: str, prefix: str
+) -> str:
+    """A task id whose shard of ``queue`` the given master serves."""
+    with open_store(app) as store:
+        for n in range(1000):
+            keys = store.keys.shard_of(queue, task_key(f"{prefix}{n}"))
+            if cluster.node_for_slot(slot_of(keys.messages)) is master:
+                return f"{prefix}{n}"
     raise AssertionError("no shard on that master")
