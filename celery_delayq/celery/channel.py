@@ -23,8 +23,10 @@ from typing import Any
 from celery import Celery
 from celery._state import _get_active_apps, get_current_app
 from kombu.transport import get_transport_cls
+from kombu.transport.base import Transport
 from kombu.utils.json import dumps
 
+from ..core.backoff import Backoff
 from ..core.handover import Publisher
 from ..core.store import DelayedStore, Scheduled
 from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
@@ -37,6 +39,18 @@ STORE_URL_NEEDED = (
     "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
     'where delayed messages wait (e.g. delayq_store_url = "redis://localhost:6379/0")'
 )
+
+#: Per store URL and process: how long publishers wait before trying a store that just
+#: failed (channels come and go with kombu's retries; the outage outlives them).
+_store_backoffs: dict[str, Backoff] = {}
+
+
+def store_retrying_errors(transport: type[Transport]) -> tuple[type[BaseException], ...]:
+    """``recoverable_connection_errors`` for a virtual transport: kombu's own fallback
+    (every connection and channel error), declared. Undeclared, kombu re-raises an error
+    that persists once it has reconnected to the broker: a store outage (the broker is
+    fine) would get one retry whatever the publish's ``max_retries``."""
+    return (*transport.connection_errors, *transport.channel_errors)
 
 
 class DelayqChannel:
@@ -91,14 +105,20 @@ class DelayqChannel:
         if seconds <= time.time():
             return False
         stored = payload() if callable(payload) else payload
+        url = self.delayq_config.store_url
+        if url is None:  # the broker's own Redis: kombu knows its errors and waits
+            self.delayed_store.schedule(self.delayed(queue, message, stored, seconds))
+            return True
+        backoff = _store_backoffs.setdefault(url, Backoff())
+        backoff.wait()
         try:
             self.delayed_store.schedule(self.delayed(queue, message, stored, seconds))
         except STORE_OUTAGES as exc:
-            if self.delayq_config.store_url is None:
-                raise  # the broker's own Redis: kombu knows its errors
+            backoff.failed()
             raise StoreUnavailable(
                 f"the delayed store (delayq_store_url) is unreachable: {exc}"
             ) from exc
+        backoff.succeeded()
         return True
 
     def delayed(

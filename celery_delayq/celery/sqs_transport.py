@@ -17,7 +17,7 @@ from __future__ import annotations
 from kombu.transport import SQS
 
 from . import worker_hooks
-from .channel import VirtualChannelMixin
+from .channel import VirtualChannelMixin, store_retrying_errors
 
 
 class SQSChannel(VirtualChannelMixin, SQS.Channel):
@@ -28,6 +28,7 @@ class SQSTransport(SQS.Transport):
     """SQS transport with the delayed store (``driver_type`` stays ``sqs``)."""
 
     Channel = SQSChannel
+    recoverable_connection_errors = store_retrying_errors(SQS.Transport)
 
 
 # A worker that uses this transport gets the mover step and the delayed listing.

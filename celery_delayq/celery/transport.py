@@ -15,6 +15,7 @@ from __future__ import annotations
 from kombu.transport import redis as kombu_redis
 
 from . import worker_hooks
+from .channel import store_retrying_errors
 from .redis_channel import DelayedPublishMixin
 from .settings import SENTINEL_SCHEMES
 
@@ -27,6 +28,7 @@ class Transport(kombu_redis.Transport):
     """Redis transport with the delayed store (``driver_type`` stays ``redis``)."""
 
     Channel = Channel
+    recoverable_connection_errors = store_retrying_errors(kombu_redis.Transport)
 
 
 class SentinelChannel(DelayedPublishMixin, kombu_redis.SentinelChannel):
@@ -39,6 +41,7 @@ class SentinelTransport(kombu_redis.SentinelTransport):
     """Redis Sentinel transport with the delayed store."""
 
     Channel = SentinelChannel
+    recoverable_connection_errors = store_retrying_errors(kombu_redis.SentinelTransport)
 
 
 # A worker that uses this transport gets the mover step and the delayed listing.

