@@ -45,7 +45,11 @@ def luacheck_source(name: str, source: str) -> bool:
 def together() -> str:
     """The prelude and handover.lua, then every store script as a function, all of them
     returned."""
-    functions = {f"script_{name}": store.read_source(name) for name in store.SOURCES}
+    functions = {
+        f"script_{name}": store.read_source(name)
+        for name in store.SOURCES
+        if name not in store.AROUND_SCHEDULE  # assembled around schedule, checked below
+    }
     bodies = "".join(f"local function {fn}()\n{body}end\n" for fn, body in functions.items())
     returned = "".join(f"  {fn},\n" for fn in functions)
     return f"{store.PRELUDE}{store.HANDOVER}{bodies}return {{\n{returned}}}\n"

@@ -5,7 +5,8 @@ Switch it on in Celery settings::
     broker_transport = "celery_delayq.transport:Transport"
     beat_scheduler = "celery_delayq.beat:Scheduler"      # optional; workers move too
 
-Then ``cancel``, ``reschedule`` and ``backlog`` act on the pending delayed tasks.
+Then ``cancel``, ``reschedule`` and ``backlog`` act on the pending delayed tasks, and
+``schedule_many`` sends many delayed tasks at once.
 
 Layers, each importing only those below it: ``core`` (the store; Redis only) ->
 ``celery`` (transport, bootstep, beat, settings) -> ``ops`` (API, doctor, rescue) ->
@@ -14,6 +15,7 @@ Layers, each importing only those below it: ``core`` (the store; Redis only) ->
 
 from __future__ import annotations
 
+from .celery.bulk import BulkScheduleError, schedule_many
 from .celery.errors import ConfigurationError, InvalidETA
 from .celery.settings import DelayqConfig
 from .core.results import QueueBacklog
@@ -22,6 +24,7 @@ from .ops.api import backlog, cancel, promote, reschedule
 __version__ = "0.1.0"
 
 __all__ = [
+    "BulkScheduleError",
     "ConfigurationError",
     "DelayqConfig",
     "InvalidETA",
@@ -31,4 +34,5 @@ __all__ = [
     "cancel",
     "promote",
     "reschedule",
+    "schedule_many",
 ]

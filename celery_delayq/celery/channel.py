@@ -64,6 +64,9 @@ class DelayqChannel:
     delayq_config: DelayqConfig
     _delayq_app: Celery
     _delayed_store: DelayedStore | None = None
+    #: While set (bulk.py's schedule_many), delayed messages are collected here instead
+    #: of written one by one.
+    captured: list[Scheduled] | None = None
     #: Whether the broker itself can hold the store (a Redis broker); otherwise
     #: delayq_store_url is needed.
     keeps_own_store = False
@@ -105,6 +108,9 @@ class DelayqChannel:
         if seconds <= time.time():
             return False
         stored = payload() if callable(payload) else payload
+        if self.captured is not None:  # schedule_many stores it with its chunk
+            self.captured.append(self.delayed(queue, message, stored, seconds))
+            return True
         url = self.delayq_config.store_url
         if url is None:  # the broker's own Redis: kombu knows its errors and waits
             self.delayed_store.schedule(self.delayed(queue, message, stored, seconds))

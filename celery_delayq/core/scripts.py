@@ -2,7 +2,8 @@
 
 Each script is ``lua/prelude.lua`` (the page layout's shared keys and helpers) followed
 by the script's own file; the claim -> publish -> ack scripts have ``lua/handover.lua``
-between the two.
+between the two. ``schedule_many`` runs the schedule script itself, as a function, once
+per message of a chunk.
 
 redis-py's ``Script`` computes the SHA locally, runs EVALSHA and reloads the script
 after NOSCRIPT (a restarted or flushed Redis, or on a Redis Cluster a node that has not
@@ -36,6 +37,7 @@ class StoreScripts:
     """One registered Script per atomic store operation, bound to one client."""
 
     schedule: Script
+    schedule_many: Script
     move_due: Script
     cancel: Script
     replace: Script
@@ -51,6 +53,14 @@ class StoreScripts:
     @classmethod
     def register(cls, client: redis.Redis) -> StoreScripts:
         return cls(**{name: client.register_script(source) for name, source in SOURCES.items()})
+
+
+@dataclass(frozen=True)
+class ScheduleCall:
+    """The KEYS and ARGV of one ``schedule.lua`` call."""
+
+    keys: list[str]
+    args: list[Any]
 
 
 #: One script call: the script, its KEYS and its ARGV.
@@ -87,12 +97,44 @@ def run_pipelined(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[Any]
 PRELUDE = read_source("prelude")
 HANDOVER = read_source("handover")
 HANDOVER_SCRIPTS = frozenset({"claim_due", "ack_claimed", "release_claimed", "resend_dead"})
+#: Scripts made of the schedule script run as a function (see SCHEDULE_SHARD).
+AROUND_SCHEDULE = frozenset({"schedule_many"})
 SOURCES = {
     field.name: PRELUDE
     + (HANDOVER if field.name in HANDOVER_SCRIPTS else "")
     + read_source(field.name)
     for field in dataclasses.fields(StoreScripts)
+    if field.name not in AROUND_SCHEDULE
 }
+#: The store's own schedule script as a Lua function, so a rescue (ops/rescue) schedules
+#: each message with the very code (and arguments) a publish uses.
+SCHEDULE_FUNCTION = f"local function schedule(KEYS, ARGV)\n{SOURCES['schedule']}\nend\n"
+#: The schedule script for many messages of one queue shard: the prelude runs once, then
+#: the schedule script once per message, as a function of its ARGV (schedule_many.lua).
+SCHEDULE_SHARD = (
+    "local function schedule_shard(KEYS, ARGV, each)\n"
+    f"{PRELUDE}local function schedule(ARGV)\n{read_source('schedule')}\nend\n"
+    "each(schedule)\nend\n"
+)
+SOURCES["schedule_many"] = SCHEDULE_SHARD + read_source("schedule_many")
+
+
+def schedule_many_args(calls: Sequence[ScheduleCall]) -> tuple[list[Any], list[Any]]:
+    """Keys and arguments of ``schedule_many.lua`` for these schedule calls: grouped by
+    their keys (a queue shard), whose keys and shared arguments go once."""
+    groups: dict[tuple[str, ...], list[ScheduleCall]] = {}
+    for call in calls:
+        groups.setdefault(tuple(call.keys), []).append(call)
+    keys: list[Any] = []
+    args: list[Any] = [len(groups), len(calls[0].keys)]
+    for group_keys, group in groups.items():
+        keys.extend(group_keys)
+        prefix, page_max, _, _, _, queue, channel = group[0].args
+        args.extend((prefix, page_max, queue, channel, len(group)))
+        for call in group:
+            args.extend(call.args[2:5])  # message key, due time, record tail
+    return keys, args
+
 
 #: Runs on a Redis broker that is not the store's own (no prelude): see the file.
 PUSH_LISTS = read_source("push_lists")

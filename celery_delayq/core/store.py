@@ -29,7 +29,7 @@ from .movers import MoverRegistry
 from .record import Record, duplicate_key, message_key, task_key
 from .replicated import run_replicated
 from .results import MoveResult, PendingMessage, QueueBacklog
-from .scripts import ScriptCall, StoreScripts, run_pipelined
+from .scripts import ScheduleCall, ScriptCall, StoreScripts, run_pipelined, schedule_many_args
 from .stats import counters
 
 logger = logging.getLogger(__name__)
@@ -69,12 +69,13 @@ class ReplicaWait:
     timeout_ms: int
 
 
-@dataclass(frozen=True)
-class ScheduleCall:
-    """The KEYS and ARGV of one ``schedule.lua`` call."""
+class ChunkPartlyStored(redis.RedisError):
+    """Some shards' parts of a chunk failed on a cluster (the rest are stored): the
+    messages of those parts, which may not be stored."""
 
-    keys: list[str]
-    args: list[Any]
+    def __init__(self, unstored: list[Scheduled]) -> None:
+        super().__init__(f"{len(unstored)} messages of the chunk may not be stored")
+        self.unstored = unstored
 
 
 class DelayedStore:
@@ -184,6 +185,32 @@ class DelayedStore:
             calls.append((self.scripts.schedule, call.keys, call.args))
         self._run_schedules(calls)
         return len(messages)
+
+    def schedule_chunk(self, messages: Sequence[Scheduled]) -> None:
+        """Store a chunk of messages in one atomic call (``schedule_many.lua``): all of
+        them or none. On a cluster a call cannot span slots, so each shard's part of the
+        chunk is its own atomic call; ``ChunkPartlyStored`` says which parts were not."""
+        if not messages:
+            return
+        self._register(message.queue for message in messages)
+        calls = [self.schedule_call(message) for message in messages]
+        if not self.cluster:
+            self._run_schedules([(self.scripts.schedule_many, *schedule_many_args(calls))])
+            return
+        by_shard: dict[str, list[int]] = {}
+        for i, call in enumerate(calls):
+            by_shard.setdefault(call.keys[0], []).append(i)
+        failed: list[int] = []
+        error: Exception | None = None
+        for indices in by_shard.values():
+            keys, args = schedule_many_args([calls[i] for i in indices])
+            try:
+                self._run_schedules([(self.scripts.schedule_many, keys, args)])
+            except redis.RedisError as exc:
+                failed.extend(indices)
+                error = exc
+        if error is not None:
+            raise ChunkPartlyStored([messages[i] for i in sorted(failed)]) from error
 
     def close(self) -> None:
         """Release the hand-over's broker connection, if it has one of its own."""

@@ -14,7 +14,7 @@ from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.store import DelayedStore
 from celery_delayq.testing import schedule_numbered, wait_until, wait_until_quiescent
 
-from ..helpers import celery_process, remember, runs
+from ..helpers import REMEMBER, celery_process, remember, runs
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -229,4 +229,26 @@ def test_a_redis_broker_with_its_schedule_in_another_redis_runs_delayed_tasks_on
 
     assert Counter(run["id"] for run in runs(redis_client)) == Counter(s.id for s in sent)
     for run in runs(redis_client):
+        assert run["at"] >= datetime.fromisoformat(run["eta"]).timestamp()
+
+
+def test_tasks_sent_by_schedule_many_run_once_each_after_their_eta(
+    make_app, redis_server, redis_client
+):
+    app = make_app()
+
+    @app.task(name=REMEMBER, bind=True, shared=False)
+    def remember_task(self, label: str = "") -> None:  # the worker's runs it
+        raise AssertionError("runs in the worker only")
+
+    calls = [((f"bulk-{i}",), {}, {"countdown": 1 + i / 100}) for i in range(120)]
+    ids = celery_delayq.schedule_many(remember_task, calls, chunk_size=50)
+    with celery_process("worker", redis_server.url, {}, "-P", "solo"):
+        wait_until(lambda: len(runs(redis_client)) >= len(ids), timeout=30)
+        wait_until_quiescent(app, workers=1)
+
+    done = runs(redis_client)
+    assert sorted(r["id"] for r in done) == sorted(ids)
+    assert sorted(r["label"] for r in done) == sorted(f"bulk-{i}" for i in range(120))
+    for run in done:
         assert run["at"] >= datetime.fromisoformat(run["eta"]).timestamp()

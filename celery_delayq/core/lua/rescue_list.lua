@@ -1,10 +1,10 @@
 -- Move one vanilla ETA message from a kombu queue list into the delayed store.
 --
 -- KEYS[1]   the kombu list holding the message (global_keyprefix applied)
--- KEYS[2..] the store keys of each schedule call (see rescue_schedule.lua)
+-- KEYS[2..] the store keys of each schedule call (see schedule_all.lua)
 -- ARGV[1]   the message exactly as it sits in the list
 -- ARGV[2]   where the scan saw it (index from the head); only a hint
--- ARGV[3..] the schedule calls (see rescue_schedule.lua)
+-- ARGV[3..] the schedule calls (see schedule_all.lua)
 -- Returns   1 when the message was moved; 0 when it was no longer in the list (a worker
 --           took it meanwhile), and then nothing is written.
 

@@ -9,13 +9,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from ...core.scripts import SOURCES as STORE_SOURCES
-from ...core.scripts import read_source
-from ...core.store import ScheduleCall
-
-#: The store's own schedule script as a Lua function, so a rescue schedules each message
-#: with the very code (and arguments) a publish uses; see lua/rescue_schedule.lua.
-SCHEDULE_FUNCTION = f"local function schedule(KEYS, ARGV)\n{STORE_SOURCES['schedule']}\nend\n"
+from ...core.scripts import SCHEDULE_FUNCTION, ScheduleCall, read_source
 
 
 @dataclass(frozen=True)
@@ -32,13 +26,14 @@ class RescueScripts:
 
 #: Read at import, like ``scripts.SOURCES`` (never lazily in a thread of a forking worker).
 SOURCES = {
-    f.name: SCHEDULE_FUNCTION + read_source("rescue_schedule") + read_source(f.name)
+    f.name: SCHEDULE_FUNCTION + read_source("schedule_all") + read_source(f.name)
     for f in dataclasses.fields(RescueScripts)
 }
 
 
 def schedule_all_args(calls: list[ScheduleCall]) -> tuple[list[Any], list[Any]]:
-    """Keys and arguments of ``schedule_all`` (lua/rescue_schedule.lua) for these calls."""
+    """Keys and arguments of ``schedule_all`` (lua/schedule_all.lua) for these calls,
+    which all have as many keys and as many arguments."""
     keys = [key for call in calls for key in call.keys]
     args = [len(calls), len(calls[0].keys), len(calls[0].args)]
     return keys, args + [arg for call in calls for arg in call.args]

@@ -1,4 +1,4 @@
--- Shared part of the rescue scripts; celery_delayq/ops/rescue/scripts.py assembles each as
+-- Shared part of the rescue scripts; ops/rescue/scripts.py assembles each as
 --
 --   local function schedule(KEYS, ARGV)  <lua/prelude.lua + lua/schedule.lua, unchanged>  end
 --   <this file>

@@ -1,0 +1,324 @@
+"""``schedule_many``: many delayed tasks from one process, in few store round trips.
+
+``apply_async`` costs about half a millisecond a call: Celery builds the message, kombu
+publishes it, and the store takes it in one round trip. Here the first delayed call of
+each set of options runs ``apply_async`` itself, with the store write captured instead of
+made: its message is the template. Every further call with the same options gets a copy
+of it with what differs from call to call put in, computed as Celery computes it (task
+id, ``eta``, ``argsrepr``/``kwargsrepr``, the body, the delivery tag), so workers cannot
+tell the messages apart. Messages are stored in chunks, each in one atomic script call.
+
+Calls whose ETA is not ahead, and every call while ``before_task_publish`` or
+``after_task_publish`` has receivers (they may change each message) or when messages
+are compressed, go through ``apply_async`` one by one (their store writes still chunked).
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone, tzinfo
+from typing import Any, Union
+
+from celery import Celery, Task, signals
+from celery.utils import uuid
+from celery.utils.saferepr import saferepr
+
+try:  # Celery 5.6 adds elapsed seconds in UTC (across a daylight-saving change)
+    from celery.utils.time import add_seconds_to_datetime as _add_seconds
+except ImportError:  # Celery 5.5: plain addition
+
+    def _add_seconds(moment: datetime, seconds: float) -> datetime:
+        return moment + timedelta(seconds=seconds)
+
+
+from kombu.messaging import Producer
+from kombu.serialization import dumps as serialize
+from kombu.serialization import loads as deserialize
+from kombu.utils.json import dumps, loads
+
+from ..core.store import ChunkPartlyStored, DelayedStore, Scheduled
+from .channel import DelayqChannel
+from .errors import ConfigurationError
+from .message import due_ms, eta_timestamp
+from .settings import config_of
+
+#: Messages per atomic store call: ~200 schedule.lua runs keep one call near 5 ms.
+DEFAULT_CHUNK_SIZE = 200
+
+#: The options that may differ between calls that share one template.
+PER_CALL_OPTIONS = frozenset({"task_id", "countdown", "eta"})
+
+#: One call: (args, kwargs, options), or a shorter tuple (the rest empty).
+#: Options other than the per-call ones, as a key: calls with equal ones share a template.
+Shape = tuple[tuple[str, str], ...]
+Call = Union[Sequence[Any], Mapping[str, Any]]
+
+
+class BulkScheduleError(Exception):
+    """A chunk could not be stored. ``lost``: the task ids of that chunk that may not be
+    stored (a broken connection leaves it unknown whether Redis ran the call);
+    ``scheduled``: the ids of the calls before it, which are stored or published."""
+
+    def __init__(self, chunk: int, lost: list[str], scheduled: list[str], cause: Exception):
+        super().__init__(
+            f"chunk {chunk} ({len(lost)} tasks, from {lost[0]!r}) may not be stored: {cause!r};"
+            f" the {len(scheduled)} calls before it are"
+        )
+        self.chunk = chunk
+        self.lost = lost
+        self.scheduled = scheduled
+
+
+def schedule_many(
+    task: Task, calls: Iterable[Call], chunk_size: int = DEFAULT_CHUNK_SIZE
+) -> list[str]:
+    """Send ``task`` once per call, as ``task.apply_async(args, kwargs, **options)``
+    would, and return the task ids in order.
+
+    ``calls``: tuples ``(args, kwargs, options)``; ``task_id``, ``countdown`` and ``eta``
+    may differ from call to call at full speed, any other option too (each different
+    set of them costs one ``apply_async``). Each chunk of ``chunk_size`` delayed messages
+    is stored in one atomic call (on a Redis Cluster, one per shard of the chunk).
+    """
+    if not 1 <= chunk_size <= 10_000:
+        raise ValueError(f"chunk_size must be from 1 to 10000, got {chunk_size!r}")
+    app: Celery = task._get_app()
+    with app.producer_or_acquire() as producer:
+        channel = producer.channel
+        if not isinstance(channel, DelayqChannel):
+            raise ConfigurationError(
+                "schedule_many needs celery-delayq's transport (broker_transport)"
+            )
+        batch = _Batch(app, task, producer, chunk_size)
+        for call in calls:
+            batch.add(*_unpack(call))
+        batch.flush()
+        return batch.ids
+
+
+def _unpack(call: Call) -> tuple[Sequence[Any], Mapping[str, Any], Mapping[str, Any]]:
+    args, kwargs, options = (*tuple(call), (), {}, {})[:3]
+    return args or (), kwargs or {}, options or {}
+
+
+class _Batch:
+    """The calls of one ``schedule_many``: ids so far, templates, the chunk being filled."""
+
+    def __init__(self, app: Celery, task: Task, producer: Producer, chunk_size: int):
+        self.app = app
+        self.task = task
+        self.producer = producer
+        self.channel: DelayqChannel = producer.channel
+        self.store: DelayedStore = self.channel.delayed_store
+        self.chunk_size = chunk_size
+        self.ids: list[str] = []
+        self.stored_before: list[str] = []  # ids of the calls before the current chunk
+        self.chunk: list[Scheduled] = []
+        self.chunks = 0
+        self.templates: dict[Shape, _Template] = {}
+        self.fast = _templates_apply(app)
+
+    def add(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> None:
+        shape = tuple(sorted((k, repr(v)) for k, v in options.items() if k not in PER_CALL_OPTIONS))
+        template = self.templates.get(shape) if self.fast else None
+        scheduled = template.fill(args, kwargs, options) if template is not None else None
+        if scheduled is None:
+            scheduled = self._apply_async(args, kwargs, options, shape)
+        else:
+            self.ids.append(str(scheduled.task_id))
+        if scheduled is not None:
+            self.chunk.append(scheduled)
+            if len(self.chunk) >= self.chunk_size:
+                self.flush()
+
+    def _apply_async(
+        self,
+        args: Sequence[Any],
+        kwargs: Mapping[str, Any],
+        options: Mapping[str, Any],
+        shape: Shape,
+    ) -> Scheduled | None:
+        """The call through Celery's own path; its delayed message, captured (also kept as
+        the template of its options), or None when it was published at once."""
+        with _captured(self.channel) as captured:
+            result = self.task.apply_async(args, kwargs, producer=self.producer, **options)
+        self.ids.append(result.id)
+        if not captured:
+            return None
+        if self.fast and shape not in self.templates:
+            template = _Template.of(self.app, self.task, captured[0], options)
+            if template is not None:
+                self.templates[shape] = template
+        return captured[0]
+
+    def flush(self) -> None:
+        """Store the chunk (one atomic call) and start the next."""
+        chunk, self.chunk = self.chunk, []
+        ids_so_far = len(self.ids)
+        try:
+            self.store.schedule_chunk(chunk)
+        except ChunkPartlyStored as exc:
+            lost = [str(message.task_id) for message in exc.unstored]
+            raise BulkScheduleError(self.chunks, lost, self.stored_before, exc) from exc
+        except Exception as exc:
+            lost = [str(message.task_id) for message in chunk]
+            raise BulkScheduleError(self.chunks, lost, self.stored_before, exc) from exc
+        self.stored_before = self.ids[:ids_so_far]
+        self.chunks += 1
+
+
+@contextmanager
+def _captured(channel: DelayqChannel) -> Iterator[list[Scheduled]]:
+    """While open, the channel hands its delayed messages to the list instead of the
+    store."""
+    captured: list[Scheduled] = []
+    channel.captured = captured
+    try:
+        yield captured
+    finally:
+        channel.captured = None
+
+
+def _templates_apply(app: Celery) -> bool:
+    """Whether copies of a template are the messages Celery would send: not while
+    publish signals have receivers (they may change each message), nor with compression."""
+    receivers = signals.before_task_publish.receivers or signals.after_task_publish.receivers
+    return not receivers and not app.conf.task_compression
+
+
+@dataclass(frozen=True)
+class _Conventions:
+    """What Celery reads from the app to build a message (celery.app.amqp.as_task_v2),
+    read once."""
+
+    zone: tzinfo  # the app's timezone: ETAs from a countdown are written in it
+    naive_zone: Any  # how celery-delayq reads an ETA without an offset
+    args_max: int
+    kwargs_max: int
+    repr_options: dict[str, Any]
+
+    @classmethod
+    def of(cls, app: Celery) -> _Conventions:
+        levels = app.conf.get("task_repr_maxlevels")  # from Celery 5.6
+        return cls(
+            zone=app.timezone,
+            naive_zone=config_of(app).timezone,
+            args_max=app.amqp.argsrepr_maxsize,
+            kwargs_max=app.amqp.kwargsrepr_maxsize,
+            repr_options={} if levels is None else {"maxlevels": levels},
+        )
+
+    def eta(self, countdown: Any, eta: Any) -> tuple[str, float] | None:
+        """The ``eta`` header Celery writes for these options, and when that is."""
+        if countdown:
+            moment = _add_seconds(datetime.now(timezone.utc).astimezone(self.zone), countdown)
+            return moment.isoformat(), moment.timestamp()
+        if isinstance(eta, datetime) and eta.tzinfo is not None:
+            return eta.isoformat(), eta.timestamp()
+        header = eta if isinstance(eta, str) else eta.isoformat() if eta else None
+        return None if header is None else (header, eta_timestamp(header, self.naive_zone))
+
+    def reprs(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> tuple[str, str]:
+        """``argsrepr`` and ``kwargsrepr`` as Celery writes them."""
+        return (
+            _plain_repr(args, self.args_max) or saferepr(args, self.args_max, **self.repr_options),
+            _plain_repr(kwargs, self.kwargs_max)
+            or saferepr(kwargs, self.kwargs_max, **self.repr_options),
+        )
+
+
+_SCALARS = (int, float, bool, type(None))
+
+
+def _plain_repr(value: Any, limit: int) -> str | None:
+    """``repr(value)``, when it is what ``saferepr`` gives (a flat tuple, list or dict of
+    numbers, booleans, None and strings that repr leaves as they are, shorter than the
+    limit); else None. saferepr walks every value in Python: this is ~10x cheaper."""
+    values = value.values() if type(value) is dict else value
+    if type(value) not in (tuple, list, dict) or not all(map(_is_plain, values)):
+        return None
+    if type(value) is dict and not all(map(_is_plain_str, value)):
+        return None
+    text = repr(value)
+    return text if len(text) < limit else None
+
+
+def _is_plain(item: Any) -> bool:
+    return type(item) in _SCALARS or _is_plain_str(item)
+
+
+def _is_plain_str(item: Any) -> bool:
+    return type(item) is str and item.isprintable() and "'" not in item and "\\" not in item
+
+
+@dataclass(frozen=True)
+class _Template:
+    """A captured delayed message and what a copy of it needs."""
+
+    task: Task
+    scheduled: Scheduled
+    envelope: dict[str, Any]
+    embed: Any  # the body's third part: callbacks, errbacks, chain, chord
+    serializer: str
+    conventions: _Conventions
+
+    @classmethod
+    def of(
+        cls, app: Celery, task: Task, scheduled: Scheduled, options: Mapping[str, Any]
+    ) -> _Template | None:
+        envelope = loads(scheduled.payload)
+        serializer = options.get("serializer") or app.conf.task_serializer
+        body = base64.b64decode(envelope["body"])
+        decoded = deserialize(body, envelope["content-type"], envelope["content-encoding"])
+        content_type, _, again = serialize(decoded, serializer=serializer)
+        if content_type != envelope["content-type"] or _as_bytes(again) != body:
+            return None  # not a body this module can remake: every call goes the long way
+        return cls(task, scheduled, envelope, decoded[2], serializer, _Conventions.of(app))
+
+    def fill(
+        self, args: Sequence[Any], kwargs: Mapping[str, Any], options: Mapping[str, Any]
+    ) -> Scheduled | None:
+        """This template's message for one call; None when its ETA is not ahead (then it
+        is published at once, by ``apply_async``)."""
+        eta = self.conventions.eta(options.get("countdown"), options.get("eta"))
+        if eta is None or eta[1] <= time.time():
+            return None
+        if self.task.typing:
+            self.task.__header__(*args, **kwargs)  # raises TypeError as apply_async does
+        task_id = str(options.get("task_id") or uuid())
+        message_id = uuid()
+        old_id = self.envelope["headers"]["id"]
+        argsrepr, kwargsrepr = self.conventions.reprs(args, kwargs)
+        headers = {**self.envelope["headers"], "id": task_id, "eta": eta[0]}
+        headers.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
+        if headers.get("root_id") == old_id:
+            headers["root_id"] = task_id
+        properties = dict(self.envelope["properties"])
+        if properties.get("correlation_id") == old_id:
+            properties["correlation_id"] = task_id
+        if properties.get("delivery_tag") == self.scheduled.message_id:
+            properties["delivery_tag"] = message_id
+        _, _, body = serialize((args, kwargs, self.embed), serializer=self.serializer)
+        envelope = {
+            **self.envelope,
+            "body": base64.b64encode(_as_bytes(body)).decode("ascii"),
+            "headers": headers,
+            "properties": properties,
+        }
+        return replace(
+            self.scheduled,
+            message_id=message_id,
+            task_id=task_id,
+            due_ms=due_ms(eta[1]),
+            payload=dumps(envelope).encode(),
+        )
+
+
+def _as_bytes(body: Any) -> bytes:
+    return body if isinstance(body, bytes) else str(body).encode("utf-8")
