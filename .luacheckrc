@@ -16,7 +16,7 @@ max_line_length = 100
 -- prelude in front of every store script).
 local prelude_exports = {
   "MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX",
-  "parse", "add_entry", "remove_entry", "head",
+  "parse", "add_entry", "remove_entry", "head", "store_message",
   "duplicate_key", "duplicate_of", "forget_duplicate", "message_keys",
   "collect_due", "drop_taken", "lateness_histogram", "server_now", "call_chunked",
 }
@@ -69,8 +69,7 @@ files[lua .. "repair.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "parse
                                    "prelude.lua")
 files[lua .. "replace.lua"] = reads({"MSG", "parse", "add_entry", "remove_entry", "head"},
                                     "prelude.lua")
-files[lua .. "schedule.lua"] = reads({"MSG", "DUP", "STATS", "add_entry", "head",
-                                      "duplicate_key"}, "prelude.lua")
+files[lua .. "schedule.lua"] = reads({"STATS", "store_message", "head"}, "prelude.lua")
 -- The chunk and rescue scripts: schedule (prelude.lua + schedule.lua in a function), then
 -- schedule_many.lua, or schedule_all.lua and rescue_list.lua or rescue_unacked.lua
 -- (core/scripts.py).
@@ -85,8 +84,3 @@ files[lua .. "rescue_unacked.lua"] = reads({"schedule_all"}, "schedule_all.lua")
 files[lua .. "prelude.lua"] = {ignore = unused_exports}
 files[lua .. "schedule_all.lua"].ignore = {"211/schedule_all"}
 files["assembled"] = {ignore = unused_exports}
--- schedule_many: the schedule script runs as a function of its own ARGV inside
--- schedule_shard(KEYS, ARGV, each) (core/scripts.py SCHEDULE_SHARD): shadowing on purpose.
-local schedule_many_ignores = {"432/ARGV"}
-for _, name in ipairs(unused_exports) do schedule_many_ignores[#schedule_many_ignores + 1] = name end
-files["assembled/schedule_many.lua"] = {ignore = schedule_many_ignores}

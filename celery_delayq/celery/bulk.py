@@ -6,7 +6,8 @@ each set of options runs ``apply_async`` itself, with the store write captured i
 made: its message is the template. Every further call with the same options gets a copy
 of it with what differs from call to call put in, computed as Celery computes it (task
 id, ``eta``, ``argsrepr``/``kwargsrepr``, the body, the delivery tag), so workers cannot
-tell the messages apart. Messages are stored in chunks, each in one atomic script call.
+tell the messages apart. Messages are stored in chunks, each in one atomic script call,
+by a writer thread while the next chunk is built.
 
 Calls whose ETA is not ahead, and every call while ``before_task_publish`` or
 ``after_task_publish`` has receivers (they may change each message) or when messages
@@ -18,6 +19,7 @@ from __future__ import annotations
 import base64
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone, tzinfo
@@ -93,10 +95,12 @@ def schedule_many(
             raise ConfigurationError(
                 "schedule_many needs celery-delayq's transport (broker_transport)"
             )
-        batch = _Batch(app, task, producer, chunk_size)
-        for call in calls:
-            batch.add(*_unpack(call))
-        batch.flush()
+        with ThreadPoolExecutor(1, thread_name_prefix="delayq-schedule-many") as writer:
+            batch = _Batch(app, task, producer, chunk_size, writer)
+            for call in calls:
+                batch.add(*_unpack(call))
+            batch.flush()
+            batch.wait()
         return batch.ids
 
 
@@ -108,7 +112,14 @@ def _unpack(call: Call) -> tuple[Sequence[Any], Mapping[str, Any], Mapping[str, 
 class _Batch:
     """The calls of one ``schedule_many``: ids so far, templates, the chunk being filled."""
 
-    def __init__(self, app: Celery, task: Task, producer: Producer, chunk_size: int):
+    def __init__(
+        self,
+        app: Celery,
+        task: Task,
+        producer: Producer,
+        chunk_size: int,
+        writer: ThreadPoolExecutor,
+    ) -> None:
         self.app = app
         self.task = task
         self.producer = producer
@@ -121,6 +132,8 @@ class _Batch:
         self.chunks = 0
         self.templates: dict[Shape, _Template] = {}
         self.fast = _templates_apply(app)
+        self.writer = writer
+        self.writing: tuple[Future[None], list[Scheduled], int] | None = None
 
     def add(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], options: Mapping[str, Any]
@@ -158,11 +171,22 @@ class _Batch:
         return captured[0]
 
     def flush(self) -> None:
-        """Store the chunk (one atomic call) and start the next."""
+        """Hand the chunk to the writer (one atomic store call) once the one before it is
+        stored, and start the next: building a chunk overlaps storing the last."""
         chunk, self.chunk = self.chunk, []
-        ids_so_far = len(self.ids)
+        self.wait()
+        if chunk:
+            written = self.writer.submit(self.store.schedule_chunk, chunk)
+            self.writing = (written, chunk, len(self.ids))
+
+    def wait(self) -> None:
+        """Until the chunk being written is stored; BulkScheduleError if it was not."""
+        if self.writing is None:
+            return
+        written, chunk, ids_so_far = self.writing
+        self.writing = None
         try:
-            self.store.schedule_chunk(chunk)
+            written.result()
         except ChunkPartlyStored as exc:
             lost = [str(message.task_id) for message in exc.unstored]
             raise BulkScheduleError(self.chunks, lost, self.stored_before, exc) from exc

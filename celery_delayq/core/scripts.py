@@ -2,8 +2,7 @@
 
 Each script is ``lua/prelude.lua`` (the page layout's shared keys and helpers) followed
 by the script's own file; the claim -> publish -> ack scripts have ``lua/handover.lua``
-between the two. ``schedule_many`` runs the schedule script itself, as a function, once
-per message of a chunk.
+between the two. ``schedule_many`` runs the prelude once per queue shard of a chunk.
 
 redis-py's ``Script`` computes the SHA locally, runs EVALSHA and reloads the script
 after NOSCRIPT (a restarted or flushed Redis, or on a Redis Cluster a node that has not
@@ -97,7 +96,7 @@ def run_pipelined(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[Any]
 PRELUDE = read_source("prelude")
 HANDOVER = read_source("handover")
 HANDOVER_SCRIPTS = frozenset({"claim_due", "ack_claimed", "release_claimed", "resend_dead"})
-#: Scripts made of the schedule script run as a function (see SCHEDULE_SHARD).
+#: Scripts assembled around the prelude run as a function (see SCHEDULE_SHARD).
 AROUND_SCHEDULE = frozenset({"schedule_many"})
 SOURCES = {
     field.name: PRELUDE
@@ -109,12 +108,11 @@ SOURCES = {
 #: The store's own schedule script as a Lua function, so a rescue (ops/rescue) schedules
 #: each message with the very code (and arguments) a publish uses.
 SCHEDULE_FUNCTION = f"local function schedule(KEYS, ARGV)\n{SOURCES['schedule']}\nend\n"
-#: The schedule script for many messages of one queue shard: the prelude runs once, then
-#: the schedule script once per message, as a function of its ARGV (schedule_many.lua).
+#: prelude.lua for one queue shard, as a function: ``each(store_message, head)`` then stores
+#: many messages of the shard with them (schedule_many.lua).
 SCHEDULE_SHARD = (
     "local function schedule_shard(KEYS, ARGV, each)\n"
-    f"{PRELUDE}local function schedule(ARGV)\n{read_source('schedule')}\nend\n"
-    "each(schedule)\nend\n"
+    f"{PRELUDE}return each(store_message, head)\nend\n"
 )
 SOURCES["schedule_many"] = SCHEDULE_SHARD + read_source("schedule_many")
 

@@ -16,6 +16,7 @@ from celery import Celery
 import celery_delayq
 from celery_delayq.celery.connect import open_store
 from celery_delayq.core.results import PendingMessage
+from celery_delayq.testing import wait_until
 
 from ..helpers import noop_task
 
@@ -139,7 +140,8 @@ def test_a_chunk_is_stored_whole_or_not_at_all_and_a_failure_names_it(
 
     def calls() -> Iterator[tuple[Any, ...]]:
         for i in range(250):
-            if i == 100:  # the first chunk (0..99) has just been stored
+            if i == 100:  # the first chunk (0..99) is being stored (by the writer thread)
+                wait_until(lambda: pending(app) == 100, what="the first chunk is stored")
                 redis_client.config_set("maxmemory", 1)
             yield ((i,), {}, {"countdown": 60, "task_id": f"t{i}"})
 
@@ -152,6 +154,10 @@ def test_a_chunk_is_stored_whole_or_not_at_all_and_a_failure_names_it(
     assert raised.value.lost == [f"t{i}" for i in range(100, 200)]
     with open_store(app) as store:
         assert {m.task_id for m in store.pending(limit=1000)} == set(raised.value.scheduled)
+
+
+def pending(app: Celery) -> int:
+    return sum(b.pending for b in celery_delayq.backlog(app))
 
 
 def test_it_needs_the_delayq_transport(app_factory: Callable[..., Celery], redis_server) -> None:

@@ -191,3 +191,20 @@ def scheduled(queue: str, task_id: str) -> Scheduled:
         destination("", queue),
         envelope(amqp.Message(b"{}")),
     )
+
+
+def test_schedule_many_stores_each_shard_part_of_a_chunk_on_its_master(
+    make_cluster_app: Callable[..., Celery], redis_cluster: RedisClusterServers
+) -> None:
+    app = make_cluster_app(delayq_store_shards=SHARDS)
+
+    @app.task(name="tests.bulk", shared=False)
+    def bulk(n: int) -> None:
+        return None
+
+    ids = celery_delayq.schedule_many(bulk, [((i,), {}, {"countdown": 3600}) for i in range(500)])
+    with open_store(app) as store:
+        shards = store.keys.shards_of(app.conf.task_default_queue)
+        held = {keys.shard: int(store.client.hlen(keys.messages)) for keys in shards}
+        assert sum(held.values()) == 500 and min(held.values()) > 0  # every shard got some
+        assert {m.task_id for m in store.pending(limit=1000)} == set(ids)

@@ -134,6 +134,22 @@ local function duplicate_key(task_key, seq)
   return key
 end
 
+-- Keep one message until it is due (schedule.lua; schedule_many.lua, per message): its
+-- record and page entry. A second message of the same task id is kept as a duplicate.
+-- Returns the message key it is kept under.
+local function store_message(key, due, tail)
+  local record = due .. tail
+  if redis.call('HSETNX', MSG, key, record) == 0 then
+    local seq = redis.call('HINCRBY', STATS, 'dup_seq', 1)
+    local seqs = redis.call('HGET', DUP, key)
+    redis.call('HSET', DUP, key, seqs and (seqs .. ' ' .. seq) or seq)
+    key = duplicate_key(key, seq)
+    redis.call('HSET', MSG, key, record)
+  end
+  add_entry(key, due)
+  return key
+end
+
 -- The task key and sequence number of a duplicate's message key, else nil.
 local function duplicate_of(key)
   if #key == 16 then return nil end

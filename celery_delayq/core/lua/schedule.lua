@@ -9,20 +9,11 @@
 -- ARGV[7]  wake-up pubsub channel
 -- Returns  1 when the message became the earliest of its queue (movers were woken), else 0.
 
-local key, due = ARGV[3], ARGV[4]
-local record = due .. ARGV[5]
-if redis.call('HSETNX', MSG, key, record) == 0 then
-  local seq = redis.call('HINCRBY', STATS, 'dup_seq', 1)
-  local seqs = redis.call('HGET', DUP, key)
-  redis.call('HSET', DUP, key, seqs and (seqs .. ' ' .. seq) or seq)
-  key = duplicate_key(key, seq)
-  redis.call('HSET', MSG, key, record)
-end
-add_entry(key, due)
+local key = store_message(ARGV[3], ARGV[4], ARGV[5])
 if KEYS[5] then redis.call('SADD', KEYS[5], ARGV[6]) end
 redis.call('HINCRBY', STATS, 'scheduled', 1)
 if head() == key then
-  redis.call('PUBLISH', ARGV[7], due)
+  redis.call('PUBLISH', ARGV[7], ARGV[4])
   return 1
 end
 return 0

@@ -1,8 +1,8 @@
 -- Store a chunk of delayed messages in one atomic call: all of them or none
 -- (DelayedStore.schedule_chunk). Assembled by scripts.py after `schedule_shard(KEYS, ARGV,
--- each)`, which runs prelude.lua for one queue shard, then calls `each` with the schedule
--- script as a function of its ARGV: each message is stored by the very code, and with the
--- arguments, of a single publish.
+-- each)`, which runs prelude.lua for one queue shard and calls `each(store_message, head)`:
+-- each message is kept by the code a single publish uses (schedule.lua); the registry,
+-- the counter and the wake-up are done once per shard.
 --
 -- The chunk comes in groups, one per queue shard (on a Redis Cluster, one group per call):
 -- KEYS[(g-1)*k+1 ..]  group g's keys, as schedule.lua takes them (k of them)
@@ -17,15 +17,19 @@ local at, stored = 3, 0
 for group = 0, groups - 1 do
   local keys = {}
   for i = 1, per_group do keys[i] = KEYS[group * per_group + i] end
-  local prefix, page_max, queue, channel = ARGV[at], ARGV[at + 1], ARGV[at + 2], ARGV[at + 3]
+  local queue, channel = ARGV[at + 2], ARGV[at + 3]
   local n = tonumber(ARGV[at + 4])
-  at = at + 5
-  schedule_shard(keys, {prefix, page_max}, function(schedule)
-    for _ = 1, n do
-      schedule({prefix, page_max, ARGV[at], ARGV[at + 1], ARGV[at + 2], queue, channel})
-      at = at + 3
+  schedule_shard(keys, {ARGV[at], ARGV[at + 1]}, function(store_message, head)
+    local earliest = head()
+    for i = at + 5, at + 2 + 3 * n, 3 do
+      store_message(ARGV[i], ARGV[i + 1], ARGV[i + 2])
     end
+    if keys[5] then redis.call('SADD', keys[5], queue) end
+    redis.call('HINCRBY', keys[4], 'scheduled', n)
+    local first, due = head()
+    if first ~= earliest then redis.call('PUBLISH', channel, due) end
   end)
+  at = at + 5 + 3 * n
   stored = stored + n
 end
 return stored
