@@ -97,10 +97,12 @@ def schedule_many(
             )
         with ThreadPoolExecutor(1, thread_name_prefix="delayq-schedule-many") as writer:
             batch = _Batch(app, task, producer, chunk_size, writer)
-            for call in calls:
-                batch.add(*_unpack(call))
-            batch.flush()
-            batch.wait()
+            try:
+                for call in calls:
+                    batch.add(*_unpack(call))
+            finally:  # also when a call is refused: every call before it is stored
+                batch.flush()
+                batch.wait()
         return batch.ids
 
 

@@ -117,17 +117,19 @@ def test_a_call_that_is_due_now_is_published_at_once(make_app, redis_client) -> 
     assert [b.pending for b in celery_delayq.backlog(app)] == [2]
 
 
-def test_wrong_arguments_fail_as_apply_async_fails(make_app) -> None:
+def test_wrong_arguments_fail_as_apply_async_fails_after_storing_the_calls_before(
+    make_app,
+) -> None:
     app = make_app()
 
-    @app.task(name="tests.one_arg")
+    @app.task(name="tests.one_arg", shared=False)
     def one_arg(x: int) -> int:
         return x
 
+    calls = [((1,), {}, {"countdown": 60, "task_id": f"ok-{i}"}) for i in range(3)]
     with pytest.raises(TypeError):
-        celery_delayq.schedule_many(
-            one_arg, [((1,), {}, {"countdown": 60}), ((1, 2), {}, {"countdown": 60})]
-        )
+        celery_delayq.schedule_many(one_arg, [*calls, ((1, 2), {}, {"countdown": 60})])
+    assert pending(app) == 3
 
 
 def test_a_chunk_is_stored_whole_or_not_at_all_and_a_failure_names_it(
