@@ -9,24 +9,26 @@ id, ``eta``, ``argsrepr``/``kwargsrepr``, the body, the delivery tag), so worker
 tell the messages apart. Messages are stored in chunks, each in one atomic script call,
 by a writer thread while the next chunk is built.
 
-Calls whose ETA is not ahead, and every call while ``before_task_publish`` or
-``after_task_publish`` has receivers (they may change each message) or when messages
-are compressed, go through ``apply_async`` one by one (their store writes still chunked).
+Calls whose ETA is not ahead, calls with ``expires`` (counted from each call), and every
+call while ``before_task_publish`` or ``after_task_publish`` has receivers (they may
+change each message) or when messages are compressed, go through ``apply_async`` one by
+one (their store writes still chunked).
 """
 
 from __future__ import annotations
 
 import base64
+import os
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone, tzinfo
+from dataclasses import dataclass
+from datetime import datetime, timedelta, tzinfo
 from typing import Any, Union
+from uuid import UUID
 
 from celery import Celery, Task, signals
-from celery.utils import uuid
 from celery.utils.saferepr import saferepr
 
 try:  # Celery 5.6 adds elapsed seconds in UTC (across a daylight-saving change)
@@ -37,9 +39,11 @@ except ImportError:  # Celery 5.5: plain addition
         return moment + timedelta(seconds=seconds)
 
 
+from json.encoder import encode_basestring_ascii as encode_string
+
 from kombu.messaging import Producer
-from kombu.serialization import dumps as serialize
 from kombu.serialization import loads as deserialize
+from kombu.serialization import registry
 from kombu.utils.json import dumps, loads
 
 from ..core.store import ChunkPartlyStored, DelayedStore, Scheduled
@@ -140,8 +144,12 @@ class _Batch:
     def add(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], options: Mapping[str, Any]
     ) -> None:
-        shape = tuple(sorted((k, repr(v)) for k, v in options.items() if k not in PER_CALL_OPTIONS))
-        template = self.templates.get(shape) if self.fast else None
+        shape: Shape = ()
+        if not options.keys() <= PER_CALL_OPTIONS:
+            shape = tuple(
+                sorted((k, repr(v)) for k, v in options.items() if k not in PER_CALL_OPTIONS)
+            )
+        template = self.templates.get(shape)
         scheduled = template.fill(args, kwargs, options) if template is not None else None
         if scheduled is None:
             scheduled = self._apply_async(args, kwargs, options, shape)
@@ -166,7 +174,7 @@ class _Batch:
         self.ids.append(result.id)
         if not captured:
             return None
-        if self.fast and shape not in self.templates:
+        if self.fast and shape not in self.templates and "expires" not in options:
             template = _Template.of(self.app, self.task, captured[0], options)
             if template is not None:
                 self.templates[shape] = template
@@ -243,7 +251,7 @@ class _Conventions:
     def eta(self, countdown: Any, eta: Any) -> tuple[str, float] | None:
         """The ``eta`` header Celery writes for these options, and when that is."""
         if countdown:
-            moment = _add_seconds(datetime.now(timezone.utc).astimezone(self.zone), countdown)
+            moment = _add_seconds(datetime.now(self.zone), countdown)
             return moment.isoformat(), moment.timestamp()
         if isinstance(eta, datetime) and eta.tzinfo is not None:
             return eta.isoformat(), eta.timestamp()
@@ -283,29 +291,77 @@ def _is_plain_str(item: Any) -> bool:
     return type(item) is str and item.isprintable() and "'" not in item and "\\" not in item
 
 
+def _uuid4s(batch: int = 256) -> Iterator[str]:
+    """Random (version 4) UUIDs as Celery's and kombu's ``uuid()`` make them, from one
+    ``os.urandom`` call per ``batch``: the system call costs more than the rest of a copy
+    on some virtual machines."""
+    while True:
+        random = os.urandom(16 * batch)
+        for start in range(0, 16 * batch, 16):
+            yield str(UUID(bytes=random[start : start + 16], version=4))
+
+
+#: Stands for a per-call value in a template's JSON while it is cut into pieces.
+_MARK = "@@celery-delayq-field-{}@@"
+
+
 @dataclass(frozen=True)
 class _Template:
-    """A captured delayed message and what a copy of it needs."""
+    """A captured delayed message, its JSON cut around what differs per call: a copy is
+    the pieces joined with that call's values, JSON-quoted as the encoder quotes them."""
 
-    task: Task
     scheduled: Scheduled
-    envelope: dict[str, Any]
+    pieces: list[str]  # the JSON around the per-call fields, one more than there are
+    fields: list[str]  # which value goes after each piece but the last
     embed: Any  # the body's third part: callbacks, errbacks, chain, chord
-    serializer: str
+    encode: Callable[[Any], Any]  # the serializer's encoder
+    header: Callable[..., Any] | None  # the task's argument check (when typing is on)
     conventions: _Conventions
+    uuids: Iterator[str]  # of this template's thread (a generator runs in one at a time)
 
     @classmethod
     def of(
         cls, app: Celery, task: Task, scheduled: Scheduled, options: Mapping[str, Any]
     ) -> _Template | None:
+        """The template of a captured message, or None when a copy could differ from
+        what Celery sends (a body or JSON this module cannot remake exactly)."""
         envelope = loads(scheduled.payload)
         serializer = options.get("serializer") or app.conf.task_serializer
         body = base64.b64decode(envelope["body"])
         decoded = deserialize(body, envelope["content-type"], envelope["content-encoding"])
-        content_type, _, again = serialize(decoded, serializer=serializer)
-        if content_type != envelope["content-type"] or _as_bytes(again) != body:
-            return None  # not a body this module can remake: every call goes the long way
-        return cls(task, scheduled, envelope, decoded[2], serializer, _Conventions.of(app))
+        # kombu's own encoder for the serializer: its dumps() around it costs as much again
+        codec = registry._encoders.get(serializer)
+        if codec is None or codec.content_type != envelope["content-type"]:
+            return None
+        if _as_bytes(codec.encoder(decoded)) != body:
+            return None
+        values, marked = _mark_fields(envelope, scheduled.message_id)
+        text = dumps(envelope)
+        marks = [encode_string(_MARK.format(n)) for n in range(len(marked))]
+        if any(text.count(mark) != 1 for mark in marks):
+            return None
+        in_order = sorted(range(len(marks)), key=lambda n: text.index(marks[n]))
+        pieces: list[str] = []
+        for n in in_order:
+            piece, _, text = text.partition(marks[n])
+            pieces.append(piece)
+        pieces.append(text)
+        fields = [marked[n] for n in in_order]
+        conventions = _Conventions.of(app)
+        embed = decoded[2]
+        header = task.__header__ if task.typing else None
+        template = cls(
+            scheduled, pieces, fields, embed, codec.encoder, header, conventions, _uuid4s()
+        )
+        if template.payload(values) != scheduled.payload:
+            return None
+        return template
+
+    def payload(self, values: Mapping[str, str]) -> bytes:
+        parts = [self.pieces[0]]
+        for field, piece in zip(self.fields, self.pieces[1:]):
+            parts += (encode_string(values[field]), piece)
+        return "".join(parts).encode()
 
     def fill(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], options: Mapping[str, Any]
@@ -315,35 +371,63 @@ class _Template:
         eta = self.conventions.eta(options.get("countdown"), options.get("eta"))
         if eta is None or eta[1] <= time.time():
             return None
-        if self.task.typing:
-            self.task.__header__(*args, **kwargs)  # raises TypeError as apply_async does
-        task_id = str(options.get("task_id") or uuid())
-        message_id = uuid()
-        old_id = self.envelope["headers"]["id"]
+        if self.header is not None:
+            self.header(*args, **kwargs)  # raises TypeError as apply_async does
+        task_id = str(options.get("task_id") or next(self.uuids))
+        message_id = next(self.uuids)
         argsrepr, kwargsrepr = self.conventions.reprs(args, kwargs)
-        headers = {**self.envelope["headers"], "id": task_id, "eta": eta[0]}
-        headers.update(argsrepr=argsrepr, kwargsrepr=kwargsrepr)
-        if headers.get("root_id") == old_id:
-            headers["root_id"] = task_id
-        properties = dict(self.envelope["properties"])
-        if properties.get("correlation_id") == old_id:
-            properties["correlation_id"] = task_id
-        if properties.get("delivery_tag") == self.scheduled.message_id:
-            properties["delivery_tag"] = message_id
-        _, _, body = serialize((args, kwargs, self.embed), serializer=self.serializer)
-        envelope = {
-            **self.envelope,
+        body = self.encode((args, kwargs, self.embed))
+        values = {
             "body": base64.b64encode(_as_bytes(body)).decode("ascii"),
-            "headers": headers,
-            "properties": properties,
+            "id": task_id,
+            "eta": eta[0],
+            "argsrepr": argsrepr,
+            "kwargsrepr": kwargsrepr,
+            "message_id": message_id,
         }
-        return replace(
-            self.scheduled,
-            message_id=message_id,
-            task_id=task_id,
-            due_ms=due_ms(eta[1]),
-            payload=dumps(envelope).encode(),
+        template = self.scheduled
+        return Scheduled(
+            template.queue,
+            message_id,
+            task_id,
+            due_ms(eta[1]),
+            template.destination,
+            self.payload(values),
+            template.expires_ms,
         )
+
+
+def _mark_fields(envelope: dict[str, Any], message_id: str) -> tuple[dict[str, str], list[str]]:
+    """Put a mark where each per-call value is in the envelope (in place); the template's
+    own values, and which value each mark stands for, in order."""
+    headers, properties = envelope["headers"], envelope["properties"]
+    task_id = headers["id"]
+    values = {
+        "body": envelope["body"],
+        "id": task_id,
+        "eta": headers["eta"],
+        "argsrepr": headers["argsrepr"],
+        "kwargsrepr": headers["kwargsrepr"],
+        "message_id": message_id,
+    }
+    places: list[tuple[dict[str, Any], str, str]] = [
+        (envelope, "body", "body"),
+        (headers, "id", "id"),
+        (headers, "eta", "eta"),
+        (headers, "argsrepr", "argsrepr"),
+        (headers, "kwargsrepr", "kwargsrepr"),
+    ]
+    if headers.get("root_id") == task_id:  # a task sent from outside a task
+        places.append((headers, "root_id", "id"))
+    if properties.get("correlation_id") == task_id:
+        places.append((properties, "correlation_id", "id"))
+    if properties.get("delivery_tag") == message_id:  # kombu's virtual transports
+        places.append((properties, "delivery_tag", "message_id"))
+    fields = []
+    for n, (holder, key, field) in enumerate(places):
+        holder[key] = _MARK.format(n)
+        fields.append(field)
+    return values, fields
 
 
 def _as_bytes(body: Any) -> bytes:

@@ -62,8 +62,22 @@ def bulk_app(request, make_app, make_amqp_app) -> Iterator[Celery]:
     yield make_app(**settings) if request.param == "redis" else make_amqp_app(**settings)
 
 
+def counting_apply_async(task: Any) -> list[str]:
+    """Count the task's own apply_async calls: schedule_many makes one per template."""
+    calls: list[str] = []
+    apply_async = task.apply_async
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls.append(kwargs.get("task_id"))
+        return apply_async(*args, **kwargs)
+
+    task.apply_async = counted
+    return calls
+
+
 def test_the_messages_are_those_apply_async_sends(bulk_app: Celery) -> None:
     task = any_args(bulk_app)
+    applied = counting_apply_async(task)
     for n, (args, kwargs) in enumerate(CALLS):
         for when in ({"eta": ETA}, {"eta": ETA.replace(tzinfo=None)}):
             single = task.apply_async(args, kwargs, task_id=f"single-{n}", **when).id
@@ -77,6 +91,7 @@ def test_the_messages_are_those_apply_async_sends(bulk_app: Celery) -> None:
                 ],
             )
             assert ids == [f"first-{n}", many]
+            assert applied[-2:] == [single, f"first-{n}"]  # the second call is a copy
             expected = without_ids(stored(bulk_app, single))
             for task_id in ids:
                 copy = json.loads(json.dumps(without_ids(stored(bulk_app, task_id))))
