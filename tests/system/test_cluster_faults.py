@@ -108,6 +108,18 @@ def test_a_master_failover_under_a_mover_loses_nothing(
     assert not any(b.dead for b in celery_delayq.backlog(app))
 
 
+def waiting_for_a_replica(
+    make_amqp_app: Any, cluster: RedisClusterServers, wait_timeout: float
+) -> Celery:
+    """An app whose schedules on the cluster (8 shards) wait for one replica."""
+    return make_amqp_app(
+        delayq_store_url=cluster.url.replace("redis://", "redis+cluster://"),
+        delayq_store_shards=SHARDS,
+        delayq_store_wait_replicas=1,
+        delayq_store_wait_timeout=wait_timeout,
+    )
+
+
 def replica_holds(cluster: RedisClusterServers, keys: list[str]) -> int:
     """Messages the replicas hold in these hashes (each read where its slot's master's
     replica is)."""
@@ -128,13 +140,7 @@ def test_with_wait_replicas_a_scheduled_task_is_on_a_replica_when_the_publish_re
     """``delayq_store_wait_replicas = 1``: each publish returns only once a replica has
     the message, so a failover right after it loses nothing. Asking for more replicas
     than a master has (after the failover): the write stands, the shortfall is logged."""
-    store_url = replicated_cluster.url.replace("redis://", "redis+cluster://")
-    app = make_amqp_app(
-        delayq_store_url=store_url,
-        delayq_store_shards=SHARDS,
-        delayq_store_wait_replicas=1,
-        delayq_store_wait_timeout=0.2,
-    )
+    app = waiting_for_a_replica(make_amqp_app, replicated_cluster, wait_timeout=0.2)
     sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(50)]
     with open_store(app) as store:
         hashes = [keys.messages for keys in store.keys.shards_of(app.conf.task_default_queue)]
@@ -173,13 +179,7 @@ def test_publishers_retry_through_a_master_failover_and_lose_nothing(
     over: calls that meet the dead master raise StoreUnavailable inside Celery's publish
     retry, which tries again until the replica answers. With ``delayq_store_wait_replicas
     = 1`` every call that returned is in the store afterwards, and none failed."""
-    store_url = replicated_cluster.url.replace("redis://", "redis+cluster://")
-    app = make_amqp_app(
-        delayq_store_url=store_url,
-        delayq_store_shards=SHARDS,
-        delayq_store_wait_replicas=1,
-        delayq_store_wait_timeout=0.5,
-    )
+    app = waiting_for_a_replica(make_amqp_app, replicated_cluster, wait_timeout=0.5)
     policy = {"max_retries": 100, "interval_start": 0.1, "interval_step": 0.1, "interval_max": 0.5}
     retried: list[str] = []
     sent: dict[int, list[str]] = {0: [], 1: []}
