@@ -31,6 +31,7 @@ from ..core.handover import Publisher
 from ..core.store import DelayedStore, Scheduled
 from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
 from .message import due_ms, eta_of, eta_timestamp
+from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
 from .separate_store import separate_store
 from .settings import DelayqConfig, check_broker_url, config_of
 from .virtual_publisher import VirtualPublisher
@@ -133,6 +134,23 @@ class DelayqChannel:
         """What the store keeps of a delayed message."""
         raise NotImplementedError
 
+    def cancel_if_revoke(
+        self,
+        exchange: str,
+        body: bytes,
+        content_type: str | None,
+        content_encoding: str | None,
+    ) -> None:
+        """Cancel in the store the ids of an ``app.control.revoke`` broadcast passing
+        through (revoke.py); a store outage fails the broadcast, as for a delayed task."""
+        if exchange != pidbox_exchange(self._delayq_app.conf.control_exchange):
+            return
+        for task_id in revoked_task_ids(body, content_type, content_encoding):
+            try:
+                self.delayed_store.cancel(task_id)
+            except STORE_OUTAGES as exc:
+                raise StoreUnavailable(f"the delayed store is unreachable: {exc}") from exc
+
 
 class VirtualChannelMixin(DelayqChannel):
     """For kombu's virtual transports (Redis, SQS, ...), where every non-fanout publish
@@ -160,6 +178,16 @@ class VirtualChannelMixin(DelayqChannel):
         stored at once rather than at the batch's flush."""
         if not self.store_if_future(queue, message, lambda: dumps(message).encode()):
             super()._put(queue, message, **kwargs)  # type: ignore[misc]
+
+    def _put_fanout(self, exchange: str, message: dict[str, Any], *args: Any, **kw: Any) -> None:
+        """Broadcast; a ``revoke`` also cancels its ids in the store first."""
+        self.cancel_if_revoke(
+            exchange,
+            kombu_message_body(message),
+            message.get("content-type"),
+            message.get("content-encoding"),
+        )
+        super()._put_fanout(exchange, message, *args, **kw)  # type: ignore[misc]
 
     def put_now(self, queue: str, message: dict[str, Any]) -> None:
         """kombu's own put, for a due message (never diverted to the store again)."""

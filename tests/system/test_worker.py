@@ -252,3 +252,26 @@ def test_tasks_sent_by_schedule_many_run_once_each_after_their_eta(
     assert sorted(r["label"] for r in done) == sorted(f"bulk-{i}" for i in range(120))
     for run in done:
         assert run["at"] >= datetime.fromisoformat(run["eta"]).timestamp()
+
+
+def test_a_revoked_delayed_task_stays_revoked_across_a_worker_restart(
+    make_app, redis_server, redis_client
+):
+    """Vanilla Celery forgets a revoke when the workers restart (celery issues 4300, 8888);
+    here the revoke also cancels the task in the store, and the running worker still gets
+    the broadcast as Celery sends it."""
+    app = make_app()
+    with celery_process("worker", redis_server.url, {}, "-P", "solo"):
+        revoked = remember(app, "revoked", countdown=8)
+        kept = remember(app, "kept", countdown=8)
+        app.control.revoke(revoked.id)
+
+        def known_revoked() -> list[str]:
+            replies = app.control.inspect(timeout=0.5).revoked() or {}
+            return [task_id for ids in replies.values() for task_id in ids]
+
+        wait_until(lambda: revoked.id in known_revoked(), timeout=20)
+    with celery_process("worker", redis_server.url, {}, "-P", "solo"):  # before the ETA
+        wait_until(lambda: kept.id in [r["id"] for r in runs(redis_client)], timeout=30)
+        wait_until_quiescent(app, workers=1)
+    assert [r["label"] for r in runs(redis_client)] == ["kept"]  # due at the same time
