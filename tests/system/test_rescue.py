@@ -61,8 +61,8 @@ def test_rescued_tasks_run_exactly_once_after_their_eta(make_app, redis_server, 
         worker.kill()
         worker.wait()
     queued = [
-        remember(vanilla, "queued", countdown=4),
-        remember(vanilla, "urgent", countdown=4, priority=5),
+        remember(vanilla, "queued", countdown=8),  # still ahead when the rescue runs
+        remember(vanilla, "urgent", countdown=8, priority=5),
     ]
     others = [remember(vanilla, "now"), remember(vanilla, "past", eta=past())]
 
