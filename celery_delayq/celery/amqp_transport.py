@@ -62,9 +62,10 @@ class AMQPChannel(DelayqChannel, pyamqp.Channel):
         """Publish, or store until due (grouped under the routing key, which is the
         queue name in Celery's own routing)."""
         properties = msg.properties
-        body = msg.body if isinstance(msg.body, bytes) else str(msg.body).encode()
-        content = (properties.get("content_type"), properties.get("content_encoding"))
-        self.cancel_if_revoke(exchange, body, *content)
+        if exchange == self.control_exchange:
+            body = msg.body if isinstance(msg.body, bytes) else str(msg.body).encode()
+            content = (properties.get("content_type"), properties.get("content_encoding"))
+            self.cancel_if_revoke(body, *content)
         message = {
             "headers": properties.get("application_headers") or {},
             "properties": {"delivery_info": {"exchange": exchange, "routing_key": routing_key}},

@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
 from celery import Celery
@@ -134,17 +135,17 @@ class DelayqChannel:
         """What the store keeps of a delayed message."""
         raise NotImplementedError
 
+    @cached_property
+    def control_exchange(self) -> str:
+        """Where Celery's remote-control broadcasts go (read once: every publish asks)."""
+        return pidbox_exchange(self._delayq_app.conf.control_exchange)
+
     def cancel_if_revoke(
-        self,
-        exchange: str,
-        body: bytes,
-        content_type: str | None,
-        content_encoding: str | None,
+        self, body: bytes, content_type: str | None, content_encoding: str | None
     ) -> None:
         """Cancel in the store the ids of an ``app.control.revoke`` broadcast passing
-        through (revoke.py); a store outage fails the broadcast, as for a delayed task."""
-        if exchange != pidbox_exchange(self._delayq_app.conf.control_exchange):
-            return
+        through (revoke.py); a store outage fails the broadcast, as for a delayed task.
+        Callers pass only what went to ``control_exchange``."""
         for task_id in revoked_task_ids(body, content_type, content_encoding):
             try:
                 self.delayed_store.cancel(task_id)
@@ -181,12 +182,12 @@ class VirtualChannelMixin(DelayqChannel):
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], *args: Any, **kw: Any) -> None:
         """Broadcast; a ``revoke`` also cancels its ids in the store first."""
-        self.cancel_if_revoke(
-            exchange,
-            kombu_message_body(message),
-            message.get("content-type"),
-            message.get("content-encoding"),
-        )
+        if exchange == self.control_exchange:
+            self.cancel_if_revoke(
+                kombu_message_body(message),
+                message.get("content-type"),
+                message.get("content-encoding"),
+            )
         super()._put_fanout(exchange, message, *args, **kw)  # type: ignore[misc]
 
     def put_now(self, queue: str, message: dict[str, Any]) -> None:
