@@ -19,6 +19,7 @@ local prelude_exports = {
   "parse", "add_entry", "remove_entry", "head", "store_message",
   "duplicate_key", "duplicate_of", "forget_duplicate", "message_keys",
   "collect_due", "drop_taken", "lateness_histogram", "server_now", "call_chunked",
+  "index_field", "key_holder", "release_key", "hold_key_again", "remove_message",
 }
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
@@ -41,26 +42,29 @@ local function reads(names, from)
   return {read_globals = names}
 end
 local lua = "celery_delayq/core/lua/"
-files[lua .. "cancel.lua"] = reads({"MSG", "DUP", "STATS", "parse", "remove_entry",
-                                    "message_keys"}, "prelude.lua")
+files[lua .. "cancel.lua"] = reads({"MSG", "DUP", "STATS", "remove_message", "message_keys"},
+                                   "prelude.lua")
 files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"}, "prelude.lua")
 files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram", "collect_due",
-                                      "drop_taken", "call_chunked", "head", "forget_duplicate"},
+                                      "drop_taken", "call_chunked", "head", "forget_duplicate",
+                                      "release_key"},
                                      "prelude.lua")
-files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate"},
-                                     "prelude.lua")
+files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
+                                      "hold_key_again"}, "prelude.lua")
 files[lua .. "handover.lua"].ignore = {"211/unclaim", "211/failed_once", "211/CLAIMER"}
 files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_due", "drop_taken",
                                        "head", "INFLIGHT", "CLAIMS", "CLAIMER", "unclaim",
-                                       "failed_once"},
+                                       "failed_once", "release_key"},
                                       "prelude.lua and handover.lua")
 files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                          "lateness_histogram", "unclaim", "forget_duplicate"},
                                         "prelude.lua and handover.lua")
 files[lua .. "resend_dead.lua"] = reads({"MSG", "TRIES", "DEAD", "DEAD_WHY", "server_now",
-                                         "parse", "add_entry"}, "prelude.lua and handover.lua")
+                                         "parse", "add_entry", "hold_key_again"},
+                                        "prelude.lua and handover.lua")
 files[lua .. "release_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
-                                             "add_entry", "unclaim", "failed_once"},
+                                             "add_entry", "unclaim", "failed_once",
+                                             "hold_key_again"},
                                             "prelude.lua and handover.lua")
 files[lua .. "pending.lua"] = reads({"PAGES", "PAGE_PREFIX"}, "prelude.lua")
 files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX"}, "prelude.lua")
@@ -70,6 +74,10 @@ files[lua .. "repair.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "parse
 files[lua .. "replace.lua"] = reads({"MSG", "parse", "add_entry", "remove_entry", "head"},
                                     "prelude.lua")
 files[lua .. "schedule.lua"] = reads({"STATS", "store_message", "head"}, "prelude.lua")
+files[lua .. "schedule_keyed.lua"] = reads({"MSG", "DUP", "STATS", "parse", "store_message",
+                                            "head", "server_now", "key_holder", "index_field",
+                                            "remove_message", "forget_duplicate"},
+                                           "prelude.lua")
 -- The chunk and rescue scripts: schedule (prelude.lua + schedule.lua in a function), then
 -- schedule_many.lua, or schedule_all.lua and rescue_list.lua or rescue_unacked.lua
 -- (core/scripts.py).

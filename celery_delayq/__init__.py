@@ -6,7 +6,8 @@ Switch it on in Celery settings::
     beat_scheduler = "celery_delayq.beat:Scheduler"      # optional; workers move too
 
 Then ``cancel``, ``reschedule`` and ``backlog`` act on the pending delayed tasks, and
-``schedule_many`` sends many delayed tasks at once.
+``schedule_many`` sends many delayed tasks at once; ``debounce`` and ``schedule_keyed``
+keep one pending message per delay key.
 
 Layers, each importing only those below it: ``core`` (the store; Redis only) ->
 ``celery`` (transport, bootstep, beat, settings) -> ``ops`` (API, doctor, rescue) ->
@@ -17,6 +18,7 @@ from __future__ import annotations
 
 from .celery.bulk import BulkScheduleError, schedule_many
 from .celery.errors import ConfigurationError, InvalidETA
+from .celery.keyed import DelayKeyHeld, InvalidDelayKey, KeyedResult, debounce, schedule_keyed
 from .celery.settings import DelayqConfig
 from .core.results import QueueBacklog
 from .ops.api import backlog, cancel, promote, reschedule
@@ -26,13 +28,18 @@ __version__ = "0.1.0"
 __all__ = [
     "BulkScheduleError",
     "ConfigurationError",
+    "DelayKeyHeld",
     "DelayqConfig",
+    "InvalidDelayKey",
     "InvalidETA",
+    "KeyedResult",
     "QueueBacklog",
     "__version__",
     "backlog",
     "cancel",
+    "debounce",
     "promote",
     "reschedule",
+    "schedule_keyed",
     "schedule_many",
 ]

@@ -19,7 +19,7 @@ import time
 import uuid
 from collections.abc import Callable
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from celery import Celery
 from celery._state import _get_active_apps, get_current_app
@@ -31,6 +31,7 @@ from ..core.backoff import Backoff
 from ..core.handover import Publisher
 from ..core.store import DelayedStore, Scheduled
 from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
+from .keyed import InvalidDelayKey, delay_key_of, report
 from .message import due_ms, eta_of, eta_timestamp
 from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
 from .separate_store import separate_store
@@ -41,6 +42,8 @@ STORE_URL_NEEDED = (
     "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
     'where delayed messages wait (e.g. delayq_store_url = "redis://localhost:6379/0")'
 )
+
+T = TypeVar("T")
 
 #: Per store URL and process: how long publishers wait before trying a store that just
 #: failed (channels come and go with kombu's retries; the outage outlives them).
@@ -98,7 +101,8 @@ class DelayqChannel:
         return self._delayed_store
 
     def store_if_future(self, queue: str, message: dict[str, Any], payload: Any) -> bool:
-        """Keep ``message`` in the store when its ``eta`` lies ahead; whether it was kept.
+        """Keep ``message`` in the store when its ``eta`` lies ahead, or when it has a
+        delay key (keyed.py; then even when already due); whether it was kept.
 
         ``payload`` is the envelope to store, or a callable that makes it (only a
         delayed message is ever encoded twice).
@@ -107,27 +111,39 @@ class DelayqChannel:
         if eta is None:
             return False
         seconds = eta_timestamp(eta, self.delayq_config.timezone)
-        if seconds <= time.time():
+        delay_key = delay_key_of(message)
+        if delay_key is None and seconds <= time.time():
             return False
         stored = payload() if callable(payload) else payload
+        scheduled = self.delayed(queue, message, stored, seconds)
         if self.captured is not None:  # schedule_many stores it with its chunk
-            self.captured.append(self.delayed(queue, message, stored, seconds))
-            return True
+            if delay_key is not None:
+                raise InvalidDelayKey("schedule_many does not take keyed messages")
+            self.captured.append(scheduled)
+        elif delay_key is None:
+            self._write_to_store(lambda store: store.schedule(scheduled))
+        else:
+            outcome = self._write_to_store(lambda store: store.schedule_keyed(scheduled, delay_key))
+            report(delay_key, outcome)
+        return True
+
+    def _write_to_store(self, write: Callable[[DelayedStore], T]) -> T:
+        """Write to the store; an outage of a store at ``delayq_store_url`` backs off
+        and raises ``StoreUnavailable`` (kombu retries it as a connection error)."""
         url = self.delayq_config.store_url
         if url is None:  # the broker's own Redis: kombu knows its errors and waits
-            self.delayed_store.schedule(self.delayed(queue, message, stored, seconds))
-            return True
+            return write(self.delayed_store)
         backoff = _store_backoffs.setdefault(url, Backoff())
         backoff.wait()
         try:
-            self.delayed_store.schedule(self.delayed(queue, message, stored, seconds))
+            written = write(self.delayed_store)
         except STORE_OUTAGES as exc:
             backoff.failed()
             raise StoreUnavailable(
                 f"the delayed store (delayq_store_url) is unreachable: {exc}"
             ) from exc
         backoff.succeeded()
-        return True
+        return written
 
     def delayed(
         self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float

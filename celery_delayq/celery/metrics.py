@@ -82,6 +82,9 @@ COUNTERS = (
     ("celery_delayq_scheduled", "Messages stored until their ETA.", "scheduled"),
     ("celery_delayq_moved", "Delayed messages delivered to their queue.", "moved"),
     ("celery_delayq_cancelled", "Pending delayed messages cancelled.", "cancelled"),
+    ("celery_delayq_replaced", "Pending keyed messages replaced by a newer one.", "replaced"),
+    ("celery_delayq_dropped", "Keyed messages dropped: their key was held (keep).", "dropped"),
+    ("celery_delayq_refused", "Keyed messages refused: their key was held (reject).", "refused"),
     ("celery_delayq_dead_lettered", "Messages moved to the dead letters.", "dead"),
 )
 

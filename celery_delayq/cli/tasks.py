@@ -24,6 +24,7 @@ SHOW_FIELDS = [
     "eta",
     "due",
     "retries",
+    "key",
     "args",
     "kwargs",
     "message_id",
@@ -31,7 +32,13 @@ SHOW_FIELDS = [
 
 
 def message_json(message: PendingMessage) -> dict[str, Any]:
-    return {"queue": message.queue, "due": iso(message.due), **describe(message.record.payload)}
+    delay_key = message.record.delay_key
+    return {
+        "queue": message.queue,
+        "due": iso(message.due),
+        "key": delay_key.decode("utf-8", "surrogatepass") if delay_key is not None else None,
+        **describe(message.record.payload),
+    }
 
 
 @click.command(name="list")
@@ -72,11 +79,15 @@ def list_(
     if task_name:
         described = [m for m in described if m["task"] == task_name]
     described = described[:limit]
+    headers = ["task id", "task", "queue", "due (UTC)", "retries"]
     rows = [
         [m["id"], m["task"] or m.get("error"), m["queue"], m["due"], m.get("retries")]
         for m in described
     ]
-    emit(as_json, described, table(["task id", "task", "queue", "due (UTC)", "retries"], rows))
+    if any(m["key"] is not None for m in described):  # keyed messages: show their keys
+        headers.append("key")
+        rows = [[*row, m["key"] or ""] for row, m in zip(rows, described)]
+    emit(as_json, described, table(headers, rows))
 
 
 @click.command()

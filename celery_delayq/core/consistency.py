@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from .health import OK, WARN, Finding
 from .keys import QueueKeys
-from .record import Record, duplicate_key, is_duplicate
+from .record import Record, duplicate_key, is_duplicate, is_key_index
 from .store import DelayedStore
 
 #: Records read per HSCAN round trip.
@@ -87,6 +87,11 @@ def scan_shard(store: DelayedStore, keys: QueueKeys) -> QueueScan:
         key for key, due in records.items() if scan.entries.get(key, (b"", due))[1] != due
     ]
     listings: dict[bytes, bytes] = store.client.hgetall(keys.duplicates)  # type: ignore[assignment]
-    listed = {duplicate_key(task, seq) for task, seqs in listings.items() for seq in seqs.split()}
+    listed = {
+        duplicate_key(task, seq)
+        for task, seqs in listings.items()
+        if not is_key_index(task)  # a delay key's holder, not a list of duplicates
+        for seq in seqs.split()
+    }
     scan.misfiled = listed ^ {key for key in records if is_duplicate(key)}
     return scan

@@ -1,10 +1,11 @@
 """How one delayed message is written in Redis: its record and its message key.
 
-A record is ``<due ms>[d<len>:<destination>][x<ms>]:<payload>``: the due time, the
-kombu list to push to when it is not the queue's own list (a priority sub-list, say),
-the queue's ``x-expires`` when the publisher declared one (the move refreshes the
-queue lists' expiry, as kombu's own publish does), and the payload bytes exactly as
-kombu would have pushed them. The mover's Lua script splits the
+A record is ``<due ms>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>``: the
+due time, the kombu list to push to when it is not the queue's own list (a priority
+sub-list, say), the queue's ``x-expires`` when the publisher declared one (the move
+refreshes the queue lists' expiry, as kombu's own publish does), the delay key of a keyed
+message (keyed.py; the move releases it), and the payload bytes exactly as kombu would
+have pushed them. The mover's Lua script splits the
 record and pushes the payload unchanged, so no JSON is ever decoded inside Redis.
 
 Records are keyed by the Celery task id, packed small because every pending message
@@ -13,6 +14,9 @@ carries its key twice (record hash and page of due times): a canonical uuid beco
 delivery tag; a second message of the same task id ``\\xff<seq>:<task key>``. Only a uuid
 key is 16 bytes long (a uuid may start with any byte): any other key that would be 16
 bytes long is prefixed with ``\\x02``.
+
+The duplicates hash (``P:{Q}:dup``) also indexes the pending keyed messages: field
+``\\x04<delay key>`` (``key_index_field``) holds ``<since ms>:<message key>``.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ TEXT_ID = b"\x00"
 NOT_UUID = b"\x02"
 NO_TASK_ID = b"\x03"
 DUPLICATE = b"\xff"
+KEY_INDEX = b"\x04"
 
 
 def task_key(task_id: str) -> bytes:
@@ -48,6 +53,17 @@ def message_key(task_id: str | None, message_id: str) -> bytes:
 def duplicate_key(task_key: bytes, seq: bytes) -> bytes:
     """The message key of a task's extra message number ``seq`` (as schedule.lua forms it)."""
     return _not_uuid_sized(DUPLICATE + seq + b":" + task_key)
+
+
+def key_index_field(delay_key: bytes) -> bytes:
+    """The duplicates-hash field indexing a delay key (as ``index_field`` in prelude.lua)."""
+    return _not_uuid_sized(KEY_INDEX + delay_key)
+
+
+def is_key_index(field: bytes) -> bool:
+    """Whether a duplicates-hash field indexes a delay key (rather than listing a task's
+    extra messages)."""
+    return len(field) != UUID_SIZE and field.removeprefix(NOT_UUID)[:1] == KEY_INDEX
 
 
 def _not_uuid_sized(key: bytes) -> bytes:
@@ -80,6 +96,7 @@ class Record:
     destination: str  # the kombu list it is pushed to
     payload: bytes
     expires_ms: int | None = None  # the queue's x-expires, as the publisher knew it
+    delay_key: bytes | None = None  # a keyed message's key (keyed.py)
 
     def tail(self, own_list: str) -> bytes:
         """The record without its due time (``schedule.lua`` prepends it)."""
@@ -89,6 +106,8 @@ class Record:
             tail += b"d%d:%s" % (len(destination), destination)
         if self.expires_ms is not None:
             tail += b"x%d" % self.expires_ms
+        if self.delay_key is not None:
+            tail += b"k%d:%s" % (len(self.delay_key), self.delay_key)
         return tail + b":" + self.payload
 
     def encode(self, own_list: str) -> bytes:
@@ -98,18 +117,17 @@ class Record:
     def decode(cls, raw: bytes, own_list: str) -> Record:
         """Read a record of a queue whose own list is ``own_list``; ValueError if unreadable."""
         due, pos = _digits(raw, 0)
-        destination, expires = own_list, None
+        destination, expires, delay_key = own_list, None, None
         if raw[pos : pos + 1] == b"d":
-            length, colon = _digits(raw, pos + 1)
-            if raw[colon : colon + 1] != b":":
-                raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
-            destination = raw[colon + 1 : colon + 1 + length].decode()
-            pos = colon + 1 + length
+            value, pos = _counted(raw, pos + 1)
+            destination = value.decode()
         if raw[pos : pos + 1] == b"x":
             expires, pos = _digits(raw, pos + 1)
+        if raw[pos : pos + 1] == b"k":
+            delay_key, pos = _counted(raw, pos + 1)
         if raw[pos : pos + 1] != b":":
             raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
-        return cls(due, destination, raw[pos + 1 :], expires)
+        return cls(due, destination, raw[pos + 1 :], expires, delay_key)
 
     @classmethod
     def decode_or_raw(cls, raw: bytes, own_list: str, due_ms: int) -> Record:
@@ -118,6 +136,14 @@ class Record:
             return cls.decode(raw, own_list)
         except ValueError:
             return cls(due_ms, "", raw)
+
+
+def _counted(raw: bytes, start: int) -> tuple[bytes, int]:
+    """The ``<len>:<bytes>`` field at ``start`` and the index after it."""
+    length, colon = _digits(raw, start)
+    if raw[colon : colon + 1] != b":" or colon + 1 + length > len(raw):
+        raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
+    return raw[colon + 1 : colon + 1 + length], colon + 1 + length
 
 
 def _digits(raw: bytes, start: int) -> tuple[int, int]:

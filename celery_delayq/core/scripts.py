@@ -36,6 +36,7 @@ class StoreScripts:
     """One registered Script per atomic store operation, bound to one client."""
 
     schedule: Script
+    schedule_keyed: Script
     schedule_many: Script
     move_due: Script
     cancel: Script

@@ -24,9 +24,10 @@ from redis.commands.core import Script
 from .dead_letters import DeadLetters
 from .handover import HandOver, SameRedisMove
 from .health import reread_layout
+from .keyed import DelayKey, KeyedOutcome
 from .keys import KeySpace, QueueKeys
 from .movers import MoverRegistry
-from .record import Record, duplicate_key, message_key, task_key
+from .record import Record, duplicate_key, key_index_field, message_key, task_key
 from .replicated import run_replicated
 from .results import MoveResult, PendingMessage, QueueBacklog
 from .scripts import ScheduleCall, ScriptCall, StoreScripts, run_pipelined, schedule_many_args
@@ -109,32 +110,47 @@ class DelayedStore:
 
     # -- writing
 
-    def schedule_call(self, message: Scheduled) -> ScheduleCall:
-        """The KEYS and ARGV of ``schedule.lua`` for one message (rescue reuses them)."""
+    def schedule_call(self, message: Scheduled, delay_key: DelayKey | None = None) -> ScheduleCall:
+        """The KEYS and ARGV of ``schedule.lua`` for one message (rescue reuses them), or
+        of ``schedule_keyed.lua`` for a keyed one: those go to their key's shard, so one
+        script sees every message of a key."""
         key = message_key(message.task_id, message.message_id)
-        keys = self.keys.shard_of(message.queue, key)
-        record = Record(message.due_ms, message.destination, message.payload, message.expires_ms)
-        tail = record.tail(keys.own_list)
-        return ScheduleCall(
-            keys=[*keys.as_list(), *self._registry_in_scripts()],
-            args=[
-                *keys.page_args(),
-                key,
-                message.due_ms,
-                tail,
-                message.queue,
-                self.keys.wakeup_channel,
-            ],
+        encoded_key = delay_key.encoded if delay_key else None
+        shard_by = key if encoded_key is None else key_index_field(encoded_key)
+        keys = self.keys.shard_of(message.queue, shard_by)
+        record = Record(
+            message.due_ms, message.destination, message.payload, message.expires_ms, encoded_key
         )
+        args = [
+            *keys.page_args(),
+            key,
+            message.due_ms,
+            record.tail(keys.own_list),
+            message.queue,
+            self.keys.wakeup_channel,
+        ]
+        if delay_key is not None:
+            args += [encoded_key, delay_key.on_held, delay_key.max_wait_ms]
+        return ScheduleCall(keys=[*keys.as_list(), *self._registry_in_scripts()], args=args)
 
     def schedule(self, message: Scheduled) -> bool:
         """Store a message until it is due; True when it is now its queue's earliest."""
+        return bool(self._run_schedule(self.scripts.schedule, message))
+
+    def schedule_keyed(self, message: Scheduled, delay_key: DelayKey) -> KeyedOutcome:
+        """Store a keyed message, or replace, keep or refuse against the pending message
+        holding its key (keyed.py)."""
+        reply = self._run_schedule(self.scripts.schedule_keyed, message, delay_key)
+        return KeyedOutcome.from_reply(reply, message.task_id or "")
+
+    def _run_schedule(
+        self, script: Script, message: Scheduled, delay_key: DelayKey | None = None
+    ) -> Any:
         self._register([message.queue])
-        call = self.schedule_call(message)
+        call = self.schedule_call(message, delay_key)
         if self.wait_for is not None:
-            (reply,) = self._run_schedules([(self.scripts.schedule, call.keys, call.args)])
-            return bool(reply)
-        return bool(self.scripts.schedule(keys=call.keys, args=call.args))
+            return self._run_schedules([(script, call.keys, call.args)])[0]
+        return script(keys=call.keys, args=call.args)
 
     def _run_schedules(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run schedule calls pipelined, waiting for replicas when configured."""
@@ -270,11 +286,12 @@ class DelayedStore:
 
     def cancel(self, task_id: str) -> int:
         """Remove every pending message of ``task_id``; how many were removed."""
-        removed = 0
         key = task_key(task_id)
-        for queue in self.queues():
-            removed += int(self._run(self.scripts.cancel, self.keys.shard_of(queue, key), key))
-        return removed
+        shards = self._all_shards(self.queues())
+        calls = [
+            (self.scripts.cancel, [*keys.as_list()], [*keys.page_args(), key]) for keys in shards
+        ]
+        return sum(int(removed) for removed in run_pipelined(self.client, calls))
 
     def reschedule(
         self, task_id: str, due_ms: int, rewrite_payload: Callable[[bytes], bytes]
@@ -285,8 +302,7 @@ class DelayedStore:
         worker receiving it early does not hold it until the old ETA.
         """
         changed = 0
-        for queue in self.queues():
-            keys = self.keys.shard_of(queue, task_key(task_id))
+        for keys in self._all_shards(self.queues()):
             for key in self._message_keys(keys, task_id):
                 changed += self._replace(keys, key, due_ms, rewrite_payload)
         return changed
@@ -411,8 +427,7 @@ class DelayedStore:
     def find(self, task_id: str) -> list[PendingMessage]:
         """Every pending message of one Celery task id."""
         found: list[PendingMessage] = []
-        for name in self.queues():
-            keys = self.keys.shard_of(name, task_key(task_id))
+        for keys in self._all_shards(self.queues()):
             keyed: list[tuple[bytes, int | None]] = [
                 (key, None) for key in self._message_keys(keys, task_id)
             ]

@@ -21,19 +21,19 @@ import celery_delayq
 from celery_delayq.celery.amqp_envelope import destination, envelope
 from celery_delayq.celery.connect import open_store
 from celery_delayq.core.keys import QueueKeys
-from celery_delayq.core.record import task_key
+from celery_delayq.core.record import key_index_field, task_key
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing_cluster import RedisClusterServers, slot_of
 
-from ..helpers import invoke, take_all
+from ..helpers import invoke, noop_task, take_all
 
 pytestmark = pytest.mark.timeout(90)
 
 SHARDS = 8
 
 
-def test_a_sharded_queue_spans_every_master_and_cancel_goes_to_one_shard(
+def test_a_sharded_queue_spans_every_master_and_cancel_removes_from_one_shard(
     make_cluster_app: Callable[..., Celery], redis_cluster: RedisClusterServers
 ) -> None:
     app = make_cluster_app(delayq_store_shards=SHARDS)
@@ -57,6 +57,33 @@ def test_a_sharded_queue_spans_every_master_and_cancel_goes_to_one_shard(
         assert after == {**before, home.shard: before[home.shard] - 1}
         assert store.find(victim) == []
     assert celery_delayq.backlog(app)[0].pending == 399
+
+
+def test_keyed_messages_live_in_their_keys_shard_and_are_found_by_task_id(
+    make_cluster_app: Callable[..., Celery],
+) -> None:
+    """Every message of one delay key goes to one shard (the key's, so one script sees
+    them all); cancel and show by task id still find it (they ask every shard)."""
+    app = make_cluster_app(delayq_store_shards=SHARDS)
+    task, queue = noop_task(app), app.conf.task_default_queue
+    last = {}
+    for n in range(3):
+        for k in range(20):
+            last[k] = celery_delayq.debounce(task, (k, n), key=f"user:{k}", countdown=3600)
+    with open_store(app) as store:
+        pending = store.pending(limit=100)
+        assert sorted(m.task_id for m in pending) == sorted(r.id for r in last.values())
+        for message in pending:
+            assert message.record.delay_key is not None
+            home = store.keys.shard_of(queue, key_index_field(message.record.delay_key))
+            assert store.client.hexists(home.messages, message.key)
+        assert len({m.record.delay_key for m in pending}) == 20
+        for result in last.values():
+            assert [m.task_id for m in store.find(result.id)] == [result.id]
+            assert store.cancel(result.id) == 1
+        assert store.pending(limit=100) == []
+    again = celery_delayq.schedule_keyed(task, (0,), key="user:0", on_held="keep", countdown=60)
+    assert again.outcome == "scheduled"  # cancel released the key
 
 
 def held_in(store: DelayedStore, keys: QueueKeys) -> int:

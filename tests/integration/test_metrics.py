@@ -19,7 +19,7 @@ from celery_delayq.celery.connect import open_store
 from celery_delayq.celery.metrics import DelayqCollector, start_exporter
 from celery_delayq.testing import RedisServer, free_port, wait_until
 
-from ..helpers import fetch_metrics, invoke
+from ..helpers import fetch_metrics, invoke, noop_task
 
 # An optional extra: skip, rather than fail, where it is not installed.
 prometheus_client = pytest.importorskip("prometheus_client")
@@ -94,6 +94,9 @@ FAMILIES = {
     "celery_delayq_scheduled": "counter",
     "celery_delayq_moved": "counter",
     "celery_delayq_cancelled": "counter",
+    "celery_delayq_replaced": "counter",
+    "celery_delayq_dropped": "counter",
+    "celery_delayq_refused": "counter",
     "celery_delayq_dead_lettered": "counter",
     "celery_delayq_move_lateness_seconds": "histogram",
     "celery_delayq_movers_alive": "gauge",
@@ -145,6 +148,8 @@ def test_every_family_and_value(app: Celery) -> None:
     nothing = {q("alpha"): 0, q("beta"): 0, q("gamma"): 0}  # no hand-over on a Redis broker
     assert samples["celery_delayq_in_flight"] == samples["celery_delayq_dead_letters"] == nothing
     assert samples["celery_delayq_dead_lettered_total"] == nothing
+    for unkeyed in ("replaced", "dropped", "refused"):
+        assert samples[f"celery_delayq_{unkeyed}_total"] == nothing
     assert samples["celery_delayq_movers_alive"] == {(): 1}
 
     buckets = samples["celery_delayq_move_lateness_seconds_bucket"]
@@ -164,6 +169,26 @@ def test_every_family_and_value(app: Celery) -> None:
             assert value == running
         assert sums[q(name)] == stats[name]["late_sum_ms"] / 1000
         assert 0.3 * moved <= sums[q(name)] < 60 * moved
+
+
+def test_keyed_messages_are_counted_as_replaced_dropped_and_refused(app: Celery) -> None:
+    task = noop_task(app)
+    for n in range(3):
+        celery_delayq.debounce(task, (n,), key="a", countdown=600)
+    for n in range(3):
+        celery_delayq.schedule_keyed(task, (n,), key="b", on_held="keep", countdown=600)
+    celery_delayq.schedule_keyed(task, (0,), key="c", on_held="reject", countdown=600)
+    with pytest.raises(celery_delayq.DelayKeyHeld):
+        celery_delayq.schedule_keyed(task, (1,), key="c", on_held="reject", countdown=600)
+
+    _, samples = parse(scrape(app))
+
+    queue = q(app.conf.task_default_queue)
+    assert samples["celery_delayq_replaced_total"] == {queue: 2}
+    assert samples["celery_delayq_dropped_total"] == {queue: 2}
+    assert samples["celery_delayq_refused_total"] == {queue: 1}
+    assert samples["celery_delayq_scheduled_total"] == {queue: 5}
+    assert samples["celery_delayq_pending"] == {queue: 3}
 
 
 def test_empty_store_and_movers_alive_window(app: Celery) -> None:

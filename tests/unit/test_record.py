@@ -4,18 +4,30 @@ from __future__ import annotations
 
 import pytest
 
-from celery_delayq.core.record import Record, message_key, task_id_of
+from celery_delayq.core.record import (
+    Record,
+    is_duplicate,
+    is_key_index,
+    key_index_field,
+    message_key,
+    task_id_of,
+)
 
 
+@pytest.mark.parametrize("delay_key", [None, b"user:42", b"k3:x:\xff"])
 @pytest.mark.parametrize("expires_ms", [None, 30_000])
 @pytest.mark.parametrize("destination", ["q", "q\x06\x163", "other:q"])
-def test_record_round_trips_due_time_destination_expiry_and_payload(destination, expires_ms):
-    record = Record(1_763_712_000_123, destination, b"5:abc:d3:x9:payload", expires_ms)
+def test_record_round_trips_due_time_destination_expiry_key_and_payload(
+    destination, expires_ms, delay_key
+):
+    record = Record(1_763_712_000_123, destination, b"5:abc:d3:x9:payload", expires_ms, delay_key)
     assert Record.decode(record.encode("q"), "q") == record
     assert len(record.encode("q")) < len(record.encode("elsewhere")) or destination != "q"
 
 
-@pytest.mark.parametrize("raw", [b"", b":x", b"12", b"12d", b"12d3:q", b"12x:p", b"12xx1:p"])
+@pytest.mark.parametrize(
+    "raw", [b"", b":x", b"12", b"12d", b"12d3:q", b"12x:p", b"12xx1:p", b"12k9:ab:p", b"12k:p"]
+)
 def test_a_malformed_record_is_refused(raw):
     with pytest.raises(ValueError):
         Record.decode(raw, "q")
@@ -36,3 +48,10 @@ def test_message_keys_pack_uuids_and_stand_for_their_task_ids(task_id, size):
     key = message_key(task_id, "delivery-tag")
     assert (task_id_of(key), len(key)) == (task_id, size)
     assert task_id_of(message_key(None, "delivery-tag")) == ""
+
+
+@pytest.mark.parametrize("delay_key", [b"", b"k", b"x" * 15, b"x" * 16, b"\xff1:abc"])
+def test_a_key_index_field_is_neither_a_task_key_nor_a_duplicate(delay_key):
+    field = key_index_field(delay_key)
+    assert len(field) != 16 and is_key_index(field) and not is_duplicate(field)
+    assert not is_key_index(message_key("0b5e9e5c-3f7e-4e4c-9a37-6f0d2f1f8a10", "m"))

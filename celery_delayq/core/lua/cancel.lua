@@ -7,9 +7,7 @@ local removed = 0
 for _, key in ipairs(message_keys(ARGV[3])) do
   local record = redis.call('HGET', MSG, key)
   if record then
-    local due = parse(record)
-    if due then remove_entry(key, due) end
-    redis.call('HDEL', MSG, key)
+    remove_message(key, record)
     removed = removed + 1
   end
 end

@@ -48,6 +48,7 @@ if #found > 0 then redis.call('SET', CLAIMER, claimer, 'PX', hold) end
 for _, message in ipairs(found) do
   redis.call('ZADD', INFLIGHT, now + lease, message.key)
   redis.call('HSET', CLAIMS, message.key, owner)
+  release_key(message.delay_key, message.key)
   reply[#reply + 1] = message.key
   reply[#reply + 1] = message.record
 end

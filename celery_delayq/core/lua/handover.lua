@@ -7,6 +7,8 @@
 -- gives back the refused ones (release_claimed.lua). A claimed message keeps its record
 -- in MSG (so nothing is lost if the mover dies) but leaves the pages (so no other mover
 -- takes it); a claim whose lease runs out comes back to the pages.
+-- A keyed message gives up its delay key when claimed, and holds it again if it comes
+-- back (unless a newer message took the key meanwhile).
 --
 -- KEYS[5]  P:{Q}:inflight  zset  claimed message key -> lease deadline (ms, Redis clock)
 -- KEYS[6]  P:{Q}:claims    hash  claimed message key -> owner (one mover pass)
@@ -57,5 +59,6 @@ local function failed_once(key, due, most_tries, reason, now)
   end
   if not start then due = 0 end  -- unreadable: due at once, so the mover reports it
   add_entry(key, due)
+  hold_key_again(record, key, now)
   return 0
 end

@@ -54,7 +54,10 @@ if expires then
   for i = 7, last_list do redis.call('PEXPIRE', ARGV[i], expires) end
 end
 call_chunked('HDEL', MSG, delivered)
-for _, key in ipairs(delivered) do forget_duplicate(key) end
+for _, message in ipairs(found) do
+  forget_duplicate(message.key)
+  release_key(message.delay_key, message.key)
+end
 drop_taken(taken_from)
 lateness.write()
 

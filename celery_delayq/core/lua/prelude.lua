@@ -2,12 +2,15 @@
 --
 -- One queue's delayed messages live in a record hash and in small "pages" of due times:
 --
--- KEYS[1]  P:{Q}:msg    hash  message key -> record
---                             "<due ms>[d<len>:<destination>][x<expires ms>]:<payload>"
+-- KEYS[1]  P:{Q}:msg    hash  message key -> record "<due ms>[d<len>:<destination>]
+--                             [x<expires ms>][k<len>:<delay key>]:<payload>"
 --                             (the destination is left out when it is the queue's own list;
---                             x: the queue's x-expires, when its publisher declared one)
+--                             x: the queue's x-expires, when its publisher declared one;
+--                             k: a keyed message's delay key)
 -- KEYS[2]  P:{Q}:pages  zset  page number -> page start (<= every due time in the page)
--- KEYS[3]  P:{Q}:dup    hash  task key -> sequence numbers of its extra messages (rarely used)
+-- KEYS[3]  P:{Q}:dup    hash  task key -> sequence numbers of its extra messages (rarely
+--                             used), and "\4<delay key>" -> "<since ms>:<message key>" for
+--                             each pending keyed message (index_field)
 -- KEYS[4]  P:{Q}:stats  hash  counters (scheduled, moved, cancelled, lateness histogram,
 --                             page_seq, dup_seq)
 -- ARGV[1]  page key prefix "P:{Q}:p:"; page n is the zset P:{Q}:p:<n> of message key -> due
@@ -26,19 +29,26 @@
 local MSG, PAGES, DUP, STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
 local PAGE_PREFIX, PAGE_MAX = ARGV[1], tonumber(ARGV[2])
 
+-- A "<len>:<bytes>" field of a record at pos: the bytes and the index after them.
+local function counted(record, pos)
+  local colon = string.find(record, ':', pos, true)
+  local len = colon and tonumber(string.sub(record, pos, colon - 1))
+  if not len then return nil end
+  return string.sub(record, colon + 1, colon + len), colon + len + 1
+end
+
 -- A record's due time, destination (nil: the queue's own list), the index of its
--- payload's first byte and the queue's x-expires in ms (nil: none); nil for a record
--- this store did not write. Record: "<due>[d<len>:<destination>][x<ms>]:<payload>".
+-- payload's first byte, the queue's x-expires in ms (nil: none) and its delay key (nil:
+-- none); nil for a record this store did not write.
+-- Record: "<due>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>".
 local function parse(record)
   local due_end = string.find(record, '[^0-9]')
   if not due_end or due_end == 1 then return nil end
-  local due, destination, expires, pos = string.sub(record, 1, due_end - 1), nil, nil, due_end
+  local due, destination, expires, delay_key = string.sub(record, 1, due_end - 1), nil, nil, nil
+  local pos = due_end
   if string.sub(record, pos, pos) == 'd' then
-    local colon = string.find(record, ':', pos, true)
-    local len = colon and tonumber(string.sub(record, pos + 1, colon - 1))
-    if not len then return nil end
-    destination = string.sub(record, colon + 1, colon + len)
-    pos = colon + len + 1
+    destination, pos = counted(record, pos + 1)
+    if not destination then return nil end
   end
   if string.sub(record, pos, pos) == 'x' then
     local expires_end = string.find(record, '[^0-9]', pos + 1)
@@ -46,8 +56,12 @@ local function parse(record)
     expires = string.sub(record, pos + 1, expires_end - 1)
     pos = expires_end
   end
+  if string.sub(record, pos, pos) == 'k' then
+    delay_key, pos = counted(record, pos + 1)
+    if not delay_key then return nil end
+  end
   if string.sub(record, pos, pos) ~= ':' then return nil end
-  return due, destination, pos + 1, expires
+  return due, destination, pos + 1, expires, delay_key
 end
 
 local function new_page(start)
@@ -183,9 +197,50 @@ local function message_keys(task_key)
   return keys
 end
 
+-- The DUP field indexing a delay key (record.key_index_field): never 16 bytes long, so it
+-- cannot pass for a packed task id.
+local function index_field(delay_key)
+  local field = '\4' .. delay_key
+  if #field == 16 then return '\2' .. field end
+  return field
+end
+
+-- The pending message holding a delay key, and since when (ms) the key has been held.
+local function key_holder(delay_key)
+  local held = redis.call('HGET', DUP, index_field(delay_key))
+  if not held then return nil end
+  local colon = string.find(held, ':', 1, true)
+  return string.sub(held, colon + 1), tonumber(string.sub(held, 1, colon - 1))
+end
+
+-- A keyed message leaves the schedule (moved, claimed, cancelled, dead): its key is free,
+-- unless another message holds it by now.
+local function release_key(delay_key, key)
+  if delay_key and key_holder(delay_key) == key then
+    redis.call('HDEL', DUP, index_field(delay_key))
+  end
+end
+
+-- A keyed message is back in the schedule (a hand-over failed): it holds its key again,
+-- unless a newer message took it meanwhile.
+local function hold_key_again(record, key, now)
+  local _, _, _, _, delay_key = parse(record)
+  if delay_key then redis.call('HSETNX', DUP, index_field(delay_key), now .. ':' .. key) end
+end
+
+-- Remove one pending message (cancelled, or replaced under its delay key): its record,
+-- its page entry, and its hold on its delay key.
+local function remove_message(key, record)
+  local due, _, _, _, delay_key = parse(record)
+  if due then remove_entry(key, due) end
+  redis.call('HDEL', MSG, key)
+  release_key(delay_key, key)
+end
+
 -- Due messages, in due order, up to `limit` of them and `budget` payload bytes, read
 -- without writing anything: a list of {key, record, due (ms), destination (nil: the
--- queue's own list), start (payload's first byte), expires (x-expires ms or nil)}; the
+-- queue's own list), start (payload's first byte), expires (x-expires ms or nil),
+-- delay_key (nil: none)}; the
 -- pages read (for drop_taken); and how many due entries had a missing or unreadable
 -- record (their entries are dropped with the others; an unreadable record stays in MSG).
 local function collect_due(now, limit, budget)
@@ -203,11 +258,13 @@ local function collect_due(now, limit, budget)
       local records = redis.call('HMGET', MSG, unpack(keys))
       for i, key in ipairs(keys) do
         taken = i
-        local record, due, destination, start, expires = records[i], nil, nil, nil, nil
-        if record then due, destination, start, expires = parse(record) end
+        local record = records[i]
+        local due, destination, start, expires, delay_key
+        if record then due, destination, start, expires, delay_key = parse(record) end
         if due then
           found[#found + 1] = {key = key, record = record, due = tonumber(entries[2 * i]),
-                               destination = destination, start = start, expires = expires}
+                               destination = destination, start = start, expires = expires,
+                               delay_key = delay_key}
           bytes = bytes + #record - start + 1
           if bytes >= budget then break end
         else

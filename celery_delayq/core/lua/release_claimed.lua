@@ -27,6 +27,7 @@ for i = 8, #ARGV do
         dead = dead + failed_once(key, string.format('%d', due), most_tries, reason, now)
       else
         add_entry(key, parse(record) or now)
+        hold_key_again(record, key, now)
       end
       given_back = given_back + 1
     end

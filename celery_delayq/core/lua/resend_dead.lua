@@ -15,6 +15,7 @@ for i = 3, #ARGV do
     if due then record = now .. string.sub(record, #due + 1) end
     redis.call('HSET', MSG, key, record)
     add_entry(key, now)
+    hold_key_again(record, key, now)
     redis.call('HDEL', DEAD, key)
     redis.call('HDEL', DEAD_WHY, key)
     redis.call('HDEL', TRIES, key)
