@@ -66,8 +66,9 @@ class KeyedOutcome:
         """Read schedule_keyed.lua's reply for the message of ``new_task_id``."""
         code, key, due = int(reply[0]), bytes(reply[1]), int(reply[2])
         outcome = OUTCOMES[code]
-        if outcome != "scheduled" and task_id_of(key) == new_task_id:
-            # its own earlier try, stored though the reply was lost (a publish retry)
+        if outcome in ("kept", "rejected") and task_id_of(key) == new_task_id:
+            # the key is held by this very task: its publish was retried after a store
+            # reply was lost, or the caller sent its task id twice; it is pending
             return cls("scheduled", new_task_id, due)
         if outcome == "scheduled":
             return cls(outcome, new_task_id, due)

@@ -34,7 +34,8 @@ from kombu.utils.json import dumps, loads
 
 import celery_delayq
 from celery_delayq.celery.connect import open_store
-from celery_delayq.core.record import message_key, task_key
+from celery_delayq.core.keyed import DelayKey
+from celery_delayq.core.record import key_index_field, message_key, task_key
 from celery_delayq.core.results import MoveResult
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import PRIORITY_STEPS, kombu_lists
@@ -71,6 +72,8 @@ class Message:
     destination: str
     payload: bytes
     shard: int = 0  # of the queue's shards, the one the store keeps it in
+    delay_key: str | None = None  # a keyed message's key, held while it is pending
+    since: tuple[int, int] = (0, 0)  # server-time bounds of when its key was first taken
 
 
 def listed(messages: Iterable[Any]) -> Counter[tuple[str, str, int, bytes]]:
@@ -273,6 +276,64 @@ class StoreMachine(RuleBasedStateMachine):
         for i in range(count):
             due = now + offsets[i % len(offsets)] + (i if spread else 0)
             self._schedule(queue, task_id, due, 0, False)
+
+    @rule(
+        queue=st.sampled_from(QUEUES),
+        task_id=st.sampled_from(TASK_IDS),
+        delay_key=st.sampled_from(("a", "user:42", "x" * 15)),
+        on_held=st.sampled_from(("replace", "keep", "reject")),
+        offset=OFFSETS,
+        max_wait=st.sampled_from((0, 20, 3_600_000)),
+    )
+    def schedule_keyed(
+        self,
+        queue: str,
+        task_id: str,
+        delay_key: str,
+        on_held: str,
+        offset: int,
+        max_wait: int,
+    ) -> None:
+        """Given a keyed message, when a pending message of its queue holds the key, then
+        it replaces it (its due time capped at max_wait after the key was first taken),
+        is dropped, or is refused; else it is stored and takes the key."""
+        ident = self._new_ident()
+        holders = [
+            (i, m) for i, m in self.pending.items() if m.queue == queue and m.delay_key == delay_key
+        ]
+        assert len(holders) <= 1, holders
+        payload = self._payload(ident, task_id, 0, False)
+        destination = destination_for(self.prefix, queue, 0)
+        before = self._now()
+        outcome = self.store.schedule_keyed(
+            Scheduled(queue, f"tag-{ident}", task_id, before + offset, destination, payload),
+            DelayKey(delay_key, on_held, max_wait),
+        )
+        after = self._now()
+        held = holders[0] if holders else None
+        if held and on_held != "replace":
+            assert outcome.task_id == held[1].task_id and outcome.due_ms == held[1].due_ms
+            refused = {"keep": "kept", "reject": "rejected"}[on_held]
+            assert outcome.outcome == ("scheduled" if held[1].task_id == task_id else refused)
+            return
+        assert outcome.outcome == ("replaced" if held else "scheduled")
+        assert outcome.task_id == task_id
+        since = (before, after)
+        if held:
+            assert outcome.replaced_id == held[1].task_id
+            since = held[1].since
+            del self.pending[held[0]]
+        requested = before + offset
+        if max_wait:
+            assert outcome.due_ms <= min(requested, since[1] + max_wait)
+            assert outcome.due_ms >= min(requested, since[0] + max_wait)
+        else:
+            assert outcome.due_ms == requested
+        shard = self._shard_of(queue, key_index_field(delay_key.encode()))
+        self.pending[ident] = Message(
+            queue, task_id, outcome.due_ms, destination, payload, shard, delay_key, since
+        )
+        self.ever_queued.add(queue)
 
     @rule(ms=st.integers(1, 30))
     def clock_advances(self, ms: int) -> None:
