@@ -22,7 +22,10 @@ class Profile:
     #: Scenario 3b: tasks/s falling due, for how many seconds.
     stream_rate: float
     stream_window: float
-    #: Scenarios 3c/4: messages due in the same instant; batch sizes to try (500 first).
+    #: Scenario 3d: tasks due in the same instant on two solo workers, rounds of them.
+    together_tasks: int
+    together_rounds: int
+    #: Scenarios 3c/4: messages due in the same instant, one mover; batch sizes to try (500 first).
     burst_messages: int
     burst_batch_sizes: tuple[int, ...]
     #: Scenario 5: apply_async calls per round; schedule.lua calls without Celery.
@@ -47,6 +50,8 @@ FULL = Profile(
     lateness_countdowns=(1.0, 10.0),
     stream_rate=1_000.0,
     stream_window=30.0,
+    together_tasks=50,
+    together_rounds=10,
     burst_messages=100_000,
     burst_batch_sizes=(500, 250, 100, 1000),
     producer_tasks=5_000,
@@ -66,6 +71,8 @@ QUICK = Profile(
     lateness_countdowns=(0.5, 2.0),
     stream_rate=200.0,
     stream_window=2.0,
+    together_tasks=50,
+    together_rounds=1,
     burst_messages=10_000,
     burst_batch_sizes=(500,),
     producer_tasks=500,

@@ -19,6 +19,9 @@ SIDES: tuple[Side, ...] = ("vanilla", "delayq")
 
 ENV_VAR = "DELAYQ_BENCH_CONFIG"
 DELAYQ_TRANSPORT = "celery_delayq.transport:Transport"
+#: Overrides delayq_move_ahead (seconds) on the delayq side, e.g. 0 to measure the move
+#: at the due time as it was before move-ahead.
+MOVE_AHEAD_ENV = "DELAYQ_BENCH_MOVE_AHEAD"
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,8 @@ class RunConfig:
         }
         if self.delayq:
             settings["broker_transport"] = DELAYQ_TRANSPORT
+            if MOVE_AHEAD_ENV in os.environ:  # a "before" run: python -m benchmarks ...
+                settings["delayq_move_ahead"] = float(os.environ[MOVE_AHEAD_ENV])
         return settings
 
     def to_env(self) -> dict[str, str]:

@@ -16,6 +16,7 @@ import uuid
 import redis
 
 from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.stats import LATENESS_BUCKETS_MS
 from celery_delayq.core.store import DelayedStore, Scheduled
 
 #: Filler that brings a synthetic payload to about the size of a real ``bench.record``
@@ -104,3 +105,35 @@ def parallel_fill(url: str, queue: str, count: int, due_ms: int, processes: int 
             [(url, queue, min(share, count - low), due_ms, low) for low in range(0, count, share)],
         )
     return time.perf_counter() - began
+
+
+def move_lateness(url: str, queue: str) -> dict[str, float | None]:
+    """p99 (as the bound of the bucket that holds it) and mean of the store's histogram."""
+    stats = make_store(url).stats(queue)
+    count = stats.get("late_count", 0)
+    if not count:
+        return {"move_p99": None, "move_mean": None}
+    seen = 0
+    p99: float | None = None
+    for bound in LATENESS_BUCKETS_MS:
+        seen += stats.get(f"late_le_{bound}", 0)
+        if seen >= 0.99 * count:
+            p99 = float(bound)
+            break
+    return {"move_p99": p99, "move_mean": stats.get("late_sum_ms", 0) / count}
+
+
+def mover_passes(url: str) -> tuple[int, float]:
+    """Move passes of every mover so far, and the latest heartbeat time (Redis clock, s):
+    two readings give the pass rate (heartbeats are at least a second apart)."""
+    beats = make_store(url).movers.all()
+    passes = sum(int(beat.get("passes", 0)) for beat in beats)
+    return passes, max((float(beat.get("last_seen", 0)) for beat in beats), default=0.0)
+
+
+def pass_rate(url: str, before: tuple[int, float]) -> float | None:
+    """Passes per second since the reading ``before`` (None: no heartbeat since)."""
+    passes, seen = mover_passes(url)
+    if seen <= before[1]:
+        return None
+    return (passes - before[0]) / (seen - before[1])

@@ -22,6 +22,7 @@ from .producer import ProducerCost
 from .scaleout import ScaleOut
 from .storecost import StoreCost
 from .stream import SteadyStream
+from .together import DueTogether
 
 
 class Scenario(Protocol):
@@ -49,6 +50,7 @@ SCENARIO_KEYS = (
     "duplicates",
     "lateness",
     "stream",
+    "together",
     "burst",
     "producer",
     "storecost",
@@ -75,6 +77,7 @@ def build(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[Scena
         ),
         "lateness": Lateness(profile.lateness_tasks, profile.lateness_countdowns),
         "stream": SteadyStream(profile.stream_rate, profile.stream_window),
+        "together": DueTogether(profile.together_tasks, profile.together_rounds),
         "burst": Burst(profile.burst_messages, profile.burst_batch_sizes),
         "producer": ProducerCost(profile.producer_tasks, profile.producer_script_calls),
         "storecost": StoreCost(profile.store_cost_sizes),

@@ -15,8 +15,11 @@ from celery_delayq.testing import wait_until
 
 from ..harness import Run
 from ..report import MetricSpec, Target
+from ..store_tools import move_lateness, mover_passes, pass_rate
 
 SEED = 20240601
+#: Seconds the idle pass rate is first read over (the mover sleeps up to mover_max_sleep).
+IDLE_WINDOW = 6.0
 
 
 def percentile(sorted_values: list[float], pct: float) -> float:
@@ -45,6 +48,9 @@ class Lateness:
             MetricSpec("p99", "lateness p99", "ms", Target("< 50 ms", lambda v: v < 50)),
             MetricSpec("max", "lateness max", "ms"),
             MetricSpec("min", "lateness min (negative = early)", "ms"),
+            MetricSpec("move_mean", "delayq move lateness mean (histogram)", "ms"),
+            MetricSpec("passes", "delayq mover passes per second, while tasks fall due", "/s"),
+            MetricSpec("idle_passes", "delayq mover passes per second, nothing due", "/s"),
             MetricSpec(
                 "executed",
                 "executions",
@@ -61,7 +67,17 @@ class Lateness:
     def measure(self, run: Run) -> dict[str, float | None]:
         run.start_workers(1)
         rng = random.Random(SEED)  # the same countdowns for both sides
-        run.publish([rng.uniform(self.low, self.high) for _ in range(self.tasks)])
+        countdowns = [rng.uniform(self.low, self.high) for _ in range(self.tasks)]
+        if run.config.delayq:  # passes at idle: nothing pending yet
+            idle_start = mover_passes(run.config.broker_url)
+            wait_until(
+                lambda: pass_rate(run.config.broker_url, idle_start) is not None,
+                timeout=IDLE_WINDOW * 3,
+                interval=IDLE_WINDOW,
+            )
+            idle_rate = pass_rate(run.config.broker_url, idle_start)
+            busy_start = mover_passes(run.config.broker_url)
+        run.publish(countdowns)
         wait_until(
             lambda: run.execution_count() >= self.tasks,
             timeout=self.high + 60,
@@ -72,10 +88,17 @@ class Lateness:
         late_ms = sorted(e.lateness * 1000 for e in executions if e.lateness is not None)
         if len(late_ms) != len(executions):
             raise RuntimeError("a task ran without an eta header")
-        return {
+        values: dict[str, float | None] = {
             "p50": percentile(late_ms, 50),
             "p99": percentile(late_ms, 99),
             "max": late_ms[-1],
             "min": late_ms[0],
             "executed": float(len(executions)),
         }
+        if run.config.delayq:
+            values["move_mean"] = move_lateness(run.config.broker_url, run.config.queue)[
+                "move_mean"
+            ]
+            values["passes"] = pass_rate(run.config.broker_url, busy_start)
+            values["idle_passes"] = idle_rate
+        return values

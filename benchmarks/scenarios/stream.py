@@ -21,7 +21,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from celery_delayq.core.stats import LATENESS_BUCKETS_MS
 from celery_delayq.testing import wait_until
 
 from .. import plots
@@ -29,7 +28,7 @@ from ..harness import Run, log
 from ..publishers import publish_parallel
 from ..report import MetricSpec, Target
 from ..runconfig import Side
-from ..store_tools import make_store
+from ..store_tools import move_lateness, mover_passes, pass_rate
 from .lateness import percentile
 
 WORKERS = 2
@@ -76,6 +75,7 @@ class SteadyStream:
             MetricSpec("max", "lateness max", "ms"),
             MetricSpec("move_p99", "delayq move lateness p99 (histogram bucket bound)", "ms"),
             MetricSpec("move_mean", "delayq move lateness mean (histogram)", "ms"),
+            MetricSpec("passes", "delayq mover passes per second (both workers' movers)", "/s"),
             MetricSpec(
                 "queue_peak",
                 "most messages waiting in the queue list (workers behind)",
@@ -103,6 +103,7 @@ class SteadyStream:
         publish_parallel(run.config, sends, PUBLISHERS)
         if time.time() > first_due:
             raise RuntimeError("publishing outlasted the lead: the stream began early")
+        passes_before = mover_passes(run.config.broker_url) if run.config.delayq else None
         peak = QueuePeak(run)
         try:
             wait_until(
@@ -125,8 +126,9 @@ class SteadyStream:
             "executed": float(sum(1 for v in late_ms if v != math.inf)),
             "queue_peak": float(peak.value),
         }
-        if run.config.delayq:
+        if passes_before is not None:
             values.update(move_lateness(run.config.broker_url, run.config.queue))
+            values["passes"] = pass_rate(run.config.broker_url, passes_before)
         return values
 
     def plot(self, directory: Path) -> list[Path]:
@@ -160,19 +162,3 @@ class QueuePeak:
     def stop(self) -> None:
         self._done.set()
         self._thread.join()
-
-
-def move_lateness(url: str, queue: str) -> dict[str, float | None]:
-    """p99 (as the bound of the bucket that holds it) and mean of the store's histogram."""
-    stats = make_store(url).stats(queue)
-    count = stats.get("late_count", 0)
-    if not count:
-        return {"move_p99": None, "move_mean": None}
-    seen = 0
-    p99: float | None = None
-    for bound in LATENESS_BUCKETS_MS:
-        seen += stats.get(f"late_le_{bound}", 0)
-        if seen >= 0.99 * count:
-            p99 = float(bound)
-            break
-    return {"move_p99": p99, "move_mean": stats.get("late_sum_ms", 0) / count}

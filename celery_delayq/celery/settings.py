@@ -46,6 +46,10 @@ class DelayqConfig:
     move_batch_size: int = 500
     #: Longest a mover sleeps without a wake-up, a safety net for a missed notification.
     mover_max_sleep: float = 5.0
+    #: On a Redis broker, how long before its ETA a message is moved into its queue: the
+    #: worker's own timer then starts it at the ETA, as vanilla Celery's does, instead of
+    #: the move, the fetch and the worker's message handling all coming after it.
+    move_ahead: float = 0.02
     #: Longest back-off between retries while Redis is unreachable.
     mover_retry_max: float = 10.0
     #: Serve Prometheus metrics on this port from each worker and beat (needs the
@@ -146,6 +150,12 @@ class DelayqConfig:
                 isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0,
                 f"delayq_{name} must be a number of seconds above 0, got {value!r}",
             )
+        _check(
+            isinstance(self.move_ahead, (int, float))
+            and not isinstance(self.move_ahead, bool)
+            and 0 <= self.move_ahead <= 1,
+            f"delayq_move_ahead must be a number of seconds from 0 to 1, got {self.move_ahead!r}",
+        )
 
     @property
     def replica_wait(self) -> ReplicaWait | None:

@@ -41,6 +41,10 @@ CLAIMER_HOLD_MS = 2_000
 class HandOver(Protocol):
     """Delivers the due messages of one queue, at most ``limit`` of them per call."""
 
+    #: How long before their due time messages are delivered (MoveResult.now_ms is the
+    #: Redis time plus this: the time messages are judged due by).
+    ahead_ms: int
+
     def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult: ...
 
     def close(self) -> None:
@@ -56,6 +60,11 @@ class SameRedisMove:
     ``queue_lists`` names a queue's kombu lists (its own and its priority sub-lists, as
     real keys): their expiry is refreshed when a moved message carries the queue's
     ``x-expires``, as kombu's publish refreshes it. Without it, only the queue's own list.
+
+    ``ahead_ms``: messages are moved this long before they are due (a Celery worker holds
+    a message until its ``eta`` header), so that the fetch and the worker's handling of
+    the message happen before the ETA, not after it. The MoveResult's ``now_ms`` is then
+    the Redis time plus ``ahead_ms``: the time by which messages were judged due.
     """
 
     def __init__(
@@ -63,9 +72,11 @@ class SameRedisMove:
         client: redis.Redis,
         scripts: StoreScripts | None = None,
         queue_lists: Callable[[str], list[str]] | None = None,
+        ahead_ms: int = 0,
     ) -> None:
         self.scripts = scripts or StoreScripts.register(client)
         self.queue_lists = queue_lists
+        self.ahead_ms = ahead_ms
 
     def close(self) -> None:
         """Nothing to release: the move runs on the store's own connection."""
@@ -79,6 +90,7 @@ class SameRedisMove:
                 limit,
                 MOVE_BATCH_BYTES,
                 queue.own_list,
+                self.ahead_ms,
                 len(lists),
                 *lists,
                 *LATENESS_BUCKETS_MS,
@@ -151,6 +163,10 @@ class ClaimPublishAck:
     mover killed between the confirm and the ack publishes one duplicate (its claim
     expires and the message is published again), which carries the same stable id.
     """
+
+    #: Claimed messages go out when due: the AMQP hand-over renames their ``eta`` header
+    #: (amqp_envelope.py), so a worker would start one moved ahead at once.
+    ahead_ms = 0
 
     def __init__(
         self,

@@ -62,6 +62,7 @@ class Mover:
         self.store: DelayedStore | None = None
         self._pubsub: Any = None
         self.moved_total = 0
+        self.passes_total = 0  # move passes so far (each: one script call per queue shard)
         self._last_move_ms: int | None = None
         self._last_beat = 0.0
         self._last_lag_warning = -LAG_WARNING_EVERY_SECONDS
@@ -100,6 +101,7 @@ class Mover:
         if self._pubsub is None:
             self._pubsub = self.store.wakeup_subscription()
         result = self.store.move_all_due()
+        self.passes_total += 1
         self._clock_offset_ms = result.now_ms - time.monotonic() * 1000
         self.moved_total += result.moved
         if result.moved or result.missing:
@@ -177,6 +179,7 @@ class Mover:
                 "last_seen": result.now_ms / 1000,
                 "last_move": self._last_move_ms / 1000 if self._last_move_ms else None,
                 "moved": self.moved_total,
+                "passes": self.passes_total,
             },
         )
 

@@ -266,7 +266,7 @@ class DelayedStore:
                 if result is not None:
                     total.add(result)
             active = [shard for shard, result in results if result and result.more_due]
-        return total.result(lambda: self.server_time_ms())
+        return total.result(lambda: self.server_time_ms() + self.handover.ahead_ms)
 
     def _shards_in_turn(self, queue: str) -> list[QueueKeys]:
         """A queue's shards, starting at a random one: movers running side by side

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 import pytest
 import redis
 
+from celery_delayq.core.handover import SameRedisMove
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.mover import MIN_PASS_SECONDS, Mover, MoverThread
 from celery_delayq.core.results import MoveResult
@@ -29,8 +30,8 @@ MOST_PASSES_OVER_200_MS = 1 + 0.2 / MIN_PASS_SECONDS + 2
 class NotingStore(DelayedStore):
     """The real store; every pass of the mover appends its Redis time (ms) to ``passes``."""
 
-    def __init__(self, client: redis.Redis, passes: list[int]) -> None:
-        super().__init__(client, KeySpace())
+    def __init__(self, client: redis.Redis, passes: list[int], ahead_ms: int = 0) -> None:
+        super().__init__(client, KeySpace(), handover=SameRedisMove(client, ahead_ms=ahead_ms))
         self.passes = passes
 
     def move_all_due(self) -> MoveResult:
@@ -40,11 +41,16 @@ class NotingStore(DelayedStore):
 
 
 @contextmanager
-def running_mover(port: int) -> Iterator[list[int]]:
+def running_mover(port: int, ahead_ms: int = 0) -> Iterator[list[int]]:
     """A mover thread that sleeps up to 30 s between passes unless woken; yields the
-    Redis times of its passes (a list of this test's own) once the first is done."""
+    Redis times of its passes (plus ``ahead_ms``: the times messages were judged due by;
+    a list of this test's own) once the first is done."""
     passes: list[int] = []
-    mover = Mover(lambda: NotingStore(redis.Redis(port=port), passes), max_sleep=30, retry_max=1)
+    mover = Mover(
+        lambda: NotingStore(redis.Redis(port=port), passes, ahead_ms),
+        max_sleep=30,
+        retry_max=1,
+    )
     thread = MoverThread(mover)
     thread.start()
     try:
@@ -81,6 +87,24 @@ def test_a_wake_up_brings_the_pass_forward_to_the_new_due_time_not_to_now(
     # Woken, it planned its next pass for the due time: no pass before it, one after.
     assert len(passes) == 2
     assert passes[1] >= due
+
+
+def test_with_move_ahead_a_message_is_moved_that_long_before_it_is_due(redis_client, redis_server):
+    """``delayq_move_ahead``: the pass is planned for the due time less the lead (a
+    worker then holds the message until the ETA in its header)."""
+    store = DelayedStore(redis_client, KeySpace())
+    ahead = 500
+    with running_mover(redis_server.port, ahead_ms=ahead) as passes:
+        due = store.server_time_ms() + 1500
+        schedule(store, "soon", due)
+
+        wait_until(lambda: redis_client.llen("q") == 1, timeout=5)
+        moved_at = store.server_time_ms()
+        wait_until(lambda: len(passes) >= 2)
+
+    assert len(passes) == 2  # woken, it planned one pass, for due - ahead
+    assert passes[1] >= due  # judged due: Redis time + ahead
+    assert moved_at < due  # in the list before its due time
 
 
 def test_a_stream_of_new_earliest_messages_costs_no_pass_before_they_are_due(

@@ -31,6 +31,8 @@ def test_rediss_without_ssl_settings_is_refused_at_start(app_factory):
     [
         ("delayq_move_batch_size", 0, "integer from 1 to 10000"),
         ("delayq_mover_max_sleep", "soon", "number of seconds"),
+        ("delayq_move_ahead", 2, "number of seconds from 0 to 1"),
+        ("delayq_move_ahead", -0.01, "number of seconds from 0 to 1"),
         ("delayq_worker_mover", "yes", "True or False"),
         ("delayq_key_prefix", "", "non-empty string"),
         ("delayq_batch", 10, "unknown celery-delayq setting 'delayq_batch'"),

@@ -9,11 +9,15 @@
 -- ARGV[3]  most messages to move in this call
 -- ARGV[4]  payload bytes after which this call stops (keeps calls short for big messages)
 -- ARGV[5]  the queue's own list (destination of records that name none)
--- ARGV[6]  n, how many kombu lists the queue has (its own and its priority sub-lists)
--- ARGV[7..6+n] those lists: when a moved record carries the queue's x-expires, their
+-- ARGV[6]  ahead (ms): messages due up to this long from now are moved too (a worker
+--          holds a message until the ETA in its header; moving ahead lets its fetch
+--          happen before that ETA rather than after it)
+-- ARGV[7]  n, how many kombu lists the queue has (its own and its priority sub-lists)
+-- ARGV[8..7+n] those lists: when a moved record carries the queue's x-expires, their
 --          expiry is refreshed after the push, as kombu's own publish refreshes it
--- ARGV[7+n..] upper bounds (ms) of the lateness histogram buckets, ascending
--- Returns  {moved, next due time in ms or -1 when the queue is empty, server time in ms,
+-- ARGV[8+n..] upper bounds (ms) of the lateness histogram buckets, ascending
+-- Returns  {moved, next due time in ms or -1 when the queue is empty, server time plus
+--           ahead in ms (the time messages were judged due by),
 --           due entries whose record was missing or unreadable (dropped from the schedule;
 --           an unreadable record stays in KEYS[1] for `doctor`),
 --           greatest lateness (now - due, ms) among the moved messages}
@@ -22,12 +26,13 @@
 
 local now = server_now()
 local limit, budget, own_list = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local last_list = 6 + tonumber(ARGV[6])
+local judged = now + tonumber(ARGV[6])
+local last_list = 7 + tonumber(ARGV[7])
 local lateness = lateness_histogram(last_list + 1)
 
 -- Read first, write last: a destination that is not a list is refused before anything
 -- changes (Redis does not undo a script's earlier writes when a later command fails).
-local found, taken_from, missing = collect_due(now, limit, budget)
+local found, taken_from, missing = collect_due(judged, limit, budget)
 local payloads, destinations, delivered, expires = {}, {}, {}, nil
 for _, message in ipairs(found) do
   local destination = message.destination or own_list
@@ -43,7 +48,7 @@ for _, message in ipairs(found) do
   end
   table.insert(payloads[destination], string.sub(message.record, message.start))
   delivered[#delivered + 1] = message.key
-  lateness.observe(now - message.due)
+  lateness.observe(math.max(0, now - message.due))
 end
 
 -- One LPUSH per destination, in due order, as kombu's own put would have pushed them.
@@ -51,7 +56,7 @@ for _, destination in ipairs(destinations) do
   call_chunked('LPUSH', destination, payloads[destination])
 end
 if expires then
-  for i = 7, last_list do redis.call('PEXPIRE', ARGV[i], expires) end
+  for i = 8, last_list do redis.call('PEXPIRE', ARGV[i], expires) end
 end
 call_chunked('HDEL', MSG, delivered)
 for _, message in ipairs(found) do
@@ -62,4 +67,4 @@ drop_taken(taken_from)
 lateness.write()
 
 local _, next_due = head()
-return {#delivered, next_due and tonumber(next_due) or -1, now, missing, lateness.max}
+return {#delivered, next_due and tonumber(next_due) or -1, judged, missing, lateness.max}
