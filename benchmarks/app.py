@@ -2,7 +2,8 @@
 
 A single task, ``bench.record``, appends one JSON record per execution to a Redis
 list: the task id (to count duplicates) and how late it started relative to its own
-``eta`` header (the lateness scenario). Recording in Redis, not in a result backend,
+``eta`` header (the lateness scenarios), or to its publish time for a task sent without
+one. Recording in Redis, not in a result backend,
 keeps the measurement independent of Celery's result machinery.
 """
 
@@ -21,6 +22,9 @@ from celery import Celery
 from .runconfig import RunConfig
 
 RECORD_TASK = "bench.record"
+#: The header a task sent without an ETA carries its publish time in (epoch seconds): its
+#: lateness is then counted from that moment (the physical limit of a due-time publish).
+PUBLISHED_HEADER = "bench_published"
 
 
 @cache
@@ -45,7 +49,7 @@ def make_app(config: RunConfig) -> Celery:
     @app.task(name=RECORD_TASK, bind=True, shared=False)
     def record(self: Any) -> None:
         started = time.time()
-        eta = eta_seconds(self.request.eta)
+        eta = eta_seconds(self.request.eta) or self.request.get(PUBLISHED_HEADER)
         entry = {
             "id": self.request.id,
             "late": None if eta is None else started - eta,

@@ -11,12 +11,14 @@ from __future__ import annotations
 import multiprocessing
 import time
 from datetime import datetime, timezone
+from typing import Optional
 
-from .app import RECORD_TASK, make_app
+from .app import PUBLISHED_HEADER, RECORD_TASK, make_app
 from .runconfig import RunConfig
 
-#: (when to publish, ETA), both epoch seconds.
-Send = tuple[float, float]
+#: (when to publish, ETA), both epoch seconds; no ETA: published as an ordinary task
+#: (the physical limit: the task then records its start - its publish time).
+Send = tuple[float, Optional[float]]
 
 
 def _publish(config: RunConfig, sends: list[Send]) -> None:
@@ -28,7 +30,10 @@ def _publish(config: RunConfig, sends: list[Send]) -> None:
             wait = publish_at - time.time()
             if wait > 0:
                 time.sleep(wait)
-            task.apply_async(eta=datetime.fromtimestamp(eta, timezone.utc), producer=producer)
+            if eta is None:
+                task.apply_async(headers={PUBLISHED_HEADER: time.time()}, producer=producer)
+            else:
+                task.apply_async(eta=datetime.fromtimestamp(eta, timezone.utc), producer=producer)
     app.close()
 
 
@@ -37,7 +42,7 @@ def publish_parallel(config: RunConfig, sends: list[Send], processes: int) -> No
 
     Sorted sends stay sorted within each process, so each keeps to its timetable.
     """
-    ordered = sorted(sends)
+    ordered = sorted(sends, key=lambda send: send[0])
     context = multiprocessing.get_context("spawn")
     workers = [
         context.Process(target=_publish, args=(config, ordered[i::processes]), daemon=True)

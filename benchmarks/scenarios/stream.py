@@ -11,6 +11,11 @@ delayq the store's move-lateness histogram is read too (move time - due time, by
 Redis clock).
 Tasks that have not started a minute after the last due time count as infinitely
 late (shown as inf; the CDF then ends below 1).
+
+On the delayq side the same stream is then sent again to the same workers the way no
+delayed-task system can beat: each task published at its due time without an ETA, its
+lateness counted from its publish (the physical limit). delayq's p99 is compared with
+that limit's.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from celery_delayq.testing import wait_until
 
 from .. import plots
 from ..harness import Run, log
-from ..publishers import publish_parallel
+from ..publishers import Send, publish_parallel
 from ..report import MetricSpec, Target
 from ..runconfig import Side
 from ..store_tools import move_lateness, mover_passes, pass_rate
@@ -73,6 +78,14 @@ class SteadyStream:
                 "p99", "lateness p99", "ms", Target(f"< {TARGET_P99_MS:g} ms", lambda v: v < 50)
             ),
             MetricSpec("max", "lateness max", "ms"),
+            MetricSpec("limit_p50", "the limit (published at the due time), p50", "ms"),
+            MetricSpec("limit_p99", "the limit (published at the due time), p99", "ms"),
+            MetricSpec(
+                "over_limit",
+                "delayq p99 over the limit's p99",
+                "ms",
+                Target("<= 5 ms", lambda v: v <= 5),
+            ),
             MetricSpec("move_p99", "delayq move lateness p99 (histogram bucket bound)", "ms"),
             MetricSpec("move_mean", "delayq move lateness mean (histogram)", "ms"),
             MetricSpec("passes", "delayq mover passes per second (both workers' movers)", "/s"),
@@ -98,7 +111,7 @@ class SteadyStream:
     def measure(self, run: Run) -> dict[str, float | None]:
         run.start_workers(WORKERS)
         first_due = time.time() + self.lead
-        sends = [(0.0, first_due + i / self.rate) for i in range(self.tasks)]
+        sends: list[Send] = [(0.0, first_due + i / self.rate) for i in range(self.tasks)]
         log(f"  publishing {self.tasks:,} tasks over {PUBLISHERS} processes")
         publish_parallel(run.config, sends, PUBLISHERS)
         if time.time() > first_due:
@@ -106,18 +119,9 @@ class SteadyStream:
         passes_before = mover_passes(run.config.broker_url) if run.config.delayq else None
         peak = QueuePeak(run)
         try:
-            wait_until(
-                lambda: run.execution_count() >= self.tasks,
-                timeout=max(0.0, first_due + self.window - time.time()) + GRACE_SECONDS,
-                what=f"all {self.tasks} tasks ran",
-                interval=0.1,  # polls lightly: Redis is part of what is measured
-            )
-        except TimeoutError as exc:  # overloaded workers: a result, not a crash
-            log(f"  {exc}; counting the tasks that did not run as infinitely late")
+            late_ms = self._lateness(run, first_due)
         finally:
             peak.stop()
-        late_ms = sorted(e.lateness * 1000 for e in run.executions() if e.lateness is not None)
-        late_ms += [math.inf] * max(0, self.tasks - len(late_ms))
         self.samples[run.side] = late_ms
         values: dict[str, float | None] = {
             "p50": percentile(late_ms, 50),
@@ -129,7 +133,36 @@ class SteadyStream:
         if passes_before is not None:
             values.update(move_lateness(run.config.broker_url, run.config.queue))
             values["passes"] = pass_rate(run.config.broker_url, passes_before)
+            limit_ms = self._limit(run)
+            values["limit_p50"] = percentile(limit_ms, 50)
+            values["limit_p99"] = percentile(limit_ms, 99)
+            values["over_limit"] = percentile(late_ms, 99) - percentile(limit_ms, 99)
         return values
+
+    def _lateness(self, run: Run, first_due: float) -> list[float]:
+        """Each task's lateness (ms), sorted, once all ran; inf for those that did not."""
+        try:
+            wait_until(
+                lambda: run.execution_count() >= self.tasks,
+                timeout=max(0.0, first_due + self.window - time.time()) + GRACE_SECONDS,
+                what=f"all {self.tasks} tasks ran",
+                interval=0.1,  # polls lightly: Redis is part of what is measured
+            )
+        except TimeoutError as exc:  # overloaded workers: a result, not a crash
+            log(f"  {exc}; counting the tasks that did not run as infinitely late")
+        late_ms = sorted(e.lateness * 1000 for e in run.executions() if e.lateness is not None)
+        return late_ms + [math.inf] * max(0, self.tasks - len(late_ms))
+
+    def _limit(self, run: Run) -> list[float]:
+        """The same stream on the same workers, each task published at its due time
+        without an ETA (by the same publisher processes, pacing themselves)."""
+        wait_until(lambda: run.queued() == 0, timeout=GRACE_SECONDS, what="the queue drained")
+        run.client.delete(run.config.results_key)
+        first_due = time.time() + 2.0  # the publisher processes start meanwhile
+        sends: list[Send] = [(first_due + i / self.rate, None) for i in range(self.tasks)]
+        log(f"  the limit: publishing {self.tasks:,} tasks at their due times")
+        publish_parallel(run.config, sends, PUBLISHERS)
+        return self._lateness(run, first_due)
 
     def plot(self, directory: Path) -> list[Path]:
         drawn = plots.cdf(
