@@ -43,6 +43,7 @@ slots, and so to different nodes.
 
 from __future__ import annotations
 
+import functools
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -143,8 +144,10 @@ class KeySpace:
         shard = zlib.crc32(message_key) % self.shards if self.shards > 1 else 0
         return self.for_queue(queue, shard)
 
+    @functools.lru_cache(maxsize=4096)  # noqa: B019 - KeySpaces are few and live long
     def for_queue(self, queue: str, shard: int = 0) -> QueueKeys:
-        """The keys of one shard of a queue (shard 0: the whole queue when unsharded)."""
+        """The keys of one shard of a queue (shard 0: the whole queue when unsharded);
+        cached: every schedule asks."""
         tagged = self._tagged(queue if shard == 0 else f"{queue}|{shard}")
         return QueueKeys(
             queue=queue,

@@ -34,12 +34,14 @@ KEY_INDEX = b"\x04"
 
 def task_key(task_id: str) -> bytes:
     """The message key of a task's (first) message."""
-    try:
-        packed = uuid.UUID(task_id)
-        if str(packed) == task_id:
-            return packed.bytes
-    except ValueError:
-        pass
+    if len(task_id) == 36 and task_id[8] == task_id[13] == task_id[18] == task_id[23] == "-":
+        digits = task_id.replace("-", "")
+        try:  # a canonical uuid: 32 lowercase hex digits (hex() gives them back only then)
+            packed = bytes.fromhex(digits)
+            if packed.hex() == digits:
+                return packed
+        except ValueError:
+            pass
     return _not_uuid_sized(TEXT_ID + task_id.encode("utf-8", "surrogatepass"))
 
 
