@@ -44,12 +44,13 @@ local found, taken_from, missing = collect_due(now, limit, budget)
 drop_taken(taken_from)
 local _, next_due = head()
 local reply = {now, next_due and tonumber(next_due) or -1, missing, given_back, dead, 0}
-if #found > 0 then redis.call('SET', CLAIMER, claimer, 'PX', hold) end
-for _, message in ipairs(found) do
-  redis.call('ZADD', INFLIGHT, now + lease, message.key)
-  redis.call('HSET', CLAIMS, message.key, owner)
-  release_key(message.delay_key, message.key)
-  reply[#reply + 1] = message.key
-  reply[#reply + 1] = message.record
+if found.n > 0 then redis.call('SET', CLAIMER, claimer, 'PX', hold) end
+for i = 1, found.n do
+  local key = found.key[i]
+  redis.call('ZADD', INFLIGHT, now + lease, key)
+  redis.call('HSET', CLAIMS, key, owner)
+  release_key(found.delay_key[i], key)
+  reply[#reply + 1] = key
+  reply[#reply + 1] = found.record[i]
 end
 return reply

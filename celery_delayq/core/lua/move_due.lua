@@ -33,22 +33,24 @@ local lateness = lateness_histogram(last_list + 1)
 -- Read first, write last: a destination that is not a list is refused before anything
 -- changes (Redis does not undo a script's earlier writes when a later command fails).
 local found, taken_from, missing = collect_due(judged, limit, budget)
-local payloads, destinations, delivered, expires = {}, {}, {}, nil
-for _, message in ipairs(found) do
-  local destination = message.destination or own_list
-  expires = message.expires or expires
-  if not payloads[destination] then
+local payloads, destinations, expires = {}, {}, nil
+for i = 1, found.n do
+  local destination = found.destination[i] or own_list
+  expires = found.expires[i] or expires
+  local list = payloads[destination]
+  if not list then
     local kind = redis.call('TYPE', destination)['ok']
     if kind ~= 'list' and kind ~= 'none' then
       return redis.error_reply('celery-delayq: cannot deliver to ' .. destination ..
                                ': it holds a ' .. kind .. ', not a list')
     end
-    payloads[destination] = {}
+    list = {}
+    payloads[destination] = list
     destinations[#destinations + 1] = destination
   end
-  table.insert(payloads[destination], string.sub(message.record, message.start))
-  delivered[#delivered + 1] = message.key
-  lateness.observe(math.max(0, now - message.due))
+  list[#list + 1] = string.sub(found.record[i], found.start[i])
+  local late = now - found.due[i]
+  lateness.observe(late > 0 and late or 0)
 end
 
 -- One LPUSH per destination, in due order, as kombu's own put would have pushed them.
@@ -58,13 +60,13 @@ end
 if expires then
   for i = 8, last_list do redis.call('PEXPIRE', ARGV[i], expires) end
 end
-call_chunked('HDEL', MSG, delivered)
-for _, message in ipairs(found) do
-  forget_duplicate(message.key)
-  release_key(message.delay_key, message.key)
+call_chunked('HDEL', MSG, found.key)
+for i = 1, found.n do
+  forget_duplicate(found.key[i])
+  release_key(found.delay_key[i], found.key[i])
 end
 drop_taken(taken_from)
 lateness.write()
 
 local _, next_due = head()
-return {#delivered, next_due and tonumber(next_due) or -1, judged, missing, lateness.max}
+return {found.n, next_due and tonumber(next_due) or -1, judged, missing, lateness.max}

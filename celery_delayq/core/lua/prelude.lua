@@ -42,6 +42,8 @@ end
 -- none); nil for a record this store did not write.
 -- Record: "<due>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>".
 local function parse(record)
+  local plain_due, plain_start = string.match(record, '^(%d+):()')
+  if plain_due then return plain_due, nil, plain_start, nil, nil end  -- most records: no fields
   local due_end = string.find(record, '[^0-9]')
   if not due_end or due_end == 1 then return nil end
   local due, destination, expires, delay_key = string.sub(record, 1, due_end - 1), nil, nil, nil
@@ -238,13 +240,16 @@ local function remove_message(key, record)
 end
 
 -- Due messages, in due order, up to `limit` of them and `budget` payload bytes, read
--- without writing anything: a list of {key, record, due (ms), destination (nil: the
--- queue's own list), start (payload's first byte), expires (x-expires ms or nil),
--- delay_key (nil: none)}; the
--- pages read (for drop_taken); and how many due entries had a missing or unreadable
--- record (their entries are dropped with the others; an unreadable record stays in MSG).
+-- without writing anything; the pages read (for drop_taken); and how many due entries
+-- had a missing or unreadable record (their entries are dropped with the others; an
+-- unreadable record stays in MSG). The messages come as parallel arrays, message i at
+-- index i of each (one table per field, not one per message: a batch is hundreds):
+-- found.n, found.key, .record, .due (ms), .destination (nil: the queue's own list),
+-- .start (payload's first byte), .expires (x-expires ms or nil), .delay_key (or nil).
 local function collect_due(now, limit, budget)
-  local found, taken_from, missing, bytes, page_index = {}, {}, 0, 0, 0
+  local found = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
+                 expires = {}, delay_key = {}}
+  local taken_from, missing, bytes, page_index = {}, 0, 0, 0
   while limit > 0 and bytes < budget do
     local page = redis.call('ZRANGE', PAGES, page_index, page_index, 'WITHSCORES')
     if not page[1] or tonumber(page[2]) > now then break end
@@ -262,9 +267,11 @@ local function collect_due(now, limit, budget)
         local due, destination, start, expires, delay_key
         if record then due, destination, start, expires, delay_key = parse(record) end
         if due then
-          found[#found + 1] = {key = key, record = record, due = tonumber(entries[2 * i]),
-                               destination = destination, start = start, expires = expires,
-                               delay_key = delay_key}
+          local n = found.n + 1
+          found.n = n
+          found.key[n], found.record[n], found.due[n] = key, record, tonumber(entries[2 * i])
+          found.destination[n], found.start[n] = destination, start
+          found.expires[n], found.delay_key[n] = expires, delay_key
           bytes = bytes + #record - start + 1
           if bytes >= budget then break end
         else
@@ -291,18 +298,19 @@ end
 
 -- The lateness (ms after the due time) of delivered messages, counted in a histogram
 -- whose bucket bounds are ARGV[first..] (ascending), and written to STATS once per call
--- (non-cumulative buckets), together with the count of delivered messages.
+-- (non-cumulative buckets), together with the count of delivered messages; after
+-- write(), histogram.count and histogram.max hold the count and the greatest lateness.
 local function lateness_histogram(first)
   local bounds, names, counts = {}, {}, {}
-  local histogram = {count = 0, sum = 0, max = 0}
+  local count, sum, max = 0, 0, 0
   for i = first, #ARGV do
     bounds[#bounds + 1] = tonumber(ARGV[i])
     names[#names + 1] = 'late_le_' .. ARGV[i]
   end
+  local histogram = {}
   function histogram.observe(late)
-    histogram.count = histogram.count + 1
-    histogram.sum = histogram.sum + late
-    if late > histogram.max then histogram.max = late end
+    count, sum = count + 1, sum + late
+    if late > max then max = late end
     local bucket = 'late_le_inf'
     for i = 1, #bounds do
       if late <= bounds[i] then bucket = names[i]; break end
@@ -310,11 +318,12 @@ local function lateness_histogram(first)
     counts[bucket] = (counts[bucket] or 0) + 1
   end
   function histogram.write()
-    if histogram.count == 0 then return end
-    redis.call('HINCRBY', STATS, 'moved', histogram.count)
-    redis.call('HINCRBY', STATS, 'late_count', histogram.count)
-    redis.call('HINCRBY', STATS, 'late_sum_ms', histogram.sum)
-    for bucket, count in pairs(counts) do redis.call('HINCRBY', STATS, bucket, count) end
+    histogram.count, histogram.max = count, max
+    if count == 0 then return end
+    redis.call('HINCRBY', STATS, 'moved', count)
+    redis.call('HINCRBY', STATS, 'late_count', count)
+    redis.call('HINCRBY', STATS, 'late_sum_ms', sum)
+    for bucket, n in pairs(counts) do redis.call('HINCRBY', STATS, bucket, n) end
   end
   return histogram
 end
