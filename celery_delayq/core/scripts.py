@@ -118,20 +118,30 @@ SCHEDULE_SHARD = (
 SOURCES["schedule_many"] = SCHEDULE_SHARD + read_source("schedule_many")
 
 
-def schedule_many_args(calls: Sequence[ScheduleCall]) -> tuple[list[Any], list[Any]]:
-    """Keys and arguments of ``schedule_many.lua`` for these schedule calls: grouped by
-    their keys (a queue shard), whose keys and shared arguments go once."""
-    groups: dict[tuple[str, ...], list[ScheduleCall]] = {}
-    for call in calls:
-        groups.setdefault(tuple(call.keys), []).append(call)
+@dataclass
+class ShardChunk:
+    """The part of a chunk that goes to one queue shard (one group of
+    ``schedule_many.lua``): its keys and shared arguments once, then the messages."""
+
+    keys: list[str]  # as schedule.lua takes them
+    page_args: list[Any]  # ARGV[1], ARGV[2] of the prelude
+    queue: str
+    wakeup_channel: str
+    #: (message key, due time, record tail) of each message, flat: schedule.lua's
+    #: ARGV[3], [4], [5].
+    triples: list[Any] = dataclasses.field(default_factory=list)
+    #: Indices of its messages in the whole chunk (which were lost if it fails).
+    indices: list[int] = dataclasses.field(default_factory=list)
+
+
+def schedule_many_args(parts: Sequence[ShardChunk]) -> tuple[list[Any], list[Any]]:
+    """KEYS and ARGV of one ``schedule_many.lua`` call storing these shards' parts."""
     keys: list[Any] = []
-    args: list[Any] = [len(groups), len(calls[0].keys)]
-    for group_keys, group in groups.items():
-        keys.extend(group_keys)
-        prefix, page_max, _, _, _, queue, channel = group[0].args
-        args.extend((prefix, page_max, queue, channel, len(group)))
-        for call in group:
-            args.extend(call.args[2:5])  # message key, due time, record tail
+    args: list[Any] = [len(parts), len(parts[0].keys)]
+    for part in parts:
+        keys.extend(part.keys)
+        args.extend((*part.page_args, part.queue, part.wakeup_channel, len(part.indices)))
+        args.extend(part.triples)
     return keys, args
 
 

@@ -30,7 +30,14 @@ from .movers import MoverRegistry
 from .record import Record, duplicate_key, key_index_field, message_key, task_key
 from .replicated import run_replicated
 from .results import MoveResult, PendingMessage, QueueBacklog
-from .scripts import ScheduleCall, ScriptCall, StoreScripts, run_pipelined, schedule_many_args
+from .scripts import (
+    ScheduleCall,
+    ScriptCall,
+    ShardChunk,
+    StoreScripts,
+    run_pipelined,
+    schedule_many_args,
+)
 from .stats import counters
 
 logger = logging.getLogger(__name__)
@@ -209,24 +216,45 @@ class DelayedStore:
         if not messages:
             return
         self._register(message.queue for message in messages)
-        calls = [self.schedule_call(message) for message in messages]
+        parts = self._shard_chunks(messages)
         if not self.cluster:
-            self._run_schedules([(self.scripts.schedule_many, *schedule_many_args(calls))])
+            self._run_schedules([(self.scripts.schedule_many, *schedule_many_args(parts))])
             return
-        by_shard: dict[str, list[int]] = {}
-        for i, call in enumerate(calls):
-            by_shard.setdefault(call.keys[0], []).append(i)
         failed: list[int] = []
         error: Exception | None = None
-        for indices in by_shard.values():
-            keys, args = schedule_many_args([calls[i] for i in indices])
+        for part in parts:
+            keys, args = schedule_many_args([part])
             try:
                 self._run_schedules([(self.scripts.schedule_many, keys, args)])
             except redis.RedisError as exc:
-                failed.extend(indices)
+                failed.extend(part.indices)
                 error = exc
         if error is not None:
             raise ChunkPartlyStored([messages[i] for i in sorted(failed)]) from error
+
+    def _shard_chunks(self, messages: Sequence[Scheduled]) -> list[ShardChunk]:
+        """The messages grouped by queue shard, each as ``schedule.lua`` would store it
+        (``schedule_call``'s arguments, built without a call object per message: a
+        chunk is hundreds)."""
+        parts: dict[QueueKeys, ShardChunk] = {}
+        registry = self._registry_in_scripts()
+        for i, message in enumerate(messages):
+            key = message_key(message.task_id, message.message_id)
+            keys = self.keys.shard_of(message.queue, key)
+            part = parts.get(keys)
+            if part is None:
+                part = parts[keys] = ShardChunk(
+                    [*keys.as_list(), *registry],
+                    keys.page_args(),
+                    message.queue,
+                    self.keys.wakeup_channel,
+                )
+            record = Record(
+                message.due_ms, message.destination, message.payload, message.expires_ms
+            )
+            part.triples += (key, message.due_ms, record.tail(keys.own_list))
+            part.indices.append(i)
+        return list(parts.values())
 
     def close(self) -> None:
         """Release the hand-over's broker connection, if it has one of its own."""
