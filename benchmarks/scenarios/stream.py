@@ -34,7 +34,7 @@ from ..publishers import Send, publish_parallel
 from ..report import MetricSpec, Target
 from ..runconfig import Side
 from ..store_tools import move_lateness, mover_passes, pass_rate
-from .lateness import percentile
+from .lateness import lateness_specs, lateness_values, percentile
 
 WORKERS = 2
 PUBLISHERS = 2
@@ -73,11 +73,7 @@ class SteadyStream:
     @property
     def specs(self) -> tuple[MetricSpec, ...]:
         return (
-            MetricSpec("p50", "lateness p50", "ms"),
-            MetricSpec(
-                "p99", "lateness p99", "ms", Target(f"< {TARGET_P99_MS:g} ms", lambda v: v < 50)
-            ),
-            MetricSpec("max", "lateness max", "ms"),
+            *lateness_specs(Target(f"< {TARGET_P99_MS:g} ms", lambda v: v < TARGET_P99_MS)),
             MetricSpec("limit_p50", "the limit (published at the due time), p50", "ms"),
             MetricSpec("limit_p99", "the limit (published at the due time), p99", "ms"),
             MetricSpec(
@@ -124,9 +120,7 @@ class SteadyStream:
             peak.stop()
         self.samples[run.side] = late_ms
         values: dict[str, float | None] = {
-            "p50": percentile(late_ms, 50),
-            "p99": percentile(late_ms, 99),
-            "max": late_ms[-1],
+            **lateness_values(late_ms),
             "executed": float(sum(1 for v in late_ms if v != math.inf)),
             "queue_peak": float(peak.value),
         }

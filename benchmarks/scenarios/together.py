@@ -17,7 +17,7 @@ from celery_delayq.testing import wait_until
 from ..app import RECORD_TASK
 from ..harness import Run
 from ..report import MetricSpec
-from .lateness import percentile
+from .lateness import lateness_specs, lateness_values
 
 WORKERS = 2
 #: Seconds from publishing a round to its ETA: every message is stored (or held) by then.
@@ -41,9 +41,7 @@ class DueTogether:
     @property
     def specs(self) -> tuple[MetricSpec, ...]:
         return (
-            MetricSpec("p50", "lateness p50", "ms"),
-            MetricSpec("p99", "lateness p99", "ms"),
-            MetricSpec("max", "lateness max", "ms"),
+            *lateness_specs(),
             MetricSpec("executed", "executions", "", digits=0),
         )
 
@@ -66,9 +64,4 @@ class DueTogether:
                 interval=0.1,
             )
         late_ms = sorted(e.lateness * 1000 for e in run.executions() if e.lateness is not None)
-        return {
-            "p50": percentile(late_ms, 50),
-            "p99": percentile(late_ms, 99),
-            "max": late_ms[-1],
-            "executed": float(len(late_ms)),
-        }
+        return {**lateness_values(late_ms), "executed": float(len(late_ms))}
