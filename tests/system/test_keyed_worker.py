@@ -74,6 +74,7 @@ def paced(count: int, every: float) -> Iterator[int]:
         yield n
 
 
+@pytest.mark.slow  # 10 s of edits per mode
 def test_a_hundred_edits_run_once_after_the_last_edit_and_its_countdown(
     mode: Mode, redis_client
 ) -> None:
@@ -92,6 +93,7 @@ def test_a_hundred_edits_run_once_after_the_last_edit_and_its_countdown(
     assert run["at"] >= last.due >= time.time() - 60  # not before the last edit + countdown
 
 
+@pytest.mark.slow
 def test_max_wait_runs_it_while_the_edits_go_on(mode: Mode, redis_client) -> None:
     """Edits every 0.1 s would push a 1 s debounce out for ever; ``max_wait=2`` runs it
     2 s after the first edit, while edits still come."""
