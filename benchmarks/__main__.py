@@ -136,8 +136,17 @@ and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
    processes with ETAs starting once publishing is done (publishing during the
    window would make publishers and workers fight over the two cores), two workers.
    The delayq move-lateness rows come from the store's own histogram
-   (`DelayedStore.stats`; its smallest bucket is 5 ms); the queue-list peak (LLEN
-   every 0.1 s) shows how far the workers fell behind.
+   (`DelayedStore.stats`; its smallest bucket is 5 ms, and a message moved before its
+   due time counts as 0 ms late); the queue-list peak (LLEN every 0.1 s) shows how far
+   the workers fell behind. The limit rows of 3b: on the delayq side, once the stream
+   ran, the same stream is published again to the same workers by the same two
+   processes, each task at its due time with no ETA, its lateness counted from its
+   publish (a header carries the time). Mover passes per second come from the movers'
+   heartbeats (`passes`), read before and after; the idle rate is read over a few
+   seconds with nothing pending, before publishing. **3d**: rounds of 50 tasks with
+   one ETA 2 s out, two solo workers; percentiles over every round.
+   `DELAYQ_BENCH_MOVE_AHEAD=<seconds>` sets `delayq_move_ahead` on the delayq side
+   (0: the move at the due time, as before that setting existed).
 4. **Burst and Redis blocking (3c/4)**, celery-delayq only (vanilla has no move):
    after one unmeasured warm-up burst, the store is filled with pipelined
    `schedule.lua` calls, all due at one instant about 2 s after filling ends; one
