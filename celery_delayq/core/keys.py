@@ -13,8 +13,11 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:{Q}:p:<n>         ZSET   one page: message key -> due time (ms since the epoch), at
                                 most PAGE_SIZE entries, so Redis keeps it as a compact
                                 listpack (see lua/prelude.lua)
-    P:{Q}:dup           HASH   task key -> sequence numbers of the task's extra messages
-    P:{Q}:stats         HASH   counters: scheduled, moved, cancelled, the move lateness
+    P:{Q}:dup           HASH   task key -> sequence numbers of the task's extra messages;
+                                "\x04<delay key>" -> "<since ms>:<message key>" of the
+                                pending message holding a delay key (keyed.py)
+    P:{Q}:stats         HASH   counters: scheduled, moved, cancelled, replaced, dropped,
+                                refused (keyed messages), the move lateness
                                 histogram (late_le_<ms>, late_sum_ms, late_count), and
                                 page_seq/dup_seq for numbering pages and duplicates
     P:{Q}:inflight      ZSET   claimed message key -> lease deadline (ms), while a mover
