@@ -12,12 +12,15 @@ std = "lua51+redis"
 not_globals = {"io", "os", "package", "require", "module", "dofile", "loadfile"}
 max_line_length = 100
 
--- The locals prelude.lua defines for the script that follows it (scripts.py puts the
--- prelude in front of every store script).
+-- The locals prelude.lua defines for the code that follows it (scripts.py puts the prelude
+-- in front of every store script).
 local prelude_exports = {
-  "MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX",
-  "parse", "add_entry", "remove_entry", "head", "store_message",
-  "duplicate_key", "duplicate_of", "forget_duplicate", "message_keys",
+  "MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX", "add_entry", "duplicate_key", "store_message",
+}
+-- The locals helpers.lua defines for the scripts after it (all but schedule.lua and
+-- schedule_many.lua).
+local helpers_exports = {
+  "parse", "remove_entry", "head", "duplicate_of", "forget_duplicate", "message_keys",
   "collect_due", "drop_taken", "lateness_histogram", "server_now", "call_chunked",
   "index_field", "key_holder", "release_key", "hold_key_again", "remove_message",
 }
@@ -25,7 +28,9 @@ local prelude_exports = {
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
                           "unclaim", "dead_letter", "failed_once"}
 local exported, unused_exports = {}, {}
-for _, names in ipairs({prelude_exports, handover_exports}) do
+local from_prelude = {}
+for _, name in ipairs(prelude_exports) do from_prelude[name] = true end
+for _, names in ipairs({prelude_exports, helpers_exports, handover_exports}) do
   for _, name in ipairs(names) do
     exported[name] = true
     unused_exports[#unused_exports + 1] = "211/" .. name
@@ -37,47 +42,53 @@ end
 -- name must show as an undefined global.
 local function reads(names, from)
   for _, name in ipairs(names) do
-    assert(from ~= "prelude.lua" or exported[name], name .. " is not a prelude export")
+    assert(from ~= "prelude.lua" or from_prelude[name], name .. " is not a prelude export")
+    assert(not from:find("^prelude.lua and") or exported[name], name .. " is not exported")
   end
   return {read_globals = names}
 end
 local lua = "celery_delayq/core/lua/"
 files[lua .. "cancel.lua"] = reads({"MSG", "DUP", "STATS", "remove_message", "message_keys"},
-                                   "prelude.lua")
-files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"}, "prelude.lua")
+                                   "prelude.lua and helpers.lua")
+files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"},
+                                  "prelude.lua and helpers.lua")
 files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram", "collect_due",
                                       "drop_taken", "call_chunked", "head", "forget_duplicate",
                                       "release_key"},
-                                     "prelude.lua")
+                                     "prelude.lua and helpers.lua")
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
-                                      "hold_key_again"}, "prelude.lua")
+                                      "hold_key_again"}, "prelude.lua and helpers.lua")
 files[lua .. "handover.lua"].ignore = {"211/unclaim", "211/failed_once", "211/CLAIMER"}
 files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_due", "drop_taken",
                                        "head", "INFLIGHT", "CLAIMS", "CLAIMER", "unclaim",
                                        "failed_once", "release_key"},
-                                      "prelude.lua and handover.lua")
+                                      "prelude.lua, helpers.lua and handover.lua")
 files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                          "lateness_histogram", "unclaim", "forget_duplicate"},
-                                        "prelude.lua and handover.lua")
+                                        "prelude.lua, helpers.lua and handover.lua")
 files[lua .. "resend_dead.lua"] = reads({"MSG", "TRIES", "DEAD", "DEAD_WHY", "server_now",
                                          "parse", "add_entry", "hold_key_again"},
-                                        "prelude.lua and handover.lua")
+                                        "prelude.lua, helpers.lua and handover.lua")
 files[lua .. "release_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                              "add_entry", "unclaim", "failed_once",
                                              "hold_key_again"},
-                                            "prelude.lua and handover.lua")
-files[lua .. "pending.lua"] = reads({"PAGES", "PAGE_PREFIX"}, "prelude.lua")
-files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX"}, "prelude.lua")
+                                            "prelude.lua, helpers.lua and handover.lua")
+files[lua .. "pending.lua"] = reads({"PAGES", "PAGE_PREFIX"}, "prelude.lua and helpers.lua")
+files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX"},
+                                  "prelude.lua and helpers.lua")
 files[lua .. "repair.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "parse", "add_entry",
                                     "remove_entry", "duplicate_of", "forget_duplicate"},
-                                   "prelude.lua")
+                                   "prelude.lua and helpers.lua")
 files[lua .. "replace.lua"] = reads({"MSG", "parse", "add_entry", "remove_entry", "head"},
-                                    "prelude.lua")
-files[lua .. "schedule.lua"] = reads({"STATS", "store_message", "head"}, "prelude.lua")
+                                    "prelude.lua and helpers.lua")
+files[lua .. "schedule.lua"] = reads({"STATS", "store_message"}, "prelude.lua")
+files[lua .. "helpers.lua"] = reads({"MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX",
+                                     "duplicate_key"}, "prelude.lua")
+files[lua .. "helpers.lua"].ignore = unused_exports
 files[lua .. "schedule_keyed.lua"] = reads({"MSG", "DUP", "STATS", "parse", "store_message",
                                             "head", "server_now", "key_holder", "index_field",
                                             "remove_message", "forget_duplicate"},
-                                           "prelude.lua")
+                                           "prelude.lua and helpers.lua")
 -- The chunk and rescue scripts: schedule (prelude.lua + schedule.lua in a function), then
 -- schedule_many.lua, or schedule_all.lua and rescue_list.lua or rescue_unacked.lua
 -- (core/scripts.py).

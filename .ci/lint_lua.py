@@ -6,8 +6,8 @@
    ``ops.rescue.scripts.SOURCES``): the prelude's names are real locals there, so a
    misspelled name or an unused local in the program Redis runs is reported (line
    numbers count from the prelude's first line);
-3. the prelude followed by every store script, each as a function of its own: a name
-   the prelude defines that no script uses is reported as an unused local.
+3. the prelude and helpers.lua followed by every store script, each as a function of its
+   own: a name they define that no script uses is reported as an unused local.
 
 Exit status 1 on any warning or error. Run it in the project's virtualenv (it imports
 the package); it needs luacheck (Debian: apt-get install lua-check).
@@ -43,8 +43,8 @@ def luacheck_source(name: str, source: str) -> bool:
 
 
 def together() -> str:
-    """The prelude and handover.lua, then every store script as a function, all of them
-    returned."""
+    """The prelude, helpers.lua and handover.lua, then every store script as a function,
+    all of them returned."""
     functions = {
         f"script_{name}": store.read_source(name)
         for name in store.SOURCES
@@ -52,7 +52,7 @@ def together() -> str:
     }
     bodies = "".join(f"local function {fn}()\n{body}end\n" for fn, body in functions.items())
     returned = "".join(f"  {fn},\n" for fn in functions)
-    return f"{store.PRELUDE}{store.HANDOVER}{bodies}return {{\n{returned}}}\n"
+    return f"{store.PRELUDE}{store.HELPERS}{store.HANDOVER}{bodies}return {{\n{returned}}}\n"
 
 
 def main() -> int:
@@ -65,7 +65,7 @@ def main() -> int:
     verdict = f"FAILED: {', '.join(failed)}" if failed else "ok"
     print(f"{len(sources)} scripts as Redis runs them: {verdict}")
     used = luacheck_source("prelude_and_scripts.lua", together())
-    print(f"the prelude and all store scripts together: {'ok' if used else 'FAILED'}")
+    print(f"the shared code and all store scripts together: {'ok' if used else 'FAILED'}")
     return 0 if alone and not failed and used else 1
 
 

@@ -12,6 +12,7 @@ import redis
 from celery_delayq.core.handover import MOVE_BATCH_BYTES
 from celery_delayq.core.keys import PAGE_SIZE, KeySpace
 from celery_delayq.core.record import task_key
+from celery_delayq.core.stats import LATENESS_BUCKETS_MS
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import wait_until
 
@@ -435,3 +436,33 @@ def test_a_flood_in_one_millisecond_then_an_earlier_message_splits_cleanly(redis
     wait_until(lambda: store.server_time_ms() > due)
     assert store.move_all_due().moved == 20_001
     assert redis_client.lindex("q", -1) == b"first"
+
+
+def test_the_lateness_histogram_counts_every_message_of_a_batch_in_its_own_bucket(redis_client):
+    """Messages of one batch come in due order, and the script tries the previous
+    message's bucket first: lateness that changes bucket from one message to the next,
+    goes back and forth between equal values, or repeats, is counted exactly."""
+    store = make_store(redis_client)
+    now = store.server_time_ms()
+    late_by = [0, 3, 3, 7, 12, 12, 12, 40, 99, 260, 600, 1_400, 4_000, 9_000, 20_000, 45_000]
+    late_by += [70_000, 3_600_000, 6, 6]
+    for i, late in enumerate(late_by):
+        store.schedule(Scheduled("q", f"m{i}", f"t{i}", now - late, "q", b"{}"))
+
+    result = store.move_all_due()
+
+    assert result.moved == len(late_by)
+    # lateness as the script saw it: its own clock minus each due time
+    lateness = sorted((result.now_ms - (now - late) for late in late_by), reverse=True)
+    expected: dict[str, int] = {}
+    for late in lateness:
+        bound = next((b for b in LATENESS_BUCKETS_MS if late <= b), None)
+        field = f"late_le_{bound if bound is not None else 'inf'}"
+        expected[field] = expected.get(field, 0) + 1
+    stats = {
+        k.decode(): int(v) for k, v in redis_client.hgetall(store.keys.for_queue("q").stats).items()
+    }
+    assert {k: v for k, v in stats.items() if k.startswith("late_le_")} == expected
+    assert stats["late_count"] == len(late_by)
+    assert stats["late_sum_ms"] == sum(lateness)
+    assert result.max_lateness_ms == max(lateness)

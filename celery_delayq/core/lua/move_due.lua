@@ -62,8 +62,9 @@ if expires then
 end
 call_chunked('HDEL', MSG, found.key)
 for i = 1, found.n do
-  forget_duplicate(found.key[i])
-  release_key(found.delay_key[i], found.key[i])
+  local key = found.key[i]
+  if #key ~= 16 then forget_duplicate(key) end  -- a packed task id is no duplicate's key
+  if found.delay_key[i] then release_key(found.delay_key[i], key) end
 end
 drop_taken(taken_from)
 lateness.write()

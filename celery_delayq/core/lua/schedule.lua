@@ -1,7 +1,10 @@
 -- Store one delayed message until it is due (after prelude.lua).
 --
 -- KEYS[5]  P:queues  set  queue names the movers visit (left out on a Redis Cluster, where
---                         it is in another slot: the client adds the queue itself)
+--                         it is in another slot: the client adds the queue itself). The
+--                         queue is added with its earliest message, so with the first
+--                         message of an empty queue; purge.lua forgets it only together
+--                         with all of its messages.
 -- ARGV[3]  task key (a second message of the same task is kept as a duplicate)
 -- ARGV[4]  due time, integer milliseconds since the epoch
 -- ARGV[5]  record without its due time: "[d<len>:<destination>]:<payload>"
@@ -9,11 +12,9 @@
 -- ARGV[7]  wake-up pubsub channel
 -- Returns  1 when the message became the earliest of its queue (movers were woken), else 0.
 
-local key = store_message(ARGV[3], ARGV[4], ARGV[5])
-if KEYS[5] then redis.call('SADD', KEYS[5], ARGV[6]) end
+local _, earliest = store_message(ARGV[3], ARGV[4], ARGV[5])
 redis.call('HINCRBY', STATS, 'scheduled', 1)
-if head() == key then
-  redis.call('PUBLISH', ARGV[7], ARGV[4])
-  return 1
-end
-return 0
+if not earliest then return 0 end
+if KEYS[5] then redis.call('SADD', KEYS[5], ARGV[6]) end
+redis.call('PUBLISH', ARGV[7], ARGV[4])
+return 1

@@ -1,0 +1,262 @@
+-- The rest of the shared code of the per-queue store scripts: reading records, removing
+-- messages, duplicates, delay keys, and collecting due messages. scripts.py puts it after
+-- prelude.lua in every store script but schedule.lua and schedule_many.lua.
+
+-- A "<len>:<bytes>" field of a record at pos: the bytes and the index after them.
+local function counted(record, pos)
+  local colon = string.find(record, ':', pos, true)
+  local len = colon and tonumber(string.sub(record, pos, colon - 1))
+  if not len then return nil end
+  return string.sub(record, colon + 1, colon + len), colon + len + 1
+end
+
+-- A record's due time, destination (nil: the queue's own list), the index of its
+-- payload's first byte, the queue's x-expires in ms (nil: none) and its delay key (nil:
+-- none); nil for a record this store did not write.
+-- Record: "<due>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>".
+local function parse(record)
+  local plain_due, plain_start = string.match(record, '^(%d+):()')
+  if plain_due then return plain_due, nil, plain_start, nil, nil end  -- most records: no fields
+  local due_end = string.find(record, '[^0-9]')
+  if not due_end or due_end == 1 then return nil end
+  local due, destination, expires, delay_key = string.sub(record, 1, due_end - 1), nil, nil, nil
+  local pos = due_end
+  if string.sub(record, pos, pos) == 'd' then
+    destination, pos = counted(record, pos + 1)
+    if not destination then return nil end
+  end
+  if string.sub(record, pos, pos) == 'x' then
+    local expires_end = string.find(record, '[^0-9]', pos + 1)
+    if not expires_end or expires_end == pos + 1 then return nil end
+    expires = string.sub(record, pos + 1, expires_end - 1)
+    pos = expires_end
+  end
+  if string.sub(record, pos, pos) == 'k' then
+    delay_key, pos = counted(record, pos + 1)
+    if not delay_key then return nil end
+  end
+  if string.sub(record, pos, pos) ~= ':' then return nil end
+  return due, destination, pos + 1, expires, delay_key
+end
+
+-- Keep the first page's start at its earliest due time once entries have left it (see
+-- prelude.lua: page_for tells a new earliest message by the starts alone).
+local function settle_first_page()
+  local first = redis.call('ZRANGE', PAGES, 0, 0, 'WITHSCORES')
+  if not first[1] then return end
+  local entry = redis.call('ZRANGE', PAGE_PREFIX .. first[1], 0, 0, 'WITHSCORES')
+  if entry[2] and tonumber(entry[2]) > tonumber(first[2]) then
+    redis.call('ZADD', PAGES, entry[2], first[1])
+  end
+end
+
+-- Remove a message key from the page holding its due time; 1 when it was there.
+local function remove_entry(key, due)
+  local offset, due_number = 0, tonumber(due)
+  while true do
+    local found = redis.call('ZREVRANGEBYSCORE', PAGES, due, '-inf', 'WITHSCORES', 'LIMIT',
+                             offset, 1)
+    if not found[1] then return 0 end
+    local page_key = PAGE_PREFIX .. found[1]
+    if redis.call('ZREM', page_key, key) == 1 then
+      if redis.call('EXISTS', page_key) == 0 then redis.call('ZREM', PAGES, found[1]) end
+      settle_first_page()
+      return 1
+    end
+    if tonumber(found[2]) < due_number then return 0 end
+    offset = offset + 1
+  end
+end
+
+-- The earliest pending message: its key and due time, or nil.
+local function head()
+  local first = redis.call('ZRANGE', PAGES, 0, 0)
+  if not first[1] then return nil end
+  local entry = redis.call('ZRANGE', PAGE_PREFIX .. first[1], 0, 0, 'WITHSCORES')
+  return entry[1], entry[2]
+end
+
+-- The task key and sequence number of a duplicate's message key, else nil.
+local function duplicate_of(key)
+  if #key == 16 then return nil end
+  local seq, colon = string.match(key, '^\2?\255(%d+)():')
+  if seq then return string.sub(key, colon + 1), seq end
+end
+
+-- Forget a delivered or removed duplicate in its task's list of extra messages.
+local function forget_duplicate(key)
+  local task_key, seq = duplicate_of(key)
+  if not task_key then return end
+  local seqs = redis.call('HGET', DUP, task_key)
+  if not seqs then return end
+  local rest = {}
+  for s in string.gmatch(seqs, '%S+') do
+    if s ~= seq then rest[#rest + 1] = s end
+  end
+  if #rest == 0 then
+    redis.call('HDEL', DUP, task_key)
+  else
+    redis.call('HSET', DUP, task_key, table.concat(rest, ' '))
+  end
+end
+
+-- Every message key of one task: its own and its duplicates'.
+local function message_keys(task_key)
+  local keys = {task_key}
+  for seq in string.gmatch(redis.call('HGET', DUP, task_key) or '', '%S+') do
+    keys[#keys + 1] = duplicate_key(task_key, seq)
+  end
+  return keys
+end
+
+-- The DUP field indexing a delay key (record.key_index_field): never 16 bytes long, so it
+-- cannot pass for a packed task id.
+local function index_field(delay_key)
+  local field = '\4' .. delay_key
+  if #field == 16 then return '\2' .. field end
+  return field
+end
+
+-- The pending message holding a delay key, and since when (ms) the key has been held.
+local function key_holder(delay_key)
+  local held = redis.call('HGET', DUP, index_field(delay_key))
+  if not held then return nil end
+  local colon = string.find(held, ':', 1, true)
+  return string.sub(held, colon + 1), tonumber(string.sub(held, 1, colon - 1))
+end
+
+-- A keyed message leaves the schedule (moved, claimed, cancelled, dead): its key is free,
+-- unless another message holds it by now.
+local function release_key(delay_key, key)
+  if delay_key and key_holder(delay_key) == key then
+    redis.call('HDEL', DUP, index_field(delay_key))
+  end
+end
+
+-- A keyed message is back in the schedule (a hand-over failed): it holds its key again,
+-- unless a newer message took it meanwhile.
+local function hold_key_again(record, key, now)
+  local _, _, _, _, delay_key = parse(record)
+  if delay_key then redis.call('HSETNX', DUP, index_field(delay_key), now .. ':' .. key) end
+end
+
+-- Remove one pending message (cancelled, or replaced under its delay key): its record,
+-- its page entry, and its hold on its delay key.
+local function remove_message(key, record)
+  local due, _, _, _, delay_key = parse(record)
+  if due then remove_entry(key, due) end
+  redis.call('HDEL', MSG, key)
+  release_key(delay_key, key)
+end
+
+-- Due messages, in due order, up to `limit` of them and `budget` payload bytes, read
+-- without writing anything; the pages read (for drop_taken); and how many due entries
+-- had a missing or unreadable record (their entries are dropped with the others; an
+-- unreadable record stays in MSG). The messages come as parallel arrays, message i at
+-- index i of each (one table per field, not one per message: a batch is hundreds):
+-- found.n, found.key, .record, .due (ms), .destination (nil: the queue's own list),
+-- .start (payload's first byte), .expires (x-expires ms or nil), .delay_key (or nil).
+local function collect_due(now, limit, budget)
+  local found = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
+                 expires = {}, delay_key = {}}
+  local taken_from, missing, bytes, page_index = {}, 0, 0, 0
+  while limit > 0 and bytes < budget do
+    local page = redis.call('ZRANGE', PAGES, page_index, page_index, 'WITHSCORES')
+    if not page[1] or tonumber(page[2]) > now then break end
+    local page_key = PAGE_PREFIX .. page[1]
+    local entries = redis.call('ZRANGEBYSCORE', page_key, '-inf', now, 'WITHSCORES',
+                               'LIMIT', 0, limit)
+    local keys = {}
+    for i = 1, #entries, 2 do keys[#keys + 1] = entries[i] end
+    local taken = 0
+    if #keys > 0 then
+      local records = redis.call('HMGET', MSG, unpack(keys))
+      for i, key in ipairs(keys) do
+        taken = i
+        local record = records[i]
+        local _, destination, start, expires, delay_key
+        if record then
+          start = string.match(record, '^%d+:()')  -- most records: no fields, no parse
+          if not start then _, destination, start, expires, delay_key = parse(record) end
+        end
+        if start then
+          local n = found.n + 1
+          found.n = n
+          found.key[n], found.record[n], found.due[n] = key, record, tonumber(entries[2 * i])
+          found.destination[n], found.start[n] = destination, start
+          found.expires[n], found.delay_key[n] = expires, delay_key
+          bytes = bytes + #record - start + 1
+          if bytes >= budget then break end
+        else
+          missing = missing + 1
+        end
+      end
+      limit = limit - taken
+    end
+    taken_from[#taken_from + 1] = {page[1], page_key, taken}
+    if taken < redis.call('ZCARD', page_key) then break end  -- the rest is not due (or no room)
+    page_index = page_index + 1
+  end
+  return found, taken_from, missing
+end
+
+-- Remove from their pages the entries collect_due took (a page left empty goes).
+local function drop_taken(taken_from)
+  for _, taken in ipairs(taken_from) do
+    local number, page_key, count = taken[1], taken[2], taken[3]
+    if count > 0 then redis.call('ZREMRANGEBYRANK', page_key, 0, count - 1) end
+    if redis.call('EXISTS', page_key) == 0 then redis.call('ZREM', PAGES, number) end
+  end
+  settle_first_page()
+end
+
+-- The lateness (ms after the due time) of delivered messages, counted in a histogram
+-- whose bucket bounds are ARGV[first..] (ascending), and written to STATS once per call
+-- (non-cumulative buckets), together with the count of delivered messages; after
+-- write(), histogram.count and histogram.max hold the count and the greatest lateness.
+-- Messages come in due order, so most fall in the bucket of the one before: that bucket
+-- is tried first.
+local function lateness_histogram(first)
+  local bounds, counts = {}, {}
+  local count, sum, max = 0, 0, 0
+  for i = first, #ARGV do bounds[#bounds + 1] = tonumber(ARGV[i]) end
+  local last, low, high = 0, 0, -1  -- the previous message's bucket, (low, high]
+  local histogram = {}
+  function histogram.observe(late)
+    count, sum = count + 1, sum + late
+    if late > max then max = late end
+    if late > high or late <= low then
+      last = #bounds + 1
+      for i = 1, #bounds do
+        if late <= bounds[i] then last = i; break end
+      end
+      low, high = bounds[last - 1] or -1, bounds[last] or math.huge
+    end
+    counts[last] = (counts[last] or 0) + 1
+  end
+  function histogram.write()
+    histogram.count, histogram.max = count, max
+    if count == 0 then return end
+    redis.call('HINCRBY', STATS, 'moved', count)
+    redis.call('HINCRBY', STATS, 'late_count', count)
+    redis.call('HINCRBY', STATS, 'late_sum_ms', sum)
+    for i, n in pairs(counts) do
+      redis.call('HINCRBY', STATS, 'late_le_' .. (ARGV[first + i - 1] or 'inf'), n)
+    end
+  end
+  return histogram
+end
+
+-- The Redis server's time in ms: "due" is judged by it, so hosts with different clocks
+-- agree.
+local function server_now()
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
+end
+
+-- Commands with many arguments, in chunks well below Lua's unpack limit.
+local function call_chunked(command, key, values)
+  for i = 1, #values, 1000 do
+    redis.call(command, key, unpack(values, i, math.min(i + 999, #values)))
+  end
+end
