@@ -11,7 +11,6 @@ full run.
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -23,6 +22,8 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.testing import RedisServer
+
+from .standalone import parse_options, publish
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS-bulk.md"
 TARGET = 10.0
@@ -80,10 +81,7 @@ def timed(
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="small counts, no report file")
-    parser.add_argument("--output", type=Path)
-    options = parser.parse_args()
+    options = parse_options(__doc__)
     count, rounds = (2_000, 2) if options.quick else (20_000, 3)
     sides = {
         "vanilla apply_async loop": (False, loop),
@@ -102,10 +100,7 @@ def main() -> None:
                 if rate > best.get(name, (0.0, 0.0))[0]:
                     best[name] = (rate, redis_us)
     report = render(best, count, rounds, time.time() - started)
-    print(report)
-    output = options.output or (None if options.quick else DEFAULT_OUTPUT)
-    if output:
-        output.write_text(report)
+    publish(report, options, DEFAULT_OUTPUT)
     ratio = best["delayq schedule_many"][0] / best["delayq apply_async loop"][0]
     if options.quick and ratio < 2:  # a quick run on a busy machine: only a gross failure
         raise SystemExit(f"schedule_many is only {ratio:.1f}x the apply_async loop")

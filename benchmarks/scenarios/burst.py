@@ -29,8 +29,8 @@ from ..store_tools import make_store, parallel_fill, server_time_ms
 from .stream import move_lateness
 
 DEFAULT_BATCH = 500
-TARGET_RATE = 100_000
-TARGET_CALL_MS = 10.0
+TARGET_RATE = 200_000
+TARGET_CALL_MS = 5.0
 SLOWLOG_THRESHOLD_US = 1_000
 #: Seconds between filling the store and the due instant, so the mover is asleep.
 LEAD_SECONDS = 2.0

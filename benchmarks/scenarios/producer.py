@@ -75,7 +75,11 @@ class ProducerCost:
         if run.config.delayq:
             store = make_store(run.config.broker_url)
             run.client.config_resetstat()
-            seconds = fill(store, f"{run.config.queue}.raw", self.script_calls, 2**41)
+            # increasing due times over an hour, as a countdown stream gives them (all in
+            # one ms would be a flood: one page that can never be split)
+            seconds = fill(
+                store, f"{run.config.queue}.raw", self.script_calls, 2**41, spread_ms=3_600_000
+            )
             values["script_rate"] = self.script_calls / seconds
             evalsha = run.client.info("commandstats").get("cmdstat_evalsha", {})
             values["script_us"] = evalsha.get("usec_per_call")
