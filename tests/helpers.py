@@ -135,6 +135,35 @@ def fetch_metrics(port: int) -> str:
         return str(response.read().decode())
 
 
+#: Sample name -> its labels (sorted pairs) -> value.
+Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
+
+
+def scrape(app: Celery, alive_within: float | None = None) -> str:
+    """What the delayq collector exposes for ``app`` now (needs prometheus_client)."""
+    import prometheus_client
+
+    from celery_delayq.celery.metrics import DelayqCollector
+
+    registry = prometheus_client.CollectorRegistry(auto_describe=False)
+    registry.register(DelayqCollector(app, alive_within))
+    return str(prometheus_client.generate_latest(registry).decode())
+
+
+def parse_metrics(text: str) -> tuple[dict[str, str], Samples]:
+    """Family name -> type, and sample name -> sorted labels -> value."""
+    from prometheus_client import parser
+
+    types: dict[str, str] = {}
+    samples: Samples = {}
+    for family in parser.text_string_to_metric_families(text):
+        types[family.name] = family.type
+        for sample in family.samples:
+            labels = tuple(sorted(sample.labels.items()))
+            samples.setdefault(sample.name, {})[labels] = sample.value
+    return types, samples
+
+
 class WatchedProcess:
     """A subprocess whose output (stdout and stderr) a thread reads from the start, so
     the test can wait for a line with a real deadline and see everything it printed."""

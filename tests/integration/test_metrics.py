@@ -16,35 +16,15 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.celery.connect import open_store
-from celery_delayq.celery.metrics import DelayqCollector, start_exporter
+from celery_delayq.celery.metrics import start_exporter
 from celery_delayq.testing import RedisServer, free_port, wait_until
 
-from ..helpers import fetch_metrics, invoke, noop_task
+from ..helpers import fetch_metrics, invoke, noop_task, parse_metrics, scrape
 
 # An optional extra: skip, rather than fail, where it is not installed.
-prometheus_client = pytest.importorskip("prometheus_client")
-parser = pytest.importorskip("prometheus_client.parser")
+pytest.importorskip("prometheus_client")
 
 QUICK = 0.5  # countdown of messages the tests let fall due
-Samples = dict[str, dict[tuple[tuple[str, str], ...], float]]
-
-
-def scrape(app: Celery, alive_within: float | None = None) -> str:
-    registry = prometheus_client.CollectorRegistry(auto_describe=False)
-    registry.register(DelayqCollector(app, alive_within))
-    return str(prometheus_client.generate_latest(registry).decode())
-
-
-def parse(text: str) -> tuple[dict[str, str], Samples]:
-    """Family name -> type, and sample name -> sorted labels -> value."""
-    types: dict[str, str] = {}
-    samples: Samples = {}
-    for family in parser.text_string_to_metric_families(text):
-        types[family.name] = family.type
-        for sample in family.samples:
-            labels = tuple(sorted(sample.labels.items()))
-            samples.setdefault(sample.name, {})[labels] = sample.value
-    return types, samples
 
 
 def q(queue: str, **labels: str) -> tuple[tuple[str, str], ...]:
@@ -126,7 +106,7 @@ def test_every_family_and_value(app: Celery) -> None:
         heads = {name: store.pending(queue=name, limit=1)[0].due for name in ("alpha", "beta")}
         stats = {name: store.stats(name) for name in ("alpha", "beta", "gamma")}
 
-    types, samples = parse(scrape(app))
+    types, samples = parse_metrics(scrape(app))
 
     assert types == FAMILIES
     assert samples["celery_delayq_up"] == {(): 1}
@@ -181,7 +161,7 @@ def test_keyed_messages_are_counted_as_replaced_dropped_and_refused(app: Celery)
     with pytest.raises(celery_delayq.DelayKeyHeld):
         celery_delayq.schedule_keyed(task, (1,), key="c", on_held="reject", countdown=600)
 
-    _, samples = parse(scrape(app))
+    _, samples = parse_metrics(scrape(app))
 
     queue = q(app.conf.task_default_queue)
     assert samples["celery_delayq_replaced_total"] == {queue: 2}
@@ -192,14 +172,14 @@ def test_keyed_messages_are_counted_as_replaced_dropped_and_refused(app: Celery)
 
 
 def test_empty_store_and_movers_alive_window(app: Celery) -> None:
-    types, samples = parse(scrape(app))
+    types, samples = parse_metrics(scrape(app))
     assert types == FAMILIES
     assert samples == {"celery_delayq_up": {(): 1}, "celery_delayq_movers_alive": {(): 0}}
 
     with open_store(app) as store:
         store.movers.beat("m", {"id": "m", "last_seen": store.server_time_ms() / 1000 - 10})
-    assert parse(scrape(app, alive_within=30))[1]["celery_delayq_movers_alive"] == {(): 1}
-    assert parse(scrape(app, alive_within=5))[1]["celery_delayq_movers_alive"] == {(): 0}
+    assert parse_metrics(scrape(app, alive_within=30))[1]["celery_delayq_movers_alive"] == {(): 1}
+    assert parse_metrics(scrape(app, alive_within=5))[1]["celery_delayq_movers_alive"] == {(): 0}
 
 
 def test_movers_alive_window_follows_mover_max_sleep(make_app: Callable[..., Celery]) -> None:
@@ -208,7 +188,7 @@ def test_movers_alive_window_follows_mover_max_sleep(make_app: Callable[..., Cel
         now = store.server_time_ms() / 1000
         store.movers.beat("slow", {"id": "slow", "last_seen": now - 40})
         store.movers.beat("gone", {"id": "gone", "last_seen": now - 50})
-    assert parse(scrape(app))[1]["celery_delayq_movers_alive"] == {(): 1}
+    assert parse_metrics(scrape(app))[1]["celery_delayq_movers_alive"] == {(): 1}
 
 
 def test_exporter_serves_the_same_text(app: Celery) -> None:
@@ -217,7 +197,7 @@ def test_exporter_serves_the_same_text(app: Celery) -> None:
     with exporter(app) as port:
         served = fetch_metrics(port)
     assert served == scrape(app)
-    assert parse(served)[1]["celery_delayq_pending"] == {q("alpha"): 2, q("beta"): 1}
+    assert parse_metrics(served)[1]["celery_delayq_pending"] == {q("alpha"): 2, q("beta"): 1}
 
 
 def test_exporter_answers_while_redis_is_down(make_app: Callable[..., Celery]) -> None:
@@ -225,14 +205,14 @@ def test_exporter_answers_while_redis_is_down(make_app: Callable[..., Celery]) -
         app = make_app(url=server.url)
         send(app, "alpha", 3600)
         with exporter(app) as port:
-            assert parse(fetch_metrics(port))[1]["celery_delayq_up"] == {(): 1}
+            assert parse_metrics(fetch_metrics(port))[1]["celery_delayq_up"] == {(): 1}
             server.stop(kill=True)
             for _ in range(2):  # the failed scrape must not break the next one
-                types, samples = parse(fetch_metrics(port))
+                types, samples = parse_metrics(fetch_metrics(port))
                 assert types == {"celery_delayq_up": "gauge"}
                 assert samples == {"celery_delayq_up": {(): 0}}
             server.start()
-            wait_until(lambda: parse(fetch_metrics(port))[1]["celery_delayq_up"] == {(): 1})
+            wait_until(lambda: parse_metrics(fetch_metrics(port))[1]["celery_delayq_up"] == {(): 1})
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
@@ -263,7 +243,7 @@ def test_exporter_command_serves_until_signalled(app: Celery, signum: int) -> No
     assert result.exit_code == 0, result.output
     assert "stopped" in result.output
     assert signal.getsignal(signum) is original
-    assert parse(fetched[0])[1]["celery_delayq_pending"] == {q("alpha"): 1}
+    assert parse_metrics(fetched[0])[1]["celery_delayq_pending"] == {q("alpha"): 1}
     with pytest.raises(OSError):
         fetch_metrics(port)  # the server is closed
 
