@@ -15,7 +15,6 @@ from typing import Any
 from celery import bootsteps
 
 from ..core.mover import MoverThread
-from .channel import uses_delayq
 from .connect import log_startup, mover_thread
 from .metrics import start_configured_exporter
 from .settings import config_of
@@ -59,9 +58,3 @@ class WorkerMover(bootsteps.StartStopStep):
         super().stop(worker)
 
     shutdown = stop
-
-
-def add_worker_mover(worker: Any) -> None:
-    """``worker_init`` handler: add the mover step when the worker uses our transport."""
-    if uses_delayq(worker.app):
-        worker.app.steps["worker"].add(WorkerMover)

@@ -2,8 +2,8 @@
 
 A worker loads its broker transport's module when it first looks at the transport,
 just before it sends ``worker_init`` and builds its blueprint: the one moment a
-settings-only plugin can add a bootstep to the worker (and choose how its
-remote-control node answers ``inspect scheduled``). Every transport module connects
+settings-only plugin can add bootsteps to the worker (its mover, and DueTimers) and
+choose how its remote-control node answers ``inspect scheduled``. Every transport module connects
 this handler; ``dispatch_uid`` keeps it to one connection.
 """
 
@@ -13,14 +13,16 @@ from typing import Any
 
 from celery import signals
 
-from .bootstep import add_worker_mover
-from .channel import check_store_setting
+from .bootstep import WorkerMover
+from .channel import check_store_setting, uses_delayq
+from .due_timers import DueTimers
 from .inspect import list_delayed_in_scheduled
 
 
 def _on_worker_init(sender: Any, **_: Any) -> None:
     check_store_setting(sender.app)
-    add_worker_mover(sender)
+    if uses_delayq(sender.app):
+        sender.app.steps["worker"].update({WorkerMover, DueTimers})
     list_delayed_in_scheduled(sender.app)
 
 

@@ -275,3 +275,23 @@ def test_a_revoked_delayed_task_stays_revoked_across_a_worker_restart(
         wait_until(lambda: kept.id in [r["id"] for r in runs(redis_client)], timeout=30)
         wait_until_quiescent(app, workers=1)
     assert [r["label"] for r in runs(redis_client)] == ["kept"]  # due at the same time
+
+
+def test_forty_tasks_due_in_the_same_instant_all_start_at_once(
+    make_app, redis_server, redis_client
+):
+    """kombu's event loop fires ten due timer entries per turn and then polls for a second
+    (due_timers.py): without the DueTimers step, the 11th to 40th of these wait up to 1,
+    2 and 3 s in an otherwise idle worker."""
+    app = make_app()
+    # handed over half a second early: by the ETA the worker has all 40 in its timer, and
+    # nothing else to wake its loop
+    settings = {"delayq_move_ahead": 0.5}
+    with celery_process("worker", redis_server.url, settings, "-P", "solo"):
+        eta = datetime.now(timezone.utc) + timedelta(seconds=2)
+        sent = [remember(app, f"t{i}", eta=eta) for i in range(40)]
+        wait_until(lambda: len(runs(redis_client)) == len(sent), timeout=30)
+
+    late = sorted(run["at"] - eta.timestamp() for run in runs(redis_client))
+    assert late[0] >= 0, "a task started before its ETA"
+    assert late[-1] < 0.5, f"started up to {late[-1]:.2f} s late: {[round(x, 2) for x in late]}"
