@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import replace
 from functools import cached_property
 from typing import Any, TypeVar
 
@@ -32,7 +33,7 @@ from ..core.handover import Publisher
 from ..core.store import DelayedStore, Scheduled
 from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
 from .keyed import InvalidDelayKey, delay_key_of, report
-from .message import due_ms, eta_of, eta_timestamp
+from .message import due_ms, eta_of, eta_span, eta_timestamp
 from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
 from .separate_store import separate_store
 from .settings import DelayqConfig, check_broker_url, config_of
@@ -116,6 +117,8 @@ class DelayqChannel:
             return False
         stored = payload() if callable(payload) else payload
         scheduled = self.delayed(queue, message, stored, seconds)
+        if delay_key is not None and delay_key.max_wait_ms:
+            scheduled = replace(scheduled, eta_span=eta_span(stored, eta))
         if self.captured is not None:  # schedule_many stores it with its chunk
             if delay_key is not None:
                 raise InvalidDelayKey("schedule_many does not take keyed messages")

@@ -45,6 +45,22 @@ def eta_timestamp(eta: Any, timezone: tzinfo | None) -> float:
     return seconds
 
 
+def eta_span(payload: bytes, eta: Any) -> tuple[int, int] | None:
+    """Where the encoded kombu envelope ``payload`` spells its ``eta`` header's value:
+    (byte offset, length), or None where it cannot be found.
+
+    kombu's JSON writes ``"eta": "<value>"``, and headers come before properties; a
+    quote inside any string value is escaped, so the first match is the header itself.
+    """
+    if not isinstance(eta, str):
+        return None
+    value = eta.encode()
+    found = payload.find(b'"eta": "' + value + b'"')
+    if found < 0:
+        return None
+    return found + len(b'"eta": "'), len(value)
+
+
 def due_ms(seconds: float) -> int:
     """Due time in whole milliseconds, rounded up so nothing is delivered before its ETA."""
     return math.ceil(seconds * 1000)

@@ -67,6 +67,10 @@ class Scheduled:
     destination: str  # the kombu list it is pushed to (priority and prefix applied)
     payload: bytes
     expires_ms: int | None = None  # the queue's x-expires, when the publisher declared one
+    #: Where the payload spells its ETA (byte offset, length): a keyed message whose
+    #: due time ``max_wait`` brings forward gets that ETA rewritten in ISO 8601 UTC, so
+    #: the worker runs it at the due time rather than holding it until the old ETA.
+    eta_span: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -128,16 +132,21 @@ class DelayedStore:
         record = Record(
             message.due_ms, message.destination, message.payload, message.expires_ms, encoded_key
         )
+        tail = record.tail(keys.own_list)
         args = [
             *keys.page_args(),
             key,
             message.due_ms,
-            record.tail(keys.own_list),
+            tail,
             message.queue,
             self.keys.wakeup_channel,
         ]
         if delay_key is not None:
-            args += [encoded_key, delay_key.on_held, delay_key.max_wait_ms]
+            eta_at, eta_length = 0, 0  # 1-based in the record tail; 0: not to rewrite
+            if message.eta_span is not None:
+                eta_at = len(tail) - len(message.payload) + message.eta_span[0] + 1
+                eta_length = message.eta_span[1]
+            args += [encoded_key, delay_key.on_held, delay_key.max_wait_ms, eta_at, eta_length]
         return ScheduleCall(keys=[*keys.as_list(), *self._registry_in_scripts()], args=args)
 
     def schedule(self, message: Scheduled) -> bool:

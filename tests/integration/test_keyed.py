@@ -5,7 +5,9 @@ queues are read directly. Worker runs are in tests/system/test_keyed_worker.py."
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -73,6 +75,32 @@ def test_max_wait_caps_how_far_replacing_pushes_the_due_time(keyed_app: Celery) 
     assert second.due == first.due
     (message,) = pending(keyed_app)
     assert message.due == first.due and args_of(message) == "(2,)"
+    # the payload's ETA is the capped due time, or a worker would hold the task until
+    # 600 s after the call, whatever max_wait said
+    eta = describe(message.record.payload)["eta"]
+    assert datetime.fromisoformat(eta) == datetime.fromtimestamp(first.due, timezone.utc)
+
+
+@pytest.mark.parametrize(
+    "due",
+    [
+        datetime(2031, 12, 31, 23, 59, 59, 999000, timezone.utc),  # a year's last ms
+        datetime(2028, 2, 29, 23, 59, 59, 999000, timezone.utc),  # a leap day's last ms
+        datetime(2100, 3, 1, 0, 0, 0, 1000, timezone.utc),  # 2100 is no leap year
+        datetime(2027, 1, 1, 0, 0, tzinfo=timezone.utc),
+    ],
+)
+def test_a_capped_eta_is_spelled_exactly_on_any_date(make_app, due: datetime) -> None:
+    """The script writes the capped ETA itself (an ISO 8601 date from epoch ms)."""
+    app = make_app()
+    task = noop_task(app)
+    wait = due.timestamp() - time.time()
+    result = celery_delayq.debounce(task, (1,), key="k", countdown=wait + 3600, max_wait=wait)
+
+    (message,) = pending(app)
+    eta = describe(message.record.payload)["eta"]
+    assert abs(datetime.fromisoformat(eta) - due) < timedelta(seconds=1)
+    assert datetime.fromisoformat(eta) == datetime.fromtimestamp(result.due, timezone.utc)
 
 
 def test_keep_drops_the_new_message_and_names_the_pending_task(keyed_app: Celery) -> None:

@@ -12,11 +12,34 @@
 -- ARGV[9]  when the key is held: 'replace', 'keep' or 'reject'
 -- ARGV[10] max wait (ms): a replace never pushes the due time later than this after the
 --          first pending message of the key was scheduled; 0: no limit
+-- ARGV[11] where the payload's ETA value starts in ARGV[5] (1-based; 0: unknown), and
+-- ARGV[12] its length: when max_wait brings the due time forward, the ETA is rewritten
+--          to it, or the worker would hold the task until the ETA it was sent with
 -- Returns  {outcome, message key, due time}:
 --          0 stored, key free: the new message's key and due time
 --          1 stored, replacing the pending message: the replaced message's key, new due
 --          2 dropped (keep): the pending message's key and due time
 --          3 refused (reject): the pending message's key and due time
+
+-- Epoch milliseconds as an ISO 8601 UTC time, as a Celery eta header spells it (the
+-- days-to-date conversion is Howard Hinnant's civil_from_days).
+local function iso_utc(ms)
+  local seconds = math.floor(ms / 1000)
+  local z = math.floor(seconds / 86400) + 719468
+  local era = math.floor(z / 146097)
+  local day_of_era = z - era * 146097
+  local year_of_era = math.floor((day_of_era - math.floor(day_of_era / 1460)
+    + math.floor(day_of_era / 36524) - math.floor(day_of_era / 146096)) / 365)
+  local day_of_year = day_of_era - (365 * year_of_era + math.floor(year_of_era / 4)
+    - math.floor(year_of_era / 100))
+  local shifted_month = math.floor((5 * day_of_year + 2) / 153)
+  local day = day_of_year - math.floor((153 * shifted_month + 2) / 5) + 1
+  local month = shifted_month < 10 and shifted_month + 3 or shifted_month - 9
+  local year = year_of_era + era * 400 + (month <= 2 and 1 or 0)
+  local of_day = seconds % 86400
+  return string.format('%04d-%02d-%02dT%02d:%02d:%02d.%03d000+00:00', year, month, day,
+    math.floor(of_day / 3600), math.floor(of_day % 3600 / 60), of_day % 60, ms % 1000)
+end
 
 local now = server_now()
 local delay_key, on_held, max_wait = ARGV[8], ARGV[9], tonumber(ARGV[10])
@@ -35,9 +58,15 @@ if record then
   redis.call('HINCRBY', STATS, 'replaced', 1)
   since, outcome, replaced = held_since, 1, pending
 end
-if max_wait > 0 then due = math.min(due, since + max_wait) end
+local tail, eta_at, eta_length = ARGV[5], tonumber(ARGV[11]), tonumber(ARGV[12])
+if max_wait > 0 and since + max_wait < due then
+  due = since + max_wait
+  if eta_at > 0 then
+    tail = tail:sub(1, eta_at - 1) .. iso_utc(due) .. tail:sub(eta_at + eta_length)
+  end
+end
 
-local key = store_message(ARGV[3], string.format('%d', due), ARGV[5])
+local key = store_message(ARGV[3], string.format('%d', due), tail)
 redis.call('HSET', DUP, index_field(delay_key), since .. ':' .. key)
 if KEYS[5] then redis.call('SADD', KEYS[5], ARGV[6]) end
 redis.call('HINCRBY', STATS, 'scheduled', 1)
