@@ -54,9 +54,13 @@ def store_on(app: Celery, connection: Connection) -> DelayedStore:
 
 
 @contextmanager
-def open_store(app: Celery) -> Iterator[DelayedStore]:
+def open_store(app: Celery, *, fail_fast: bool = False) -> Iterator[DelayedStore]:
     """The app's delayed store for short operations: on a pooled broker connection, or
-    at ``delayq_store_url`` (then the broker is reached only to deliver)."""
+    at ``delayq_store_url`` (then the broker is reached only to deliver).
+
+    ``fail_fast``: a single connection attempt to the broker's Redis rather than kombu's
+    retries (seconds), for a web page that should say at once that Redis is down.
+    """
     config = config_of(app)
     if config.store_url is not None:
         store = separate_store(config, publisher_factory(app))
@@ -66,6 +70,8 @@ def open_store(app: Celery) -> Iterator[DelayedStore]:
             store.close()
         return
     with app.connection_or_acquire() as connection:
+        if fail_fast:
+            connection.ensure_connection(max_retries=0)
         yield store_on(app, connection)
 
 

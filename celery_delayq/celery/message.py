@@ -105,6 +105,15 @@ def describe(payload: bytes) -> dict[str, Any]:
     return described
 
 
+def message_headers(payload: bytes) -> dict[str, Any]:
+    """Every header of a stored Celery message ({} when it cannot be read)."""
+    try:
+        headers = loads(payload).get("headers")
+    except (ValueError, TypeError, AttributeError):
+        return {}
+    return headers if isinstance(headers, dict) else {}
+
+
 def _body_reprs(message: dict[str, Any]) -> tuple[str, str]:
     try:
         body = message["body"]

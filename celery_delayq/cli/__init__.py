@@ -16,6 +16,7 @@ from .rescue import rescue_command
 from .run import exporter, mover
 from .status import status
 from .tasks import cancel, list_, promote, purge, reschedule, show
+from .web import web
 
 
 @click.group(name="delayq")
@@ -27,5 +28,6 @@ for command in (status, list_, show, cancel, reschedule, promote, purge, mover, 
     delayq.add_command(command)
 delayq.add_command(rescue_command, name="rescue")
 delayq.add_command(exporter)
+delayq.add_command(web)
 
 __all__ = ["delayq"]

@@ -9,7 +9,8 @@ import click
 from ..celery.message import describe
 from ..core.results import DeadLetter
 from ..ops import api
-from .render import current_app, emit, iso, json_option, table
+from ..ops.when import iso
+from .render import current_app, emit, json_option, table
 
 
 def dead_json(letter: DeadLetter) -> dict[str, Any]:

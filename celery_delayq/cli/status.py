@@ -13,7 +13,8 @@ from ..core.health import redis_location
 from ..core.results import QueueBacklog
 from ..core.status import StoreStatus, read_status
 from ..core.store import DelayedStore
-from .render import ago, current_app, due_in, emit, iso, json_option, table
+from ..ops.when import ago, due_in, iso
+from .render import current_app, emit, json_option, table
 
 #: Time buckets of ``status --timeline``, in seconds from now.
 TIMELINE_EDGES = (0, 60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)

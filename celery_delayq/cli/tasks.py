@@ -12,8 +12,9 @@ from ..celery.connect import open_store
 from ..celery.message import describe
 from ..core.results import PendingMessage
 from ..ops import api
+from ..ops.when import iso
 from .dead import dead_json, dead_table
-from .render import current_app, emit, iso, json_option, moment, report_per_task, table
+from .render import current_app, emit, json_option, moment, report_per_task, table
 
 #: What ``show`` prints of a message, in this order.
 SHOW_FIELDS = [

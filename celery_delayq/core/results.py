@@ -67,6 +67,10 @@ class PendingMessage:
     def task_id(self) -> str:
         return task_id_of(self.key)
 
+    @property
+    def due_ms(self) -> int:
+        return round(self.due * 1000)
+
 
 @dataclass(frozen=True)
 class DeadLetter:

@@ -458,7 +458,9 @@ class DelayedStore:
             flat = self._run(self.scripts.pending, keys, low, high, limit, order)
             entries = [(key, int(float(due))) for key, due in zip(flat[::2], flat[1::2])]
             found.extend(self._with_records(keys, entries))
-        found.sort(key=lambda message: message.due, reverse=newest_first)
+        # a total order (due, queue, key), so that a page cut at ``limit`` is the same
+        # cut on every call (paging resumes after it: ops/browse.py)
+        found.sort(key=lambda m: (m.due_ms, m.queue, m.key), reverse=newest_first)
         return found[:limit]
 
     def find(self, task_id: str) -> list[PendingMessage]:

@@ -30,6 +30,12 @@ def cancel(app: Celery, task_id: str) -> int:
         return store.cancel(task_id)
 
 
+def cancel_many(app: Celery, task_ids: Iterable[str]) -> dict[str, int]:
+    """``cancel`` for many task ids on one store connection; per task id, how many."""
+    with open_store(app) as store:
+        return {task_id: store.cancel(task_id) for task_id in task_ids}
+
+
 def reschedule(
     app: Celery,
     task_id: str,
@@ -50,6 +56,13 @@ def reschedule(
         eta = datetime.now(timezone.utc) + timedelta(seconds=countdown or 0)
     with open_store(app) as store:
         return _reschedule(store, task_id, maybe_make_aware(eta, app.timezone))
+
+
+def reschedule_many(app: Celery, task_ids: Iterable[str], eta: datetime) -> dict[str, int]:
+    """``reschedule`` to one ``eta`` for many task ids; per task id, how many."""
+    eta = maybe_make_aware(eta, app.timezone)
+    with open_store(app) as store:
+        return {task_id: _reschedule(store, task_id, eta) for task_id in task_ids}
 
 
 def _reschedule(store: DelayedStore, task_id: str, eta: datetime) -> int:

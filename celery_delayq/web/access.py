@@ -1,0 +1,76 @@
+"""Who may use the web pages: HTTP basic auth or a token, from the Celery app's settings
+or the environment, and the rule that only a loopback address may go without.
+
+Settings (environment variables of the same name in capitals win over them):
+``delayq_web_username`` and ``delayq_web_password`` for basic auth, ``delayq_web_token``
+for a token (sent as ``Authorization: Bearer <token>``, or typed once into the login
+page, which keeps it in the signed session cookie).
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from celery import Celery
+
+SETTINGS = ("delayq_web_username", "delayq_web_password", "delayq_web_token")
+
+
+class AddressRefused(Exception):
+    """Listening beyond this machine without authentication configured."""
+
+
+@dataclass(frozen=True)
+class Access:
+    username: str | None = None
+    password: str | None = None
+    token: str | None = None
+
+    @property
+    def required(self) -> bool:
+        return bool((self.username and self.password) or self.token)
+
+    def basic_ok(self, username: str | None, password: str | None) -> bool:
+        if not (self.username and self.password and username is not None and password):
+            return False
+        return _same(username, self.username) & _same(password, self.password)
+
+    def token_ok(self, token: str | None) -> bool:
+        return bool(self.token and token) and _same(token or "", self.token or "")
+
+
+def _same(given: str, expected: str) -> bool:
+    """Constant-time comparison: how long it takes says nothing about the secret."""
+    return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def access_of(app: Celery, environ: Any = os.environ) -> Access:
+    """The credentials configured for ``app``'s web pages."""
+    values = [environ.get(name.upper()) or app.conf.get(name) for name in SETTINGS]
+    username, password, token = (str(v) if v else None for v in values)
+    if bool(username) != bool(password):
+        raise ValueError("set both delayq_web_username and delayq_web_password, or neither")
+    return Access(username, password, token)
+
+
+def is_loopback(address: str) -> bool:
+    if address == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(address).is_loopback
+    except ValueError:
+        return False  # a host name: it may resolve to anything
+
+
+def check_address(address: str, access: Access) -> None:
+    """Refuse to serve beyond this machine unless authentication is configured."""
+    if not is_loopback(address) and not access.required:
+        raise AddressRefused(
+            f"refusing to listen on {address} without authentication: set "
+            "delayq_web_username and delayq_web_password (or DELAYQ_WEB_USERNAME and "
+            "DELAYQ_WEB_PASSWORD), or delayq_web_token (DELAYQ_WEB_TOKEN)"
+        )

@@ -1,0 +1,92 @@
+"""The last hour of moves and lateness, sampled from the store's counters by the web
+process itself (the counters are totals; rates and quantiles come from differences
+between samples), so the charts need no Prometheus and nothing more in Redis."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..core.stats import LATENESS_BUCKETS_MS
+
+#: Counters summed over every queue: moved, late_count, late_sum_ms, late_le_<bound>.
+Totals = dict[str, int]
+
+
+@dataclass(frozen=True)
+class Interval:
+    """What happened between two samples."""
+
+    end: float  # epoch seconds
+    moved_per_second: float
+    mean_lateness_ms: float | None  # None: nothing moved
+    p99_lateness_ms: float | None  # the histogram bucket's upper bound
+
+
+def quantile_bound(buckets: dict[int | None, int], q: float) -> float | None:
+    """The upper bound (ms) of the histogram bucket holding quantile ``q`` (None for the
+    overflow bucket's, which has no bound: reported as the largest bound)."""
+    total = sum(buckets.values())
+    if not total:
+        return None
+    seen = 0
+    for bound in (*LATENESS_BUCKETS_MS, None):
+        seen += buckets.get(bound, 0)
+        if seen >= q * total:
+            return float(bound if bound is not None else LATENESS_BUCKETS_MS[-1])
+    return float(LATENESS_BUCKETS_MS[-1])
+
+
+def interval(before: tuple[float, Totals], after: tuple[float, Totals]) -> Interval:
+    (start, old), (end, new) = before, after
+
+    def grew(name: str) -> int:
+        return max(0, new.get(name, 0) - old.get(name, 0))
+
+    count = grew("late_count")
+    buckets: dict[int | None, int] = {b: grew(f"late_le_{b}") for b in LATENESS_BUCKETS_MS}
+    buckets[None] = grew("late_le_inf")
+    return Interval(
+        end=end,
+        moved_per_second=grew("moved") / max(end - start, 1e-9),
+        mean_lateness_ms=grew("late_sum_ms") / count if count else None,
+        p99_lateness_ms=quantile_bound(buckets, 0.99),
+    )
+
+
+class CounterSampler:
+    """Reads the counters every ``every`` seconds in a daemon thread, keeping ``keep``
+    seconds of samples. A failed read (Redis down) leaves a gap, not an error."""
+
+    def __init__(self, read: Callable[[], Totals], every: float = 15.0, keep: float = 3600.0):
+        self.read, self.every = read, every
+        self.samples: deque[tuple[float, Totals]] = deque(maxlen=int(keep / every) + 1)
+        self._started = False
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Start sampling (once; later calls do nothing)."""
+        with self._lock:
+            if self._started:
+                return
+            self._started = True
+        threading.Thread(target=self._run, name="delayq-web-sampler", daemon=True).start()
+
+    def _run(self) -> None:
+        while True:
+            self.sample()
+            time.sleep(self.every)
+
+    def sample(self) -> None:
+        try:
+            totals = self.read()
+        except Exception:  # noqa: BLE001 - Redis may be down; the chart shows a gap
+            return
+        self.samples.append((time.time(), totals))
+
+    def intervals(self) -> list[Interval]:
+        samples = list(self.samples)
+        return [interval(a, b) for a, b in zip(samples, samples[1:])]

@@ -1,0 +1,226 @@
+"""The pages: overview, scheduled tasks, one task, dead letters, doctor, and the token
+login. Every page reads the store afresh; nothing but the moves chart is kept between
+requests."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote
+
+from flask import Blueprint, redirect, render_template, request, session
+
+from ..celery.connect import open_store
+from ..celery.message import message_headers
+from ..celery.settings import config_of
+from ..core.status import read_status
+from ..ops import api
+from ..ops.browse import Cursor, Task, TaskFilter, browse
+from ..ops.health import doctor as run_doctor
+from ..ops.when import parse_moment
+from .charts import bar_chart, line_chart
+from .context import context, problem
+from .present import folded_value, pretty_repr
+
+pages = Blueprint("pages", __name__)
+
+#: Timeline ranges: how many bars, seconds per bar, and the label format (UTC).
+RANGES = {
+    "minute": (60, 1, "%H:%M:%S"),
+    "hour": (60, 60, "%H:%M"),
+    "day": (48, 1800, "%H:%M"),
+    "week": (28, 6 * 3600, "%a %H:%M"),
+}
+PAGE_SIZE = 50
+#: Messages a page may read looking for matches of a name, key or search filter before
+#: it shows what it found and offers to search further (browse.py).
+SCAN_BUDGET = 5_000
+
+
+class BadFilter(ValueError):
+    """A filter field that cannot be read; the page says which and why."""
+
+
+def filter_from(fields: Mapping[str, str]) -> TaskFilter:
+    """The filter a scheduled-tasks form (or a bulk action repeating it) describes."""
+    moments = {}
+    for name, label in (("after", "due after"), ("before", "due before")):
+        value = (fields.get(name) or "").strip()
+        try:
+            moments[name] = parse_moment(value) if value else None
+        except ValueError as exc:
+            raise BadFilter(f"{label}: {exc}") from None
+    text = {
+        name: (fields.get(name) or "").strip() or None for name in ("queue", "task", "q", "key")
+    }
+    return TaskFilter(
+        queue=text["queue"],
+        task=text["task"],
+        due_after=moments["after"],
+        due_before=moments["before"],
+        search=text["q"],
+        key=text["key"],
+    )
+
+
+@pages.get("/")
+def overview() -> Any:
+    ctx = context()
+    ctx.sampler.start()
+    span = request.args.get("range", "hour")
+    if span not in RANGES:
+        return problem(400, "Unknown range", f"range must be one of {', '.join(RANGES)}")
+    bars, width, label_format = RANGES[span]
+    with open_store(ctx.celery, fail_fast=True) as store:
+        snapshot = read_status(store, config_of(ctx.celery).mover_alive_within)
+        edges = [snapshot.now + i * width for i in range(bars + 1)]
+        per_queue = store.timeline(edges)
+    falling_due = [sum(counts[i] for counts in per_queue.values()) for i in range(bars)]
+    labels = [_clock(edge, label_format) for edge in edges[:-1]]
+    return render_template(
+        "overview.html",
+        snapshot=snapshot,
+        span=span,
+        ranges=list(RANGES),
+        timeline=bar_chart(
+            falling_due, labels, title=f"Falling due in the next {span}", unit="tasks"
+        ),
+        falling_due=sum(falling_due),
+        **_moves_charts(),
+        findings=_cached_findings(),
+        refresh=_refresh_seconds(),
+    )
+
+
+def _moves_charts() -> dict[str, Any]:
+    intervals = context().sampler.intervals()
+    labels = [_clock(i.end, "%H:%M") for i in intervals]
+    moves = bar_chart(
+        [i.moved_per_second for i in intervals], labels, title="Moved per second", unit="/s"
+    )
+    lateness = line_chart(
+        {
+            "mean": [i.mean_lateness_ms for i in intervals],
+            "p99 (bucket bound)": [i.p99_lateness_ms for i in intervals],
+        },
+        labels,
+        title="Move lateness",
+        unit="ms",
+    )
+    return {"moves": moves, "lateness": lateness, "sampled": len(intervals)}
+
+
+#: The doctor reads the whole store (its consistency check): at most once a minute.
+FINDINGS_TTL = 60.0
+_findings: dict[int, tuple[float, Any]] = {}
+
+
+def _cached_findings() -> Any:
+    ctx = context()
+    cached = _findings.get(id(ctx))
+    if cached is None or time.monotonic() - cached[0] > FINDINGS_TTL:
+        cached = (time.monotonic(), run_doctor(ctx.celery))
+        _findings[id(ctx)] = cached
+    return cached[1]
+
+
+def _refresh_seconds() -> int:
+    try:
+        return max(0, int(request.args.get("refresh", "10")))
+    except ValueError:
+        return 10
+
+
+def _clock(seconds: float, label_format: str) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime(label_format)
+
+
+@pages.get("/scheduled")
+def scheduled() -> Any:
+    ctx = context()
+    try:
+        where = filter_from(request.args)
+        after = Cursor.decode(request.args["from"]) if request.args.get("from") else None
+    except (BadFilter, ValueError) as exc:
+        return problem(400, "That filter cannot be read", str(exc))
+    with open_store(ctx.celery, fail_fast=True) as store:
+        page = browse(store, where, after, size=PAGE_SIZE, scan_budget=SCAN_BUDGET)
+        queues = store.queues()
+        pending = sum(store.pending_counts(queues).values())
+    return render_template(
+        "scheduled.html",
+        page=page,
+        where=where,
+        fields=request.args,
+        queues=queues,
+        pending=pending,
+        filtered=where != TaskFilter(),
+        next_url=_with_args(**{"from": page.next.encode()}) if page.next else None,
+        first_url=_with_args(**{"from": ""}),
+    )
+
+
+def _with_args(**changes: str) -> str:
+    args = {**request.args.to_dict(), **changes}
+    query = "&".join(f"{k}={_quote(v)}" for k, v in args.items() if v)
+    return f"{request.script_root}{request.path}?{query}"
+
+
+def _quote(value: str) -> str:
+    return quote(value, safe="")
+
+
+@pages.get("/task/<path:task_id>")
+def task(task_id: str) -> Any:
+    with open_store(context().celery, fail_fast=True) as store:
+        found = [Task(message) for message in store.find(task_id)]
+    if not found:
+        return problem(
+            404,
+            "No pending task with that id",
+            f"Nothing is pending under {task_id!r}: it may have run already, been "
+            "cancelled, or never been delayed.",
+        )
+    details = [
+        {
+            "task": t,
+            "headers": message_headers(t.message.record.payload),
+            "args": folded_value(pretty_repr(t.info.get("args"))),
+            "kwargs": folded_value(pretty_repr(t.info.get("kwargs"))),
+        }
+        for t in found
+    ]
+    return render_template("task.html", task_id=task_id, details=details)
+
+
+@pages.get("/dead")
+def dead() -> Any:
+    letters = [Task(letter) for letter in api.dead_letters(context().celery)]
+    return render_template("dead.html", letters=letters)
+
+
+@pages.get("/doctor")
+def doctor() -> Any:
+    report = run_doctor(context().celery)
+    _findings[id(context())] = (time.monotonic(), report)
+    return render_template("doctor.html", report=report)
+
+
+@pages.route("/login", methods=["GET", "POST"])
+def login() -> Any:
+    target = safe_next(request.values.get("next"))
+    if request.method == "POST":
+        if context().access.token_ok(request.form.get("token")):
+            session["token"] = request.form["token"]
+            return redirect(request.script_root + target)
+        return render_template("login.html", next=target, failed=True), 401
+    return render_template("login.html", next=target, failed=False)
+
+
+def safe_next(target: str | None) -> str:
+    """A path on this site to go back to (never another site: no scheme, no //)."""
+    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+        return "/"
+    return target
