@@ -466,3 +466,27 @@ def test_the_lateness_histogram_counts_every_message_of_a_batch_in_its_own_bucke
     assert stats["late_count"] == len(late_by)
     assert stats["late_sum_ms"] == sum(lateness)
     assert result.max_lateness_ms == max(lateness)
+
+
+def test_listings_read_across_many_pages_in_due_order(redis_client):
+    """More pages than pending.lua reads from the page index at once (32), random dues:
+    every listing (oldest or latest first, within a window, cut at a limit) is exactly
+    the sorted slice."""
+    store = make_store(redis_client)
+    rng = random.Random(7)
+    dues = {f"t{i}": rng.randrange(10**12, 10**12 + 10**7) for i in range(60 * PAGE_SIZE)}
+    store.schedule_many(
+        Scheduled("q", f"m{task}", task, due, "q", b"{}") for task, due in dues.items()
+    )
+    assert redis_client.zcard(store.keys.for_queue("q").pages) > 64
+    ordered = sorted(dues.values())
+
+    assert [m.due_ms for m in store.pending(limit=len(dues))] == ordered
+    assert [m.due_ms for m in store.pending(limit=5000, newest_first=True)] == ordered[::-1][:5000]
+    low, high = ordered[1000], ordered[4000]
+    window = store.pending(due_after=low / 1000, due_before=high / 1000, limit=10**6)
+    assert [m.due_ms for m in window] == [d for d in ordered if low <= d <= high]
+    latest = store.pending(
+        due_after=low / 1000, due_before=high / 1000, limit=50, newest_first=True
+    )
+    assert [m.due_ms for m in latest] == [d for d in ordered if low <= d <= high][::-1][:50]
