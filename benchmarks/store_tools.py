@@ -16,7 +16,7 @@ import uuid
 import redis
 
 from celery_delayq.core.keys import KeySpace
-from celery_delayq.core.stats import LATENESS_BUCKETS_MS
+from celery_delayq.core.stats import lateness_quantile_ms
 from celery_delayq.core.store import DelayedStore, Scheduled
 
 #: Filler that brings a synthetic payload to about the size of a real ``bench.record``
@@ -113,14 +113,10 @@ def move_lateness(url: str, queue: str) -> dict[str, float | None]:
     count = stats.get("late_count", 0)
     if not count:
         return {"move_p99": None, "move_mean": None}
-    seen = 0
-    p99: float | None = None
-    for bound in LATENESS_BUCKETS_MS:
-        seen += stats.get(f"late_le_{bound}", 0)
-        if seen >= 0.99 * count:
-            p99 = float(bound)
-            break
-    return {"move_p99": p99, "move_mean": stats.get("late_sum_ms", 0) / count}
+    return {
+        "move_p99": lateness_quantile_ms(stats, 0.99),
+        "move_mean": stats.get("late_sum_ms", 0) / count,
+    }
 
 
 def mover_passes(url: str) -> tuple[int, float]:

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core.stats import LATENESS_BUCKETS_MS
+from ..core.stats import lateness_quantile_ms
 
 #: Counters summed over every queue: moved, late_count, late_sum_ms, late_le_<bound>.
 Totals = dict[str, int]
@@ -26,20 +26,6 @@ class Interval:
     p99_lateness_ms: float | None  # the histogram bucket's upper bound
 
 
-def quantile_bound(buckets: dict[int | None, int], q: float) -> float | None:
-    """The upper bound (ms) of the histogram bucket holding quantile ``q`` (None for the
-    overflow bucket's, which has no bound: reported as the largest bound)."""
-    total = sum(buckets.values())
-    if not total:
-        return None
-    seen = 0
-    for bound in (*LATENESS_BUCKETS_MS, None):
-        seen += buckets.get(bound, 0)
-        if seen >= q * total:
-            return float(bound if bound is not None else LATENESS_BUCKETS_MS[-1])
-    return float(LATENESS_BUCKETS_MS[-1])
-
-
 def interval(before: tuple[float, Totals], after: tuple[float, Totals]) -> Interval:
     (start, old), (end, new) = before, after
 
@@ -47,13 +33,11 @@ def interval(before: tuple[float, Totals], after: tuple[float, Totals]) -> Inter
         return max(0, new.get(name, 0) - old.get(name, 0))
 
     count = grew("late_count")
-    buckets: dict[int | None, int] = {b: grew(f"late_le_{b}") for b in LATENESS_BUCKETS_MS}
-    buckets[None] = grew("late_le_inf")
     return Interval(
         end=end,
         moved_per_second=grew("moved") / max(end - start, 1e-9),
         mean_lateness_ms=grew("late_sum_ms") / count if count else None,
-        p99_lateness_ms=quantile_bound(buckets, 0.99),
+        p99_lateness_ms=lateness_quantile_ms({name: grew(name) for name in new}, 0.99),
     )
 
 
