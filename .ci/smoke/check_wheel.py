@@ -30,6 +30,7 @@ from celery_delayq.testing import RedisServer
 
 HERE = Path(__file__).resolve().parent  # holds tinyapp.py, and nothing of the package
 SOURCE_LUA = HERE.parent.parent / "celery_delayq" / "core" / "lua"  # only listed, never imported
+SOURCE_WEB = HERE.parent.parent / "celery_delayq" / "web"  # the same
 CELERY = str(Path(sys.executable).parent / "celery")
 COUNTDOWN = 2.0
 
@@ -52,8 +53,13 @@ def check_installed() -> None:
     expected = sorted(p.name for p in SOURCE_LUA.glob("*.lua"))
     assert lua_files == expected, f"the wheel's Lua files {lua_files} are not {expected}"
     assert resources.files("celery_delayq").joinpath("py.typed").is_file(), "no py.typed"
+    web = resources.files("celery_delayq.web")
+    for folder in ("templates", "static"):  # the dashboard's files (Flask: the web extra)
+        shipped = sorted(p.name for p in web.joinpath(folder).iterdir())
+        expected = sorted(p.name for p in (SOURCE_WEB / folder).iterdir())
+        assert shipped == expected, f"the wheel's web/{folder} {shipped} is not {expected}"
     print(f"celery_delayq {celery_delayq.__version__} from {location.parent}")
-    print(f"  {len(lua_files)} Lua files, py.typed: ok")
+    print(f"  {len(lua_files)} Lua files, py.typed, the web pages' templates: ok")
 
 
 def celery(env: dict[str, str], *args: str) -> str:

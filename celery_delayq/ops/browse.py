@@ -3,9 +3,9 @@
 The store indexes messages by queue and due time only, so those two filters cost
 nothing; a task name, a delay key or a search in the arguments needs each message
 decoded. A page therefore reads forward in due order, in batches, until it has a page
-of matches or has looked at ``scan_budget`` messages: a rare match in a million pending
-gives a page with what was found so far and a cursor to search further, never a request
-that reads the whole store.
+of matches or has spent its budget (messages looked at, or time): a rare match in a
+million pending gives a page with what was found so far and a cursor to search further,
+never a request that reads the whole store.
 
 A cursor is a position in the store's total order (due time, queue, message key): the
 due time in ms, and how many messages of that same millisecond were already passed. Under
@@ -15,6 +15,7 @@ concurrent changes a page may repeat or miss a message at its edge, as any keyse
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -47,6 +48,8 @@ class TaskFilter:
     def matches(self, task: Task) -> bool:
         if self.key and task.key != self.key:
             return False
+        if not self._may_match(task.message.record.payload):
+            return False
         if self.task and task.name != self.task:
             return False
         if self.search:
@@ -55,6 +58,22 @@ class TaskFilter:
             if not any(needle in text.casefold() for text in found):
                 return False
         return True
+
+    def _may_match(self, payload: bytes) -> bool:
+        """False when the raw message cannot match, found without decoding it (most of
+        the cost of a scan): a task name or search text of plain ASCII appears in the
+        JSON as it is, so a message without it is no match."""
+        if self.task and _verbatim(self.task) and self.task.encode() not in payload:
+            return False
+        if self.search and _verbatim(self.search):
+            return self.search.lower().encode() in payload.lower()
+        return True
+
+
+def _verbatim(text: str) -> bool:
+    """Whether JSON writes ``text`` unchanged inside a string (printable ASCII, no quote
+    or backslash)."""
+    return text.isascii() and text.isprintable() and '"' not in text and "\\" not in text
 
 
 @dataclass(frozen=True)
@@ -148,15 +167,21 @@ def browse(
     where: TaskFilter,
     after: Cursor | None = None,
     size: int = 50,
-    scan_budget: int = 5_000,
+    scan_budget: int = 100_000,
+    scan_seconds: float | None = None,
 ) -> Page:
-    """One page of matching tasks after ``after``, in due order."""
+    """One page of matching tasks after ``after``, in due order; the scan stops early
+    after ``scan_budget`` messages or ``scan_seconds``, whichever comes first."""
     page = Page()
+    deadline = None if scan_seconds is None else time.monotonic() + scan_seconds
     for task, position in scan(store, where, after):
         page.scanned += 1
         if where.matches(task):
             page.tasks.append(task)
-        if len(page.tasks) == size or page.scanned >= scan_budget:
+        spent = page.scanned >= scan_budget or (
+            deadline is not None and time.monotonic() > deadline
+        )
+        if len(page.tasks) == size or spent:
             page.budget_spent = len(page.tasks) < size
             page.next = position if _more(store, where, position) else None
             return page

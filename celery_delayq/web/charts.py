@@ -18,10 +18,12 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if value >= 10 or value == int(value) else f"{value:.1f}"
 
 
-def _frame(title: str, top_value: float, unit: str, labels: Sequence[str], body: str) -> Markup:
+def _frame(
+    title: str, top_value: float, unit: str, labels: Sequence[str], body: str, width: int
+) -> Markup:
     """Axes, the top value, about six x labels, and the drawn body."""
-    plot_width = WIDTH - LEFT - 4
-    step = max(1, len(labels) // 6)
+    plot_width = width - LEFT - 4
+    step = max(1, len(labels) // (6 if width >= 600 else 4))
     ticks = "".join(
         f'<text x="{LEFT + (i + 0.5) * plot_width / len(labels):.1f}" y="{HEIGHT - 6}" '
         f'text-anchor="middle">{escape(label)}</text>'
@@ -29,12 +31,12 @@ def _frame(title: str, top_value: float, unit: str, labels: Sequence[str], body:
         if i % step == 0
     )
     return Markup(
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {HEIGHT}" role="img" '
+        f'<svg class="chart" viewBox="0 0 {width} {HEIGHT}" role="img" '
         f'aria-label="{escape(title)}" xmlns="http://www.w3.org/2000/svg">'
         f"<title>{escape(title)}</title>"
-        f'<line class="axis" x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{WIDTH - 4}" '
+        f'<line class="axis" x1="{LEFT}" y1="{HEIGHT - BOTTOM}" x2="{width - 4}" '
         f'y2="{HEIGHT - BOTTOM}"/>'
-        f'<line class="grid" x1="{LEFT}" y1="{TOP}" x2="{WIDTH - 4}" y2="{TOP}"/>'
+        f'<line class="grid" x1="{LEFT}" y1="{TOP}" x2="{width - 4}" y2="{TOP}"/>'
         f'<text x="{LEFT - 6}" y="{TOP + 4}" text-anchor="end">{_number(top_value)}</text>'
         f'<text x="{LEFT - 6}" y="{HEIGHT - BOTTOM}" text-anchor="end">0</text>'
         f'<text x="{LEFT - 6}" y="{TOP + 16}" text-anchor="end" class="unit">'
@@ -43,11 +45,17 @@ def _frame(title: str, top_value: float, unit: str, labels: Sequence[str], body:
 
 
 def bar_chart(
-    values: Sequence[float], labels: Sequence[str], *, title: str, unit: str = ""
+    values: Sequence[float],
+    labels: Sequence[str],
+    *,
+    title: str,
+    unit: str = "",
+    width: int = WIDTH,
 ) -> Markup:
-    """One bar per value; each bar's tooltip says its label and value."""
+    """One bar per value; each bar's tooltip says its label and value. ``width``: of the
+    drawing, in the page's pixels when shown at its natural size (text scales with it)."""
     top = max(values, default=0) or 1
-    plot_width, plot_height = WIDTH - LEFT - 4, HEIGHT - BOTTOM - TOP
+    plot_width, plot_height = width - LEFT - 4, HEIGHT - BOTTOM - TOP
     slot = plot_width / max(1, len(values))
     bars = []
     for i, (value, label) in enumerate(zip(values, labels)):
@@ -57,7 +65,7 @@ def bar_chart(
             f'y="{HEIGHT - BOTTOM - height:.1f}" width="{slot * 0.8:.1f}" height="{height:.1f}">'
             f"<title>{escape(label)}: {_number(value)} {escape(unit)}</title></rect>"
         )
-    return _frame(title, top, unit, labels, "".join(bars))
+    return _frame(title, top, unit, labels, "".join(bars), width)
 
 
 def line_chart(
@@ -66,11 +74,12 @@ def line_chart(
     *,
     title: str,
     unit: str = "",
+    width: int = WIDTH,
 ) -> Markup:
     """One line per named series (None: no value there), with a legend."""
     known = [v for values in series.values() for v in values if v is not None]
     top = max(known, default=0) or 1
-    plot_width, plot_height = WIDTH - LEFT - 4, HEIGHT - BOTTOM - TOP
+    plot_width, plot_height = width - LEFT - 4, HEIGHT - BOTTOM - TOP
     slot = plot_width / max(1, len(labels))
     body = []
     for n, (name, values) in enumerate(series.items()):
@@ -83,7 +92,7 @@ def line_chart(
         body.append(
             f'<polyline fill="none" stroke="{colour}" stroke-width="2" points="{points}">'
             f"<title>{escape(name)}</title></polyline>"
-            f'<text x="{WIDTH - 8}" y="{TOP + 12 + 14 * n}" text-anchor="end" '
+            f'<text x="{width - 8}" y="{TOP + 12 + 14 * n}" text-anchor="end" '
             f'fill="{colour}">{escape(name)}</text>'
         )
-    return _frame(title, top, unit, labels, "".join(body))
+    return _frame(title, top, unit, labels, "".join(body), width)

@@ -4,7 +4,6 @@ requests."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -34,9 +33,12 @@ RANGES = {
     "week": (28, 6 * 3600, "%a %H:%M"),
 }
 PAGE_SIZE = 50
-#: Messages a page may read looking for matches of a name, key or search filter before
-#: it shows what it found and offers to search further (browse.py).
-SCAN_BUDGET = 5_000
+#: Charts shown side by side are drawn narrower, so their text keeps its size.
+HALF_WIDTH = 440
+#: How long, and through how many messages, a page may look for matches of a name, key
+#: or search filter before it shows what it found and offers to search further (browse.py).
+SCAN_SECONDS = 0.1
+SCAN_BUDGET = 100_000
 
 
 class BadFilter(ValueError):
@@ -89,7 +91,7 @@ def overview() -> Any:
         ),
         falling_due=sum(falling_due),
         **_moves_charts(),
-        findings=_cached_findings(),
+        findings=run_doctor(ctx.celery, read_store=False),
         refresh=_refresh_seconds(),
     )
 
@@ -98,7 +100,11 @@ def _moves_charts() -> dict[str, Any]:
     intervals = context().sampler.intervals()
     labels = [_clock(i.end, "%H:%M") for i in intervals]
     moves = bar_chart(
-        [i.moved_per_second for i in intervals], labels, title="Moved per second", unit="/s"
+        [i.moved_per_second for i in intervals],
+        labels,
+        title="Moved per second",
+        unit="/s",
+        width=HALF_WIDTH,
     )
     lateness = line_chart(
         {
@@ -108,22 +114,9 @@ def _moves_charts() -> dict[str, Any]:
         labels,
         title="Move lateness",
         unit="ms",
+        width=HALF_WIDTH,
     )
     return {"moves": moves, "lateness": lateness, "sampled": len(intervals)}
-
-
-#: The doctor reads the whole store (its consistency check): at most once a minute.
-FINDINGS_TTL = 60.0
-_findings: dict[int, tuple[float, Any]] = {}
-
-
-def _cached_findings() -> Any:
-    ctx = context()
-    cached = _findings.get(id(ctx))
-    if cached is None or time.monotonic() - cached[0] > FINDINGS_TTL:
-        cached = (time.monotonic(), run_doctor(ctx.celery))
-        _findings[id(ctx)] = cached
-    return cached[1]
 
 
 def _refresh_seconds() -> int:
@@ -146,7 +139,9 @@ def scheduled() -> Any:
     except (BadFilter, ValueError) as exc:
         return problem(400, "That filter cannot be read", str(exc))
     with open_store(ctx.celery, fail_fast=True) as store:
-        page = browse(store, where, after, size=PAGE_SIZE, scan_budget=SCAN_BUDGET)
+        page = browse(
+            store, where, after, PAGE_SIZE, scan_budget=SCAN_BUDGET, scan_seconds=SCAN_SECONDS
+        )
         queues = store.queues()
         pending = sum(store.pending_counts(queues).values())
     return render_template(
@@ -203,9 +198,7 @@ def dead() -> Any:
 
 @pages.get("/doctor")
 def doctor() -> Any:
-    report = run_doctor(context().celery)
-    _findings[id(context())] = (time.monotonic(), report)
-    return render_template("doctor.html", report=report)
+    return render_template("doctor.html", report=run_doctor(context().celery))
 
 
 @pages.route("/login", methods=["GET", "POST"])

@@ -16,7 +16,7 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.celery.connect import open_store
-from celery_delayq.testing import RedisServer
+from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.web import create_app, views
 from celery_delayq.web.access import Access, AddressRefused, access_of, check_address
 
@@ -165,6 +165,7 @@ def test_a_rare_match_gives_what_the_scan_budget_found_and_searches_further(
         task.apply_async((n,), countdown=60 + n)
     needle = str(task.apply_async(("needle",), countdown=600).id)
     monkeypatch.setattr(views, "SCAN_BUDGET", 10)
+    monkeypatch.setattr(views, "SCAN_SECONDS", None)  # the count alone, on any machine
 
     response = client.get("/scheduled?q=needle")
     assert listed_ids(response) == []
@@ -402,3 +403,20 @@ def test_mounted_under_a_prefix_every_link_and_redirect_keeps_it(app, schedule) 
         data={"ids": [task_id], "confirmed": "yes", "csrf_token": token, "next": "/scheduled"},
     )
     assert done.status_code == 302 and done.location == "/delayq/scheduled"
+
+
+def test_the_moves_chart_shows_what_the_store_moved(app, schedule) -> None:
+    web = create_app(app, access=Access())
+    sampler = web.extensions["celery_delayq"].sampler
+    sampler.sample()
+    for n in range(5):
+        schedule(n, countdown=0.2)
+    with open_store(app) as store:
+        last_due = store.pending(newest_first=True, limit=1)[0].due_ms
+        wait_until(lambda: store.server_time_ms() > last_due, what="all 5 due")
+        assert store.move_all_due().moved == 5
+    sampler.sample()
+
+    body = web.test_client().get("/").get_data(as_text=True)
+    assert 'aria-label="Moved per second"' in body and 'aria-label="Move lateness"' in body
+    assert re.search(r"<title>\d\d:\d\d: [\d.]+ /s</title>", body)  # one interval, with moves
