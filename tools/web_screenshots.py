@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import random
-import shutil
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,20 +20,16 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.celery.connect import mover_thread
-from celery_delayq.testing import RedisServer, free_port, wait_until
+from celery_delayq.testing import (
+    CHROMIUM_FLAGS,
+    RedisServer,
+    chromium_binary,
+    free_port,
+    wait_until,
+)
 from celery_delayq.web.app import create_app
 
 ROOT = Path(__file__).resolve().parent.parent
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def noop(*args: Any, **kwargs: Any) -> None:
@@ -82,9 +77,9 @@ def main() -> None:
         http = make_server("127.0.0.1", port, web, threaded=True)
         threading.Thread(target=http.serve_forever, daemon=True).start()
         wait_until(lambda: len(sampler.intervals()) >= 7, timeout=60, what="charts")
-        browser_path = shutil.which("chromium") or "chromium"
+        browser_path = chromium_binary() or "chromium"
         with sync_playwright() as playwright:
-            browser = playwright.chromium.launch(executable_path=browser_path, args=FLAGS)
+            browser = playwright.chromium.launch(executable_path=browser_path, args=CHROMIUM_FLAGS)
             page = browser.new_page(viewport={"width": 1280, "height": 900})
             for name, path in [
                 ("overview", "/?refresh=0"),

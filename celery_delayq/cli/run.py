@@ -8,6 +8,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
+from typing import Any
 
 import click
 
@@ -34,6 +35,19 @@ def stop_on_signal() -> Iterator[threading.Event]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def serve_until_signalled(server: Any, thread: threading.Thread, started: str) -> None:
+    """Say ``started``, wait for SIGTERM or SIGINT, then shut the HTTP server (running
+    ``serve_forever`` in ``thread``) down and close it."""
+    with stop_on_signal() as stop:
+        if not thread.is_alive():
+            thread.start()
+        click.echo(started, err=True)
+        stop.wait()
+    server.shutdown()
+    thread.join()
+    server.server_close()
 
 
 @click.command()
@@ -73,10 +87,7 @@ def exporter(port: int, addr: str, alive_within: float | None) -> None:
         server, thread = start_exporter(current_app(), port, addr, alive_within=alive_within)
     except (ImportError, OSError, ConfigurationError) as exc:
         raise click.ClickException(str(exc)) from exc
-    with stop_on_signal() as stop:
-        click.echo(f"celery-delayq exporter: serving http://{addr}:{port}/metrics", err=True)
-        stop.wait()
-    server.shutdown()
-    server.server_close()
-    thread.join()
+    serve_until_signalled(
+        server, thread, f"celery-delayq exporter: serving http://{addr}:{port}/metrics"
+    )
     click.echo("celery-delayq exporter: stopped", err=True)

@@ -7,7 +7,7 @@ import threading
 import click
 
 from .render import current_app
-from .run import stop_on_signal
+from .run import serve_until_signalled
 
 DEFAULT_PORT = 5557
 
@@ -37,12 +37,8 @@ def web(port: int, address: str, read_only: bool) -> None:
     except (AddressRefused, ValueError, OSError) as exc:
         raise click.ClickException(str(exc)) from exc
     thread = threading.Thread(target=server.serve_forever, name="delayq-web", daemon=True)
-    with stop_on_signal() as stop:
-        thread.start()
-        mode = " (read-only)" if read_only else ""
-        click.echo(f"celery-delayq web: serving http://{address}:{port}/{mode}", err=True)
-        stop.wait()
-    server.shutdown()
-    thread.join()
-    server.server_close()
+    mode = " (read-only)" if read_only else ""
+    serve_until_signalled(
+        server, thread, f"celery-delayq web: serving http://{address}:{port}/{mode}"
+    )
     click.echo("celery-delayq web: stopped", err=True)

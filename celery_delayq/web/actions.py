@@ -6,6 +6,7 @@ redirects back (so reloading the page after it does not act twice)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
@@ -31,41 +32,62 @@ def writable() -> None:
         abort(403, "This dashboard is read-only (--read-only): it shows tasks but changes nothing.")
 
 
+@dataclass(frozen=True)
+class Selection:
+    """What a form picked: ticked ids, or everything (that matches), and where to go back
+    to; the form itself, to repeat on the confirmation page."""
+
+    ids: list[str]
+    everything: bool
+    back: str
+    form: Any
+
+    @classmethod
+    def of(cls, form: Any, back: str) -> Selection:
+        ids = list(dict.fromkeys(form.getlist("ids")))
+        return cls(ids, form.get("scope") == "all", request.script_root + back, form)
+
+    @property
+    def empty(self) -> bool:
+        return not self.ids and not self.everything
+
+    @property
+    def confirmed(self) -> bool:
+        return bool(self.form.get("confirmed") == "yes")
+
+    def confirmation(self, verb: str, count: int, eta: datetime | None = None) -> str:
+        """The page that says how many the verb will touch, and confirms it."""
+        return render_template(
+            "confirm.html",
+            verb=verb,
+            count=count,
+            everything=self.everything,
+            form=self.form,
+            eta=eta,
+            back=self.back,
+        )
+
+
 @actions.post("/actions/<verb>")
 def act(verb: str) -> Any:
     """A verb on the ticked tasks (``ids``) or on every task the filter matches."""
     if verb not in PENDING_VERBS:
         abort(404)
-    form = request.form
-    ids = form.getlist("ids")
-    everything = form.get("scope") == "all"
+    picked = Selection.of(request.form, safe_next(request.form.get("next")))
     try:
-        where = filter_from(form)
-        eta = _eta(form.get("eta")) if verb == "reschedule" else None
+        where = filter_from(picked.form)
+        eta = _eta(picked.form.get("eta")) if verb == "reschedule" else None
     except (BadFilter, ValueError) as exc:
         return problem(400, f"Cannot {verb}", str(exc))
-    if not ids and not everything:
-        return problem(
-            400, "Nothing selected", "Tick the tasks to act on, or act on all that match."
-        )
-    app = context().celery
-    if form.get("confirmed") != "yes":
-        with open_store(app, fail_fast=True) as store:
-            count = count_matching(store, where) if everything else len(set(ids))
-        back = request.script_root + safe_next(form.get("next"))
-        return render_template(
-            "confirm.html",
-            verb=verb,
-            count=count,
-            everything=everything,
-            form=form,
-            eta=eta,
-            back=back,
-        )
-    if everything:
-        with open_store(app, fail_fast=True) as store:
-            ids = [task.id for task in matching(store, where)]
-    ids = list(dict.fromkeys(ids))
+    if picked.empty:
+        return problem(400, "Nothing selected", "Tick tasks to act on, or act on all that match.")
+    ids = picked.ids
+    with open_store(context().celery, fail_fast=True) as store:
+        if not picked.confirmed:
+            count = count_matching(store, where) if picked.everything else len(ids)
+            return picked.confirmation(verb, count, eta)
+        if picked.everything:
+            ids = list(dict.fromkeys(task.id for task in matching(store, where)))
     done = _perform(verb, ids, eta)
     acted = sum(1 for n in done.values() if n)
     missing = len(ids) - acted
@@ -76,7 +98,7 @@ def act(verb: str) -> Any:
     if missing:
         message += f"; {missing} no longer pending (already run, moved or cancelled)"
     flash(message + ".", "ok" if not missing else "warn")
-    return redirect(request.script_root + safe_next(form.get("next")))
+    return redirect(picked.back)
 
 
 def _eta(value: str | None) -> datetime:
@@ -100,26 +122,15 @@ def act_on_dead(verb: str) -> Any:
     """Send dead letters again (due now) or drop them: the ticked ones, or all."""
     if verb not in DEAD_VERBS:
         abort(404)
-    form = request.form
-    ids = form.getlist("ids")
-    everything = form.get("scope") == "all"
-    if not ids and not everything:
+    picked = Selection.of(request.form, "/dead")
+    if picked.empty:
         return problem(400, "Nothing selected", "Tick the dead letters to act on, or act on all.")
     app = context().celery
-    if form.get("confirmed") != "yes":
-        count = len(api.dead_letters(app)) if everything else len(set(ids))
-        back = request.script_root + "/dead"
-        return render_template(
-            "confirm.html",
-            verb=verb,
-            count=count,
-            everything=everything,
-            form=form,
-            eta=None,
-            back=back,
-        )
+    if not picked.confirmed:
+        count = len(api.dead_letters(app)) if picked.everything else len(picked.ids)
+        return picked.confirmation(verb, count)
     act_on: Callable[..., int] = api.resend_dead if verb == "resend" else api.drop_dead
-    done = act_on(app, None if everything else ids)
+    done = act_on(app, None if picked.everything else picked.ids)
     did = "Sent again" if verb == "resend" else "Dropped"
     flash(f"{did} {done} dead letter{'s' if done != 1 else ''}.", "ok")
-    return redirect(request.script_root + "/dead")
+    return redirect(picked.back)

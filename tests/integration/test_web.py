@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from kombu import Queue
 
 import celery_delayq
 from celery_delayq.celery.connect import open_store
@@ -21,6 +22,7 @@ from celery_delayq.web import create_app, views
 from celery_delayq.web.access import Access, AddressRefused, access_of, check_address
 
 from ..helpers import invoke, noop_task
+from .test_amqp_operations import dead_lettered, orphans
 
 flask = pytest.importorskip("flask")
 DispatcherMiddleware = pytest.importorskip("werkzeug.middleware.dispatcher").DispatcherMiddleware
@@ -420,3 +422,30 @@ def test_the_moves_chart_shows_what_the_store_moved(app, schedule) -> None:
     body = web.test_client().get("/").get_data(as_text=True)
     assert 'aria-label="Moved per second"' in body and 'aria-label="Move lateness"' in body
     assert re.search(r"<title>\d\d:\d\d: [\d.]+ /s</title>", body)  # one interval, with moves
+
+
+def test_dead_letters_are_listed_then_dropped_or_sent_again(make_amqp_app) -> None:
+    app = make_amqp_app(delayq_handover_tries=1)
+    dropped, resent = dead_lettered(app), dead_lettered(app)
+    client = create_app(app, access=Access()).test_client()
+    body = client.get("/dead").get_data(as_text=True)
+    assert dropped.id in body and resent.id in body and "unroutable: " in body
+    token = csrf_token(client, "/dead")
+
+    confirm = client.post("/dead/drop", data={"ids": [dropped.id], "csrf_token": token})
+    assert page_title(confirm) == "Drop 1 dead letter?"
+    form = {"ids": [dropped.id], "csrf_token": token, "confirmed": "yes"}
+    done = client.post("/dead/drop", data=form)
+    assert done.status_code == 302 and done.location.endswith("/dead")
+    assert flashes(client.get("/dead")) == ["Dropped 1 dead letter."]
+
+    target = Queue(f"found-{orphans(app).name}", orphans(app), routing_key="r")
+    with app.connection_for_write() as connection:
+        target(connection.default_channel).declare()  # the cause, fixed
+    form = {"scope": "all", "csrf_token": token, "confirmed": "yes"}
+    assert client.post("/dead/resend", data=form).status_code == 302
+    assert flashes(client.get("/dead")) == ["Sent again 1 dead letter."]
+    with app.connection_for_write() as connection:
+        message = connection.default_channel.basic_get(target.name, no_ack=True)
+    assert message is not None and message.headers["id"] == resent.id
+    assert celery_delayq.backlog(app)[0].dead == 0

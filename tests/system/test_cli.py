@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import json
+import urllib.request
 
-from celery_delayq.testing import wait_until
+from celery_delayq.testing import free_port, wait_until
 
-from ..helpers import invoke, remember, standalone_mover
+from ..helpers import celery_process, invoke, remember, standalone_mover
 
 
 def test_status_lists_a_live_mover_with_its_host(app, redis_server, redis_client):
@@ -26,3 +27,24 @@ def test_status_lists_a_live_mover_with_its_host(app, redis_server, redis_client
     assert "standalone mover stopped" in mover.output
     # A clean stop removes the heartbeat.
     assert json.loads(invoke(app, "status", "--json").output)["movers"] == []
+
+
+def test_the_web_command_serves_the_dashboard_until_sigterm(app, redis_server):
+    sent = remember(app, "shown on the dashboard", countdown=3600)
+    port = free_port()
+    with celery_process(
+        "delayq",
+        redis_server.url,
+        {},
+        "web",
+        "--port",
+        str(port),
+        ready="celery-delayq web: serving",
+        log_level=None,
+    ) as web:
+        assert f"http://127.0.0.1:{port}/" in web.output
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/scheduled", timeout=10) as page:
+            assert page.status == 200 and sent.id in page.read().decode()
+        web.terminate()
+        web.wait(timeout=20)
+    assert web.returncode == 0 and "celery-delayq web: stopped" in web.output

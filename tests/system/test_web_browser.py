@@ -9,7 +9,6 @@ Screenshots go to ``DELAYQ_SCREENSHOTS`` if set, else to the test's temporary di
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,24 +20,18 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.celery.connect import open_store
-from celery_delayq.testing import free_port, wait_until, wait_until_quiescent
+from celery_delayq.testing import (
+    CHROMIUM_FLAGS,
+    chromium_binary,
+    free_port,
+    wait_until,
+    wait_until_quiescent,
+)
 from celery_delayq.web.access import Access
 
 from ..helpers import REMEMBER, celery_process, runs
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
-
-#: Flags for a headless chromium in a container with no network beyond this machine.
-CHROMIUM_FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 
 
 def _missing(reason: str) -> None:
@@ -53,7 +46,7 @@ def browser() -> Iterator[Any]:
         from playwright.sync_api import sync_playwright
     except ImportError:
         _missing("Playwright is not installed (pip install playwright)")
-    executable = shutil.which("chromium") or shutil.which("chromium-browser")
+    executable = chromium_binary()
     if executable is None:
         _missing("no chromium on PATH (apt-get install chromium)")
     with sync_playwright() as playwright:
