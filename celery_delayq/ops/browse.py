@@ -27,6 +27,8 @@ from ..core.store import DelayedStore
 
 #: Messages read per store call while a page fills.
 BATCH = 500
+#: The most messages of one millisecond a cursor may have passed.
+MAX_PASSED = 100_000
 
 
 @dataclass(frozen=True)
@@ -112,10 +114,12 @@ class Cursor:
 
     @classmethod
     def decode(cls, text: str) -> Cursor:
-        """ValueError for anything a page did not write."""
+        """ValueError for anything a page did not write (a listing does not page on
+        through more than MAX_PASSED messages due in one millisecond: each page reads
+        them all again)."""
         due, _, passed = text.partition(".")
         cursor = cls(int(due), int(passed))
-        if cursor.passed < 0:
+        if not 0 <= cursor.passed <= MAX_PASSED:
             raise ValueError(f"not a listing position: {text!r}")
         return cursor
 

@@ -131,7 +131,11 @@ def test_scheduled_lists_in_due_order_and_filters(app, schedule, client) -> None
 
 @pytest.mark.parametrize(
     "query, says",
-    [("after=tomorrow", "due after: 'tomorrow' is neither ISO 8601"), ("from=x.y", "invalid")],
+    [
+        ("after=tomorrow", "due after: 'tomorrow' is neither ISO 8601"),
+        ("from=x.y", "invalid"),
+        ("from=1.999999999", "not a listing position"),  # would read a billion messages
+    ],
 )
 def test_a_bad_filter_says_what_is_wrong(client, query: str, says: str) -> None:
     response = client.get(f"/scheduled?{query}")
