@@ -123,7 +123,11 @@ def _purge(where: TaskFilter) -> Any:
 def _eta(value: str | None) -> datetime:
     if not value or not value.strip():
         raise ValueError("give the new ETA: an ISO 8601 time (UTC if naive) or 15m, 2h, 1d")
-    return datetime.fromtimestamp(parse_moment(value), timezone.utc)
+    seconds = parse_moment(value)
+    try:
+        return datetime.fromtimestamp(seconds, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"{value!r} is further away than a date can be") from None
 
 
 def _perform(verb: str, ids: list[str], eta: datetime | None) -> dict[str, int]:

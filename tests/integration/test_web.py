@@ -264,6 +264,8 @@ def test_reschedule_sets_the_new_eta_and_refuses_a_bad_one(app, schedule, client
 
     bad = post(client, "/actions/reschedule", ids=[task_id], eta="soonish")
     assert bad.status_code == 400 and "soonish" in bad.get_data(as_text=True)
+    too_far = post(client, "/actions/reschedule", ids=[task_id], eta="99999999999d")
+    assert too_far.status_code == 400 and "further away" in too_far.get_data(as_text=True)
     empty = post(client, "/actions/reschedule", ids=[task_id], eta="")
     assert empty.status_code == 400 and "give the new ETA" in empty.get_data(as_text=True)
 
