@@ -17,6 +17,7 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 
 from celery_delayq import transport as delayq_transport
+from celery_delayq.celery.redis_restore import LockFreeQoS
 
 from .config import ENV_FAULTS, ENV_INCARNATION
 from .ledger import process_ledger
@@ -38,8 +39,9 @@ def _fault(message: dict[str, Any]) -> str | None:
     return fault
 
 
-class RecordingQoS(kombu_redis.QoS):  # type: ignore[misc]
-    """kombu's Redis ack emulation, noting each receipt and each ack's outcome."""
+class RecordingQoS(LockFreeQoS):
+    """celery-delayq's QoS (kombu's Redis ack emulation, restoring without the mutex),
+    noting each receipt and each ack's outcome."""
 
     def append(self, message: Any, delivery_tag: str) -> None:
         """Called right after BRPOP took ``message`` from the queue list: note whether

@@ -59,6 +59,16 @@ def remember(self: Any, label: str = "") -> None:
     record(self.request.id, eta_of(self.request), label=label)
 
 
+@app.task(bind=True, acks_late=True)
+def hold(self: Any, label: str = "", seconds: float = 60.0) -> None:
+    """Record its start, then run for ``seconds`` (long enough to be killed), unless it
+    was delivered again: then it ends at once."""
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+    record(self.request.id, eta_of(self.request), label=label, redelivered=redelivered)
+    if not redelivered:
+        time.sleep(seconds)
+
+
 @app.task(bind=True, max_retries=3)
 def retry_once(self: Any, countdown: float) -> None:
     record(self.request.id, eta_of(self.request), retries=self.request.retries)

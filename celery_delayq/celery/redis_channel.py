@@ -22,14 +22,17 @@ from ..core.keys import KeySpace
 from ..core.store import DelayedStore, Scheduled
 from .channel import VirtualChannelMixin
 from .redis_publisher import RedisListPublisher
+from .redis_restore import LockFreeQoS, count_redelivery
 from .settings import REDIS_SCHEMES, DelayqConfig
 
 
 class DelayedPublishMixin(VirtualChannelMixin):
-    """Adds the delayed store to a kombu Redis channel and diverts future ETAs to it."""
+    """Adds the delayed store to a kombu Redis channel and diverts future ETAs to it, and
+    restores unacknowledged messages without kombu's mutex (redis_restore.py)."""
 
     url_schemes: frozenset[str] | None = REDIS_SCHEMES
     keeps_own_store = True
+    QoS = LockFreeQoS
 
     # Provided by kombu's Redis Channel.
     global_keyprefix: str
@@ -39,6 +42,19 @@ class DelayedPublishMixin(VirtualChannelMixin):
     @classmethod
     def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
         return lambda: RedisListPublisher(app.connection_for_write)
+
+    def _do_restore_message(
+        self,
+        payload: dict[str, Any],
+        exchange: str,
+        routing_key: str,
+        pipe: Any,
+        leftmost: bool = False,
+    ) -> None:
+        """kombu's restore of one message, which also counts the redelivery."""
+        if self.delayq_config.reliable_consume:
+            count_redelivery(payload)
+        super()._do_restore_message(payload, exchange, routing_key, pipe, leftmost)  # type: ignore[misc]
 
     def store_on_broker(self, config: DelayqConfig) -> DelayedStore:
         """A delayed store on this channel's Redis, with the given settings.

@@ -42,6 +42,10 @@ class DelayqConfig:
     key_prefix: str = "delayq"
     #: Run a mover thread in every worker that uses the transport.
     worker_mover: bool = True
+    #: On a Redis broker, restore unacknowledged messages without kombu's
+    #: ``unacked_mutex`` (redis_restore.py) and count each redelivery in a header; False:
+    #: kombu's own restore.
+    reliable_consume: bool = True
     #: Most messages one atomic move call delivers; bounds how long Redis is busy per call.
     move_batch_size: int = 500
     #: Longest a mover sleeps without a wake-up, a safety net for a missed notification.
@@ -103,6 +107,10 @@ class DelayqConfig:
         _check(
             isinstance(self.worker_mover, bool),
             f"delayq_worker_mover must be True or False, got {self.worker_mover!r}",
+        )
+        _check(
+            isinstance(self.reliable_consume, bool),
+            f"delayq_reliable_consume must be True or False, got {self.reliable_consume!r}",
         )
         for name, low, high in (
             ("move_batch_size", 1, 10_000),

@@ -1,0 +1,138 @@
+"""Unacknowledged messages come back without kombu's mutex (celery/redis_restore.py), on
+a real Redis through real kombu channels: ours, and stock kombu's beside it."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+import redis
+from kombu import Connection, Queue
+from kombu.utils.json import loads
+
+from celery_delayq.celery.redis_restore import REDELIVERIES_HEADER
+
+VISIBILITY = 1  # seconds: how long an unacknowledged message stays taken
+#: What a worker SIGKILLed inside kombu's restore leaves: the lock, for 300 s.
+DEAD_HOLDER = ("unacked_mutex", "a-dead-worker", 300)
+
+
+@contextmanager
+def channel_of(app_or_url: Any) -> Iterator[Any]:
+    """A channel of the app's transport (ours), or of stock kombu for a URL."""
+    options = {"visibility_timeout": VISIBILITY}
+    if isinstance(app_or_url, str):
+        connection = Connection(app_or_url, transport_options=options)
+    else:
+        app_or_url.conf.broker_transport_options = options
+        connection = app_or_url.connection_for_write()
+    with connection:
+        yield connection.default_channel
+
+
+def take_unacknowledged(channel: Any, queue: str, count: int = 1) -> list[Any]:
+    """Publish ``count`` messages to ``queue`` and take them without acknowledging."""
+    declared = Queue(queue)(channel)
+    declared.declare()
+    producer = channel.connection.client.Producer(channel)
+    for n in range(count):
+        producer.publish({"n": n}, routing_key=queue)
+    return [declared.get(no_ack=False) for _ in range(count)]
+
+
+def wait_until_visible(redis_client: redis.Redis) -> None:
+    """Until every unacknowledged message is older than the visibility timeout."""
+    newest = max(score for _, score in redis_client.zrange("unacked_index", 0, -1, withscores=True))
+    while time.time() - newest <= VISIBILITY:  # a clock, not a guess: the entries' own time
+        time.sleep(0.05)
+
+
+def queued(redis_client: redis.Redis, queue: str) -> list[dict[str, Any]]:
+    return [loads(raw) for raw in redis_client.lrange(queue, 0, -1)]
+
+
+def test_a_mutex_left_by_a_dead_worker_stalls_kombu_but_not_ours(
+    app, redis_server, redis_client
+) -> None:
+    queue = app.conf.task_default_queue
+    with channel_of(redis_server.url) as stock, channel_of(app) as ours:
+        take_unacknowledged(stock, queue)
+        redis_client.set(DEAD_HOLDER[0], DEAD_HOLDER[1], ex=DEAD_HOLDER[2])
+        wait_until_visible(redis_client)
+
+        stock.qos.restore_visible(num=10, interval=1)
+        assert queued(redis_client, queue) == []  # stock kombu waits out the lock: 300 s
+        assert redis_client.hlen("unacked") == 1
+
+        ours.qos.restore_visible(num=10, interval=1)
+    (message,) = queued(redis_client, queue)
+    assert redis_client.hlen("unacked") == redis_client.zcard("unacked_index") == 0
+    assert message["headers"][REDELIVERIES_HEADER] == 1
+    assert message["headers"]["redelivered"] is True
+    assert message["properties"]["delivery_info"]["redelivered"] is True
+    assert redis_client.get(DEAD_HOLDER[0]) == DEAD_HOLDER[1].encode()  # left alone
+
+
+def test_each_redelivery_is_counted(app, redis_client) -> None:
+    queue = app.conf.task_default_queue
+    with channel_of(app) as channel:
+        take_unacknowledged(channel, queue)
+        for round_ in (1, 2, 3):
+            wait_until_visible(redis_client)
+            channel.qos.restore_visible(num=10, interval=1)
+            message = Queue(queue)(channel).get(no_ack=False)
+            assert message.headers[REDELIVERIES_HEADER] == round_
+        message.ack()
+    assert redis_client.hlen("unacked") == 0 and queued(redis_client, queue) == []
+
+
+def test_racing_restorers_put_each_message_back_once(app, redis_client) -> None:
+    queue = app.conf.task_default_queue
+    start = threading.Barrier(3)
+
+    def restore() -> None:
+        with channel_of(app) as channel:
+            start.wait()
+            channel.qos.restore_visible(num=100, interval=1)
+
+    # the taker stays open: closing a channel gives back what it took (kombu's
+    # restore at shutdown), which would leave nothing to race for
+    with channel_of(app) as taker:
+        taken = take_unacknowledged(taker, queue, count=60)
+        wait_until_visible(redis_client)
+        threads = [threading.Thread(target=restore) for _ in range(3)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(30)
+        restored = sorted(m["properties"]["delivery_tag"] for m in queued(redis_client, queue))
+        assert restored == sorted(message.delivery_tag for message in taken)  # each once
+        assert redis_client.hlen("unacked") == 0
+    assert len(queued(redis_client, queue)) == 60  # and the taker's close added none
+
+
+def test_the_setting_off_gives_kombus_own_restore(make_app, redis_client) -> None:
+    app = make_app(delayq_reliable_consume=False)
+    queue = app.conf.task_default_queue
+    with channel_of(app) as channel:
+        take_unacknowledged(channel, queue)
+        redis_client.set(DEAD_HOLDER[0], DEAD_HOLDER[1], ex=DEAD_HOLDER[2])
+        wait_until_visible(redis_client)
+        channel.qos.restore_visible(num=10, interval=1)
+        assert queued(redis_client, queue) == []  # the lock holds it, as in stock kombu
+        redis_client.delete(DEAD_HOLDER[0])
+        channel.qos.restore_visible(num=10, interval=1)
+    (message,) = queued(redis_client, queue)
+    assert REDELIVERIES_HEADER not in message["headers"]
+
+
+@pytest.mark.parametrize("value", ["yes", 1])
+def test_the_setting_is_checked(make_app, value: Any) -> None:
+    from celery_delayq.celery.settings import config_of
+
+    with pytest.raises(Exception, match="delayq_reliable_consume must be True or False"):
+        config_of(make_app(delayq_reliable_consume=value))

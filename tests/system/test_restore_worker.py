@@ -1,0 +1,41 @@
+"""A SIGKILLed worker's acks_late task runs again on another worker while a worker that
+died inside kombu's restore still holds its ``unacked_mutex`` (celery/redis_restore.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from celery_delayq.testing import wait_until
+
+from ..helpers import celery_process, runs
+
+pytestmark = pytest.mark.timeout(120)
+
+#: Taken messages come back 3 s after their worker last had them; workers look every 1 s.
+SETTINGS = {
+    "broker_transport_options": {
+        "visibility_timeout": 3,
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }
+}
+
+
+@pytest.mark.slow
+def test_a_killed_workers_task_runs_again_though_a_dead_worker_holds_the_lock(
+    make_app, redis_server, redis_client
+) -> None:
+    app = make_app(**SETTINGS)
+    redis_client.set("unacked_mutex", "a-dead-worker", ex=300)  # stock kombu: 300 s stalled
+    with celery_process("worker", redis_server.url, SETTINGS, "-P", "solo") as first:
+        sent = app.send_task("tests.worker_app.hold", ("killed while running",))
+        wait_until(lambda: runs(redis_client), timeout=30, what="the task started")
+        first.kill()  # SIGKILL while the task runs: it stays in kombu's unacked hash
+        first.wait(timeout=20)
+    with celery_process("worker", redis_server.url, SETTINGS, "-P", "solo"):
+        wait_until(lambda: len(runs(redis_client)) == 2, timeout=60, what="it ran again")
+    killed, again = runs(redis_client)
+    assert killed["id"] == again["id"] == sent.id
+    assert (killed["redelivered"], again["redelivered"]) == (False, True)
+    assert redis_client.hlen("unacked") == 0
+    assert redis_client.get("unacked_mutex") == b"a-dead-worker"  # never needed
