@@ -1,4 +1,5 @@
-"""Restoring unacknowledged messages on the Redis broker without kombu's mutex.
+"""Unacknowledged messages on the Redis broker: leases renewed while their worker lives,
+and restored without kombu's mutex once it is gone.
 
 kombu's Redis transport keeps each delivered, unacknowledged message in its ``unacked``
 hash and, every ``unacked_restore_interval``, a worker puts back the ones older than
@@ -13,12 +14,24 @@ order and by the same transaction, without the lock.
 Each restored message also counts its redeliveries in the ``delayq_redeliveries``
 header (kombu already sets ``redelivered`` in its headers and delivery info).
 
+Leases: kombu's ``unacked_index`` scores each message with the time it was delivered,
+and every restore (ours and stock kombu's) takes those older than ``visibility_timeout``,
+so an acks_late task that runs longer than that runs again on another worker while the
+first still runs it. A live worker here renews the score of every message it holds,
+prefetched or running, each time its transport looks for messages to restore (every
+``unacked_restore_interval``, 10 s by default, from the worker's event loop): one ZADD XX
+for all of them. A worker that dies stops renewing, and its messages come back
+``visibility_timeout`` later, which therefore only needs to exceed that interval by a
+margin, not the longest task (the README recommends 60 s). A solo pool runs tasks in the
+event loop's own thread, so it renews only between tasks.
+
 Stock kombu workers and ours may share queues: theirs take the lock, ours do not, and
 the per-message transaction keeps each restore single.
 """
 
 from __future__ import annotations
 
+from contextlib import suppress
 from time import time
 from typing import Any
 
@@ -46,6 +59,34 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
             for tag, _ in visible or []:
                 self.restore_by_tag(tag, client)
         return None
+
+    def renew_leases(self) -> int:
+        """Mark every message this channel holds and has not acknowledged as delivered
+        now (``XX``: an entry acknowledged meanwhile is not written back); how many."""
+        if not self.channel.delayq_config.reliable_consume:
+            return 0
+        try:
+            held = [tag for tag in tuple(self._delivered) if tag not in self._dirty]
+        except RuntimeError:  # changed by a pool thread while read: renew next round
+            return 0
+        if not held:
+            return 0
+        with self.channel.conn_or_acquire() as client:
+            client.zadd(self.unacked_index_key, dict.fromkeys(held, time()), xx=True)
+        return len(held)
+
+
+class LeasingPoller(kombu_redis.MultiChannelPoller):  # type: ignore[misc]
+    """kombu's poller, renewing every channel's leases before each restore."""
+
+    def maybe_restore_messages(self) -> Any:
+        for channel in list(self._channels):
+            renew = getattr(channel.qos, "renew_leases", None)
+            if renew is None:
+                continue
+            with suppress(channel.connection_errors):  # the next round renews again
+                renew()
+        return super().maybe_restore_messages()
 
 
 def count_redelivery(payload: dict[str, Any]) -> None:

@@ -12,11 +12,14 @@ amqp_transport.py.
 
 from __future__ import annotations
 
+from typing import Any
+
 from kombu.transport import redis as kombu_redis
 
 from . import worker_hooks
 from .channel import store_retrying_errors
 from .redis_channel import DelayedPublishMixin
+from .redis_restore import LeasingPoller
 from .settings import SENTINEL_SCHEMES
 
 
@@ -25,10 +28,15 @@ class Channel(DelayedPublishMixin, kombu_redis.Channel):
 
 
 class Transport(kombu_redis.Transport):
-    """Redis transport with the delayed store (``driver_type`` stays ``redis``)."""
+    """Redis transport with the delayed store (``driver_type`` stays ``redis``), renewing
+    the leases of the messages its worker holds (redis_restore.py)."""
 
     Channel = Channel
     recoverable_connection_errors = store_retrying_errors(kombu_redis.Transport)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cycle = LeasingPoller()  # type: ignore[assignment]
 
 
 class SentinelChannel(DelayedPublishMixin, kombu_redis.SentinelChannel):
@@ -38,10 +46,14 @@ class SentinelChannel(DelayedPublishMixin, kombu_redis.SentinelChannel):
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):
-    """Redis Sentinel transport with the delayed store."""
+    """Redis Sentinel transport with the delayed store, renewing leases as Transport."""
 
     Channel = SentinelChannel
     recoverable_connection_errors = store_retrying_errors(kombu_redis.SentinelTransport)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.cycle = LeasingPoller()  # type: ignore[assignment]
 
 
 # A worker that uses this transport gets the mover step and the delayed listing.

@@ -136,3 +136,23 @@ def test_the_setting_is_checked(make_app, value: Any) -> None:
 
     with pytest.raises(Exception, match="delayq_reliable_consume must be True or False"):
         config_of(make_app(delayq_reliable_consume=value))
+
+
+def test_a_live_channel_renews_what_it_holds_and_a_restore_leaves_it_alone(
+    app, redis_client
+) -> None:
+    queue = app.conf.task_default_queue
+    with channel_of(app) as holder, channel_of(app) as restorer:
+        kept, acked = take_unacknowledged(holder, queue, count=2)
+        acked.ack()
+        wait_until_visible(redis_client)  # the lease ran out...
+        assert holder.qos.renew_leases() == 1  # ...and is renewed, for the held one only
+        assert redis_client.zrange("unacked_index", 0, -1) == [kept.delivery_tag.encode()]
+
+        restorer.qos.restore_visible(num=10, interval=1)
+        assert queued(redis_client, queue) == []  # a live holder's message stays taken
+
+        wait_until_visible(redis_client)  # no renewal since: as if its worker died
+        restorer.qos.restore_visible(num=10, interval=1)
+        (message,) = queued(redis_client, queue)
+        assert message["properties"]["delivery_tag"] == kept.delivery_tag

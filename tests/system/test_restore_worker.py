@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from celery_delayq.testing import wait_until
+from celery_delayq.testing import wait_until, wait_until_quiescent
 
 from ..helpers import celery_process, runs
 
@@ -39,3 +39,24 @@ def test_a_killed_workers_task_runs_again_though_a_dead_worker_holds_the_lock(
     assert (killed["redelivered"], again["redelivered"]) == (False, True)
     assert redis_client.hlen("unacked") == 0
     assert redis_client.get("unacked_mutex") == b"a-dead-worker"  # never needed
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("reliable, starts", [(True, 1), (False, 2)])
+def test_a_task_longer_than_the_visibility_timeout_runs_once_on_a_live_worker(
+    make_app, redis_server, redis_client, reliable: bool, starts: int
+) -> None:
+    """An acks_late task of 8 s, visibility_timeout 3 s, a second worker beside it: kombu
+    (``delayq_reliable_consume`` off) hands it to the second worker while the first still
+    runs it; renewed leases keep it with the first."""
+    settings = {**SETTINGS, "delayq_reliable_consume": reliable}
+    app = make_app(**settings)
+    prefork = ("-P", "prefork", "-c", "1")  # the task runs in a child; the loop renews
+    with (
+        celery_process("worker", redis_server.url, settings, *prefork),
+        celery_process("worker", redis_server.url, settings, "-P", "solo", "-n", "second@%h"),
+    ):
+        sent = app.send_task("tests.worker_app.hold", ("long",), kwargs={"seconds": 8})
+        wait_until(lambda: runs(redis_client), timeout=30, what="the task started")
+        wait_until_quiescent(app, workers=2, timeout=60)
+    assert [run["id"] for run in runs(redis_client)] == [sent.id] * starts
