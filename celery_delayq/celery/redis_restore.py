@@ -53,9 +53,7 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
             ceil = time() - self.visibility_timeout
             # the most recently expired first, as kombu does: each goes to the end its
             # queue is consumed from, so the longest waiting runs first
-            visible = client.zrevrangebyscore(
-                self.unacked_index_key, ceil, 0, start=num and start, num=num, withscores=True
-            )
+            visible = _newest_first(client, self.unacked_index_key, ceil, num and start, num)
             for tag, _ in visible or []:
                 self.restore_by_tag(tag, client)
         return None
@@ -74,6 +72,18 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
         with self.channel.conn_or_acquire() as client:
             client.zadd(self.unacked_index_key, dict.fromkeys(held, time()), xx=True)
         return len(held)
+
+
+def _newest_first(client: Any, key: str, ceil: float, start: int, num: int) -> Any:
+    """Entries of ``key`` scored up to ``ceil``, highest first, in the command that this
+    kombu's client prefixes with ``global_keyprefix`` (kombu 5.7 ``ZRANGE ... BYSCORE
+    REV``, earlier ``ZREVRANGEBYSCORE``): an unprefixed key would be another key, or one a
+    prefix-confined ACL user may not read."""
+    if "ZRANGE" in kombu_redis.PrefixedStrictRedis.PREFIXED_SIMPLE_COMMANDS:
+        return client.zrange(
+            key, ceil, 0, desc=True, byscore=True, offset=start, num=num, withscores=True
+        )
+    return client.zrevrangebyscore(key, ceil, 0, start=start, num=num, withscores=True)
 
 
 class LeasingPoller(kombu_redis.MultiChannelPoller):  # type: ignore[misc]

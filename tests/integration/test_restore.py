@@ -156,3 +156,19 @@ def test_a_live_channel_renews_what_it_holds_and_a_restore_leaves_it_alone(
         restorer.qos.restore_visible(num=10, interval=1)
         (message,) = queued(redis_client, queue)
         assert message["properties"]["delivery_tag"] == kept.delivery_tag
+
+
+def test_restores_and_renewals_keep_kombus_global_keyprefix(app, redis_client) -> None:
+    """Every key is the prefixed one (an ACL user may own only those: test_security)."""
+    queue = app.conf.task_default_queue
+    app.conf.broker_transport_options = {"visibility_timeout": VISIBILITY, "global_keyprefix": "p:"}
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        take_unacknowledged(channel, queue)
+        assert channel.qos.renew_leases() == 1
+        newest = max(s for _, s in redis_client.zrange("p:unacked_index", 0, -1, withscores=True))
+        while time.time() - newest <= VISIBILITY:
+            time.sleep(0.05)
+        channel.qos.restore_visible(num=10, interval=1)
+        assert redis_client.llen(f"p:{queue}") == 1 and redis_client.hlen("p:unacked") == 0
+    assert not redis_client.exists("unacked", "unacked_index", queue)
