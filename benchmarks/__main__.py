@@ -176,6 +176,13 @@ and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
    time. Every delivered payload carries a unique id; all are read back from the
    queue list and checked: each filled id present exactly once. All processes share
    the machine's 2 CPUs with the one Redis server.
+8. **Long tasks**: two `--pool=prefork --concurrency=1` workers (the task runs in the
+   child while the worker's loop goes on), `acks_late` tasks that each run longer than
+   `visibility_timeout`, sent at once with no countdown; restores are looked for every
+   second on both sides (`unacked_restore_interval` and `unacked_restore_throttle` 1).
+   Counted once nothing is left to run: starts per task, and the most of one task.
+   Vanilla kombu restores a message a live worker still runs, and its prefetched ones;
+   celery-delayq's workers renew the leases of all they hold.
 """
 
 

@@ -22,6 +22,8 @@ from celery import Celery
 from .runconfig import RunConfig
 
 RECORD_TASK = "bench.record"
+#: An acks_late task that records its start, then runs for ``seconds``.
+HOLD_TASK = "bench.hold"
 #: The header a task sent without an ETA carries its publish time in (epoch seconds): its
 #: lateness is then counted from that moment (the physical limit of a due-time publish).
 PUBLISHED_HEADER = "bench_published"
@@ -56,5 +58,11 @@ def make_app(config: RunConfig) -> Celery:
             "pid": os.getpid(),
         }
         _results_client(config.broker_url).rpush(config.results_key, json.dumps(entry))
+
+    @app.task(name=HOLD_TASK, bind=True, shared=False, acks_late=True)
+    def hold(self: Any, seconds: float) -> None:
+        entry = {"id": self.request.id, "late": None, "pid": os.getpid()}
+        _results_client(config.broker_url).rpush(config.results_key, json.dumps(entry))
+        time.sleep(seconds)
 
     return app

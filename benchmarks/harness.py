@@ -62,11 +62,11 @@ class Run:
     def side(self) -> Side:
         return self.config.side
 
-    def start_workers(self, count: int) -> list[WorkerProcess]:
+    def start_workers(self, count: int, pool: str = "solo") -> list[WorkerProcess]:
         """Start ``count`` workers at once and wait until all of them consume."""
         new = [
             WorkerProcess(
-                self.config, f"{self.config.queue}-w{len(self.workers) + i}", self.log_dir
+                self.config, f"{self.config.queue}-w{len(self.workers) + i}", self.log_dir, pool
             )
             for i in range(count)
         ]

@@ -74,12 +74,14 @@ class WorkerProcess:
     """One ``celery worker --pool=solo`` subprocess consuming the run's queue.
 
     The solo pool keeps everything (held ETA messages, task execution, the delayq
-    mover thread) in the one process whose RSS is measured.
+    mover thread) in the one process whose RSS is measured. ``pool="prefork"`` runs
+    tasks in one child process instead, while the worker's own loop goes on.
     """
 
-    def __init__(self, config: RunConfig, name: str, log_dir: Path) -> None:
+    def __init__(self, config: RunConfig, name: str, log_dir: Path, pool: str = "solo") -> None:
         self.config = config
         self.name = name
+        self.pool = pool
         self.log_path = log_dir / f"{name}.log"
         self.process: subprocess.Popen[bytes] | None = None
 
@@ -97,7 +99,8 @@ class WorkerProcess:
             "-A",
             "benchmarks.worker_app",
             "worker",
-            "--pool=solo",
+            f"--pool={self.pool}",
+            *(["--concurrency=1"] if self.pool != "solo" else []),
             "-Q",
             self.config.queue,
             "-n",

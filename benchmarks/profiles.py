@@ -35,6 +35,11 @@ class Profile:
     store_cost_sizes: tuple[tuple[int, int], ...]
     #: Scenario 7: due messages drained by 1, 2 and 4 movers.
     scaleout_messages: int
+    #: Scenario 8: acks_late tasks running longer than the visibility timeout (seconds),
+    #: the timeout, and how long each task runs.
+    long_tasks: int = 4
+    long_task_visibility: float = 3.0
+    long_task_seconds: float = 10.0
     #: Scenarios left out of this profile (the quick run keeps CI under a minute).
     skip: tuple[str, ...] = ()
 
@@ -79,5 +84,7 @@ QUICK = Profile(
     producer_script_calls=5_000,
     store_cost_sizes=((100, 5_000), (10_000, 500)),
     scaleout_messages=20_000,
+    long_tasks=1,
+    long_task_seconds=5.0,
     skip=("lateness",),  # the idle-worker case; "stream" covers the same path under load
 )

@@ -72,3 +72,14 @@ class RunConfig:
                 "subprocesses that `python -m benchmarks` starts"
             ) from None
         return cls(**json.loads(raw))
+
+
+def restoring_every_second(visibility_timeout: float) -> dict[str, Any]:
+    """Transport options for scenarios about kombu's restores of unacknowledged messages:
+    looked for every second (kombu's default is every 10 s, one call in 10), so they show
+    within a short run; the same for both sides."""
+    return {
+        "visibility_timeout": visibility_timeout,
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }

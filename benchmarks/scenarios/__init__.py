@@ -17,6 +17,7 @@ from ..runconfig import SIDES, Side
 from .burst import Burst
 from .duplicates import Duplicates
 from .lateness import Lateness
+from .longtasks import LongTasks
 from .memory import WorkerMemory
 from .producer import ProducerCost
 from .scaleout import ScaleOut
@@ -55,6 +56,7 @@ SCENARIO_KEYS = (
     "producer",
     "storecost",
     "scaleout",
+    "longtasks",
 )
 
 
@@ -82,5 +84,8 @@ def build(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[Scena
         "producer": ProducerCost(profile.producer_tasks, profile.producer_script_calls),
         "storecost": StoreCost(profile.store_cost_sizes),
         "scaleout": ScaleOut(profile.scaleout_messages),
+        "longtasks": LongTasks(
+            profile.long_tasks, profile.long_task_seconds, profile.long_task_visibility
+        ),
     }
     return [every[key] for key in SCENARIO_KEYS if key in keys and key not in profile.skip]

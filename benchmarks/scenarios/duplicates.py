@@ -20,6 +20,7 @@ from celery_delayq.testing import wait_until_quiescent
 
 from ..harness import Run, log
 from ..report import MetricSpec, Target
+from ..runconfig import restoring_every_second
 
 
 class Duplicates:
@@ -48,11 +49,7 @@ class Duplicates:
 
     @property
     def transport_options(self) -> dict[str, Any]:
-        return {
-            "visibility_timeout": self.visibility_timeout,
-            "unacked_restore_interval": 1,
-            "unacked_restore_throttle": 1,
-        }
+        return restoring_every_second(self.visibility_timeout)
 
     def measure(self, run: Run) -> dict[str, float | None]:
         run.start_workers(2)
