@@ -1,4 +1,5 @@
--- luacheck settings for the store's Lua (celery_delayq/core/lua). `python .ci/lint_lua.py`
+-- luacheck settings for the store's Lua (celery_delayq/core/lua) and the Redis broker's
+-- (celery_delayq/celery/lua). `python .ci/lint_lua.py`
 -- checks each file alone and each script as Redis runs it; see there.
 
 -- Redis runs a script as Lua 5.1 with these globals; only what the scripts use is
@@ -6,6 +7,7 @@
 -- redis.call is reported too. Redis's sandbox has no files, modules or processes.
 stds.redis = {read_globals = {
   redis = {fields = {"call", "error_reply"}},
+  cjson = {fields = {"decode", "encode"}},
   "KEYS", "ARGV",
 }}
 std = "lua51+redis"

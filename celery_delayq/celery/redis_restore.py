@@ -36,12 +36,23 @@ from time import time
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
 
 REDELIVERIES_HEADER = "delayq_redeliveries"
 
 
 class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
-    """kombu's Redis QoS with ``restore_visible`` freed from ``unacked_mutex``."""
+    """kombu's Redis QoS with ``restore_visible`` freed from ``unacked_mutex``, which also
+    returns what dead consumers left in their landing lists (redis_consume.py)."""
+
+    def append(self, message: Any, delivery_tag: str) -> None:
+        """kombu's record of a delivered message, unless consume.lua already wrote it."""
+        recorded: set[str] = getattr(self.channel, "recorded_tags", set())
+        if delivery_tag in recorded:
+            recorded.discard(delivery_tag)
+            virtual.QoS.append(self, message, delivery_tag)
+            return
+        super().append(message, delivery_tag)
 
     def restore_visible(self, start: int = 0, num: int = 10, interval: int = 10) -> None:
         if not self.channel.delayq_config.reliable_consume:
@@ -56,6 +67,9 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
             visible = _newest_first(client, self.unacked_index_key, ceil, num and start, num)
             for tag, _ in visible or []:
                 self.restore_by_tag(tag, client)
+        return_landed = getattr(self.channel, "return_landed", None)
+        if return_landed is not None and self.channel.atomic_consume:
+            return_landed()
         return None
 
     def renew_leases(self) -> int:
@@ -63,6 +77,8 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
         now (``XX``: an entry acknowledged meanwhile is not written back); how many."""
         if not self.channel.delayq_config.reliable_consume:
             return 0
+        if getattr(self.channel, "landing_waits", None):
+            self.channel.renew_consumer_lease()
         try:
             held = [tag for tag in tuple(self._delivered) if tag not in self._dirty]
         except RuntimeError:  # changed by a pool thread while read: renew next round

@@ -19,28 +19,29 @@ from kombu.transport import redis as kombu_redis
 from . import worker_hooks
 from .channel import store_retrying_errors
 from .redis_channel import DelayedPublishMixin
-from .redis_restore import LeasingPoller
+from .redis_consume import AtomicConsumeMixin, ConsumingPoller
 from .settings import SENTINEL_SCHEMES
 
 
-class Channel(DelayedPublishMixin, kombu_redis.Channel):
-    """Redis channel with the delayed store."""
+class Channel(AtomicConsumeMixin, DelayedPublishMixin, kombu_redis.Channel):
+    """Redis channel with the delayed store, consuming atomically (redis_consume.py)."""
 
 
 class Transport(kombu_redis.Transport):
-    """Redis transport with the delayed store (``driver_type`` stays ``redis``), renewing
-    the leases of the messages its worker holds (redis_restore.py)."""
+    """Redis transport with the delayed store (``driver_type`` stays ``redis``), consuming
+    atomically and renewing the leases of what its worker holds (redis_consume.py,
+    redis_restore.py)."""
 
     Channel = Channel
     recoverable_connection_errors = store_retrying_errors(kombu_redis.Transport)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.cycle = LeasingPoller()  # type: ignore[assignment]
+        self.cycle = ConsumingPoller()  # type: ignore[assignment]
 
 
-class SentinelChannel(DelayedPublishMixin, kombu_redis.SentinelChannel):
-    """Redis Sentinel channel with the delayed store."""
+class SentinelChannel(AtomicConsumeMixin, DelayedPublishMixin, kombu_redis.SentinelChannel):
+    """Redis Sentinel channel with the delayed store, consuming atomically."""
 
     url_schemes = SENTINEL_SCHEMES
 
@@ -53,7 +54,7 @@ class SentinelTransport(kombu_redis.SentinelTransport):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.cycle = LeasingPoller()  # type: ignore[assignment]
+        self.cycle = ConsumingPoller()  # type: ignore[assignment]
 
 
 # A worker that uses this transport gets the mover step and the delayed listing.

@@ -25,12 +25,18 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 
-def read_source(name: str) -> str:
+def read_lua(package: str, name: str) -> str:
+    """The text of ``<package>/lua/<name>.lua``."""
     # Works from a zipped install on Python 3.9 too, where __package__ is still None while
     # zipimport runs a module, and Traversable.joinpath takes one step at a time (several
     # only from 3.11).
-    lua = resources.files(__name__.rpartition(".")[0]).joinpath("lua")
+    lua = resources.files(package).joinpath("lua")
     return lua.joinpath(f"{name}.lua").read_text("utf-8")
+
+
+def read_source(name: str) -> str:
+    """The text of one of the store's scripts (``lua/<name>.lua`` beside this module)."""
+    return read_lua(__name__.rpartition(".")[0], name)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,398 @@
+"""Atomic consume on the Redis broker: a message leaves its queue list only to become an
+in-flight record, in one Redis step, so a worker killed at any moment loses nothing.
+
+kombu's Redis transport takes a message with BRPOP and records it in its ``unacked`` hash
+in a second round trip; a worker killed in between (or one whose BRPOP reply sits unread
+in its socket) loses the message for good. Here:
+
+- ``consume.lua`` takes the next message of the first non-empty list, in kombu's order
+  (queue rotation, then priority), and writes kombu's own ``unacked`` entry in the same
+  call. It does not block, so it is sent the way kombu sends BRPOP, and read when the
+  reply arrives.
+- When every list was empty, the channel waits with one ``BLMOVE`` per list (queue x
+  priority step), each on a connection of its own, moving a message into a landing list
+  of this consumer's; BLMOVE is atomic, but takes one source list, and a Lua script cannot
+  block. The landed message is then taken from the landing list by ``consume.lua`` (and
+  so recorded), or, when the channel has no room for it (prefetch), moved straight back
+  to the head of its queue.
+- While its consumer lives, a landing list is covered by the consumer's lease (a key
+  with ``visibility_timeout`` to live, renewed with the leases of the messages it holds,
+  redis_restore.py); once the lease is gone, any worker's restore puts its messages back
+  at the head of their queues (``return_landed.lua``).
+
+Everything else is kombu's: the same lists, order and prefetch, ``basic_get``, the
+``unacked`` hash and its restores (which stock kombu workers run on our entries too),
+acks, rejects and requeues. ``delayq_reliable_consume = False`` gives kombu's BRPOP path.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import uuid
+from dataclasses import dataclass
+from functools import cached_property, partial
+from time import monotonic
+from typing import Any
+
+import redis
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import loads
+from redis.commands.core import Script
+from redis.exceptions import NoScriptError
+
+from ..core.scripts import read_lua
+from .redis_restore import LeasingPoller
+
+#: The poller's event type of a landing wait, followed by its kombu list.
+WAIT_TYPE = "BLMOVE "
+
+
+@dataclass(frozen=True)
+class ConsumeScripts:
+    """The consume path's two scripts (celery/lua), bound to one client."""
+
+    consume: Script
+    return_landed: Script
+
+    @classmethod
+    def register(cls, client: redis.Redis) -> ConsumeScripts:
+        return cls(**{name: client.register_script(source) for name, source in SOURCES.items()})
+
+
+#: Read at import, like the store's scripts.
+SOURCES = {
+    f.name: read_lua(__name__.rpartition(".")[0], f.name)
+    for f in dataclasses.fields(ConsumeScripts)
+}
+
+
+@dataclass
+class LandingWait:
+    """One connection waiting (BLMOVE) for a message on one kombu list."""
+
+    kombu_list: str
+    queue: str
+    source: str  # the list's Redis key
+    landing: str  # this consumer's landing list for it
+    client: Any  # a redis.Redis holding one connection of its own (kombu's poller reads it)
+    waiting: bool = False
+    sent_at: float = 0.0
+    #: An error left it unknown whether a message landed: give the landing back first.
+    unsure: bool = False
+
+    @property
+    def event_type(self) -> str:
+        return WAIT_TYPE + self.kombu_list
+
+
+class AtomicConsumeMixin:
+    """kombu Redis channel methods replaced by the atomic consume path (see the module)."""
+
+    # Provided by kombu's Redis Channel and the delayq channel mixin.
+    client: Any
+    connection: Any
+    global_keyprefix: str
+    handlers: dict[str, Any]
+    priority_steps: list[int]
+    unacked_key: str
+    unacked_index_key: str
+    visibility_timeout: Any
+    brpop_timeout: float
+    ack_emulation: bool
+    active_queues: Any
+    connection_errors: tuple[type[BaseException], ...]
+    pool: Any
+    _queue_cycle: Any
+    _in_poll: Any
+    _brpop_sent_at: Any
+    delayq_config: Any
+    qos: Any
+
+    @property
+    def atomic_consume(self) -> bool:
+        """Whether this channel consumes atomically (kombu's ack emulation is on, and
+        ``delayq_reliable_consume`` is not turned off)."""
+        return bool(self.ack_emulation and self.delayq_config.reliable_consume)
+
+    @cached_property
+    def consumer_id(self) -> str:
+        return uuid.uuid4().hex
+
+    @cached_property
+    def plain_client(self) -> redis.Redis:
+        """An unprefixed client on kombu's pool: script keys are prefixed here."""
+        return redis.Redis(connection_pool=self.pool)
+
+    @cached_property
+    def consume_scripts(self) -> ConsumeScripts:
+        return ConsumeScripts.register(self.plain_client)
+
+    @cached_property
+    def landing_waits(self) -> dict[str, LandingWait]:
+        return {}
+
+    @cached_property
+    def noack_queues(self) -> set[str]:
+        """Queues consumed with no_ack: what is taken from them is not recorded."""
+        return set()
+
+    @cached_property
+    def recorded_tags(self) -> set[str]:
+        """Delivery tags that consume.lua recorded: QoS.append must not write them again."""
+        return set()
+
+    #: Whether the last look at every list found them empty, so the channel now waits.
+    consume_waits = False
+    #: The lists of the consume.lua call in flight: (kombu list, queue) each.
+    _consume_sent: list[tuple[str, str]]
+
+    def real(self, kombu_key: str) -> str:
+        return self.global_keyprefix + kombu_key
+
+    @property
+    def lease_prefix(self) -> str:
+        return self.real("_delayq.consumer.")
+
+    @property
+    def landing_prefix(self) -> str:
+        return self.real("_delayq.landing.")
+
+    @property
+    def landings_key(self) -> str:
+        return self.real("_delayq.landings")
+
+    def consume_lists(self, queues: list[str]) -> list[tuple[str, str]]:
+        """(kombu list, queue) in the order kombu's BRPOP names them."""
+        lists = [
+            (self._q_for_pri(queue, pri), queue)  # type: ignore[attr-defined]
+            for pri in self.priority_steps
+            for queue in queues
+        ]
+        return list(dict.fromkeys(lists))
+
+    def consume_call(self, lists: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
+        """KEYS and ARGV of consume.lua taking from these lists."""
+        keys = [self.real(self.unacked_key), self.real(self.unacked_index_key)]
+        keys += [self.real(kombu_list) for kombu_list, _ in lists]
+        return keys, ["0" if queue in self.noack_queues else "1" for _, queue in lists]
+
+    # -- consuming from the event loop: kombu's BRPOP start and read, replaced --
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        if not self.atomic_consume:
+            return super()._brpop_start(timeout)  # type: ignore[misc,no-any-return]
+        queues = self._queue_cycle.consume(len(self.active_queues))
+        if not queues:
+            return None
+        lists = self.consume_lists(queues)
+        if self.consume_waits:
+            self.wait_on(lists, self.brpop_timeout if timeout is None else timeout)
+            return None
+        keys, args = self.consume_call(lists)
+        connection = self.client.connection
+        self._consume_sent = lists
+        self._in_poll = connection
+        self._brpop_sent_at = monotonic()
+        sha = self.consume_scripts.consume.sha
+        connection.send_command("EVALSHA", sha, len(keys), *keys, *args)
+        return None
+
+    def _brpop_read(self, **options: Any) -> bool:
+        if not self.atomic_consume:
+            return super()._brpop_read(**options)  # type: ignore[misc,no-any-return]
+        connection = self.client.connection
+        try:
+            try:
+                reply = connection.read_response()
+            except NoScriptError:  # a restarted Redis: load it, and look again
+                self.plain_client.script_load(SOURCES["consume"])
+                raise virtual.Empty() from None
+            except self.connection_errors:
+                connection.disconnect()
+                raise
+            if reply is None:
+                self.consume_waits = True
+                raise virtual.Empty()
+            index, message = reply
+            kombu_list, queue = self._consume_sent[index - 1]
+            self.deliver_taken(queue, message, recorded=queue not in self.noack_queues)
+            return True
+        finally:
+            self._in_poll = None
+            self._flush_brpop_reauth()  # type: ignore[attr-defined]
+
+    def deliver_taken(self, queue: str, message: bytes, recorded: bool) -> None:
+        """Hand a message consume.lua took to kombu's consumer callback, as BRPOP's reply."""
+        payload = loads(bytes_to_str(message))
+        if recorded:
+            self.recorded_tags.add(payload["properties"]["delivery_tag"])
+        self._queue_cycle.rotate(queue)
+        self.connection._deliver(payload, queue)
+
+    # -- waiting: one BLMOVE per list --
+
+    def wait_on(self, lists: list[tuple[str, str]], timeout: float) -> None:
+        """Have a BLMOVE waiting on each of these lists (those already waiting go on)."""
+        cycle = self.connection.cycle
+        for kombu_list, queue in lists:
+            wait = self.landing_waits.get(kombu_list) or self.new_wait(kombu_list, queue)
+            if wait.waiting:
+                continue
+            if wait.unsure:
+                self.give_back(wait)
+            if not cycle._client_registered(self, wait.client, wait.event_type):
+                cycle._register(self, wait.client, wait.event_type)
+            wait.client.connection.send_command(
+                "BLMOVE", wait.source, wait.landing, "RIGHT", "LEFT", timeout or 0
+            )
+            wait.waiting, wait.sent_at = True, monotonic()
+
+    def new_wait(self, kombu_list: str, queue: str) -> LandingWait:
+        source = self.real(kombu_list)
+        member = self.consumer_id + source
+        pool = self.wait_pool
+        pool.max_connections = max(pool.max_connections, len(self.landing_waits) + 1)
+        client = redis.Redis(connection_pool=pool)
+        client.connection = pool.get_connection()
+        wait = LandingWait(kombu_list, queue, source, self.landing_prefix + member, client)
+        self.renew_consumer_lease()
+        self.plain_client.sadd(self.landings_key, member)
+        self.landing_waits[kombu_list] = wait
+        self.handlers[wait.event_type] = partial(self.read_wait, kombu_list)
+        return wait
+
+    @cached_property
+    def wait_pool(self) -> Any:
+        """Connections for the waits, apart from kombu's pool and its connection limit."""
+        return self._get_pool(asynchronous=True)  # type: ignore[attr-defined]
+
+    def read_wait(self, kombu_list: str) -> bool:
+        """A BLMOVE replied: take the landed message (recorded) and deliver it, or give it
+        back at once if the channel has no room for it."""
+        wait = self.landing_waits[kombu_list]
+        wait.waiting = False
+        self.consume_waits = False  # look at every list again before waiting again
+        try:
+            landed = wait.client.connection.read_response()
+        except self.connection_errors:
+            wait.unsure = True
+            wait.client.connection.disconnect()
+            raise
+        if landed is None:
+            raise virtual.Empty()
+        if not self.qos.can_consume() or wait.queue not in self.active_queues:
+            self.give_back(wait)
+            raise virtual.Empty()
+        recorded = wait.queue not in self.noack_queues
+        keys = [self.real(self.unacked_key), self.real(self.unacked_index_key), wait.landing]
+        taken = self.consume_scripts.consume(keys, ["1" if recorded else "0"])
+        if taken is None:  # this consumer's lease ran out and a restore returned it
+            raise virtual.Empty()
+        self.deliver_taken(wait.queue, taken[1], recorded)
+        return True
+
+    def give_back(self, wait: LandingWait) -> None:
+        """Move what landed for this wait back to the head of its queue."""
+        while self.plain_client.lmove(wait.landing, wait.source, "RIGHT", "RIGHT"):
+            pass
+        wait.unsure = False
+
+    def renew_consumer_lease(self) -> None:
+        """Keep this consumer's landing lists its own for another ``visibility_timeout``."""
+        lease_ms = max(int(self.visibility_timeout * 1000), 1)
+        self.plain_client.set(self.lease_prefix + self.consumer_id, 1, px=lease_ms)
+
+    def return_landed(self) -> int:
+        """Put back what consumers now gone left in their landing lists; how many."""
+        prefixes = [self.lease_prefix, self.landing_prefix]
+        return int(self.consume_scripts.return_landed([self.landings_key], prefixes))
+
+    def overdue_waits(self, patience: float) -> list[LandingWait]:
+        """Waits that should have replied (BLMOVE's own timeout) ``patience`` ago."""
+        now = monotonic()
+        return [
+            wait
+            for wait in self.landing_waits.values()
+            if wait.waiting and now - wait.sent_at > self.brpop_timeout + patience
+        ]
+
+    def stop_waiting(self) -> None:
+        """Close the waits' connections, give back what landed, drop the lease (what lands
+        after this is returned by the next restore of any worker)."""
+        for wait in self.landing_waits.values():
+            wait.client.connection.disconnect()
+            wait.waiting = False
+        if not self.landing_waits:
+            return
+        try:
+            for wait in self.landing_waits.values():
+                self.give_back(wait)
+            self.plain_client.delete(self.lease_prefix + self.consumer_id)
+        except self.connection_errors:
+            pass  # the lease runs out; a restore returns them
+        self.landing_waits.clear()
+        self.wait_pool.disconnect()
+
+    def _poll_error(self, type: str, **options: Any) -> Any:
+        if type.startswith(WAIT_TYPE):
+            return self.read_wait(type[len(WAIT_TYPE) :])
+        return super()._poll_error(type, **options)  # type: ignore[misc]
+
+    def close(self) -> None:
+        if "landing_waits" in self.__dict__:
+            self.stop_waiting()
+        super().close()  # type: ignore[misc]
+
+    def basic_consume(self, queue: str, *args: Any, **kwargs: Any) -> Any:
+        no_ack = kwargs["no_ack"] if "no_ack" in kwargs else bool(args and args[0])
+        (self.noack_queues.add if no_ack else self.noack_queues.discard)(queue)
+        return super().basic_consume(queue, *args, **kwargs)  # type: ignore[misc]
+
+    # -- basic_get --
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        if not self.atomic_consume:
+            return super().basic_get(queue, no_ack, **kwargs)  # type: ignore[misc]
+        lists = self.consume_lists([queue])
+        keys, args = self.consume_call(lists)
+        if no_ack:
+            args = ["0"] * len(args)
+        taken = self.consume_scripts.consume(keys, args)
+        with self.conn_or_acquire() as client:  # type: ignore[attr-defined]
+            self._maybe_update_queues_expire(client, queue)  # type: ignore[attr-defined]
+        if taken is None:
+            return None
+        payload = loads(bytes_to_str(taken[1]))
+        message = self.Message(payload, channel=self)  # type: ignore[attr-defined]
+        if not no_ack:
+            self.recorded_tags.add(message.delivery_tag)
+            self.qos.append(message, message.delivery_tag)
+        return message
+
+
+class ConsumingPoller(LeasingPoller):
+    """kombu's poller, which also reads the landing waits (even when the channel has no
+    room: a landed message is then given back, not left in the socket) and drops a wait
+    whose connection went silent."""
+
+    def on_readable(self, fileno: int) -> Any:
+        chan_type = self._fd_to_chan.get(fileno)
+        if chan_type is not None and chan_type[1].startswith(WAIT_TYPE):
+            channel, event_type = chan_type
+            return channel.handlers[event_type]()
+        return super().on_readable(fileno)
+
+    def maybe_check_brpop_health(self) -> Any:
+        for channel in list(self._channels):
+            waits = getattr(channel, "overdue_waits", None)
+            if waits is None or not channel.health_check_interval:
+                continue
+            for wait in waits(channel.health_check_interval):
+                sock = wait.client.connection._sock
+                if sock is None or not kombu_redis._socket_readable(sock):
+                    wait.unsure = True
+                    wait.waiting = False
+                    wait.client.connection.disconnect()
+        return super().maybe_check_brpop_health()
