@@ -16,12 +16,13 @@ Lost: an expected message none of whose executions ended. By cause:
   SIGKILLed (Celery acks before running, so nothing remains to redeliver); or the AOF
   shows its ack (Celery acks as the pool takes the message) and the worker was
   SIGKILLed before the task's first line.
-- kombu at-most-once: pushed onto the queue list (AOF) and taken off by a BRPOP, but
-  no worker ever wrote its ``unacked`` entry: the reply was lost to a SIGKILL, a
-  CLIENT KILL or a Redis restart. Or a worker received it and writing that entry
-  failed (connection lost), so kombu dropped it. Either way the store had delivered it.
 - celery-delayq (ours): never pushed onto the queue list although its publish was
-  confirmed, or still in the delayed store at the end.
+  confirmed, or still in the delayed store at the end. Or taken off the queue list with
+  no ``unacked`` entry ever written: the worker's consume path (celery/redis_consume.py)
+  takes and records a message in one step, so that is ours too. (With kombu's own BRPOP,
+  ``delayq_reliable_consume = False``, a SIGKILL, a CLIENT KILL or a Redis restart loses
+  the reply, or writing the entry fails, and the message is gone: the chaos report of
+  2026-11-21 counted 41 in 10 minutes.)
 - Unexplained (counted against celery-delayq too): anything else, e.g. held in
   ``unacked`` by a killed worker and never restored, or received by a worker that
   lived on and never ran it.
@@ -71,8 +72,8 @@ from .book import Book, Execution, Key, Receipt
 # Causes. The word before the colon says whose semantics explain the case.
 LOST_AT_MOST_ONCE = "Celery: worker SIGKILLed while running it, acks_late off"
 LOST_ACKED_NOT_STARTED = "Celery: acked as the pool took it (acks_late off), killed before it began"
-LOST_IN_TRANSIT = "kombu: taken off the queue list by BRPOP, no worker received it"
-LOST_UNACKED_WRITE = "kombu: received, but its unacked entry could not be written"
+LOST_IN_TRANSIT = "ours: taken off the queue list and never recorded in unacked"
+LOST_UNACKED_WRITE = "ours: received, but its unacked entry was never written"
 LOST_NEVER_PUSHED = "ours: never pushed onto the queue list"
 LOST_STILL_STORED = "ours: still in the delayed store at the end"
 LOST_STILL_QUEUED = "unexplained: still in the queue list or unacked at the end"

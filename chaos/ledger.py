@@ -16,7 +16,7 @@ Entry kinds (``k``), each with ``t`` (epoch seconds) and the fields listed:
   tag), ``inc`` (incarnation), ``al`` (acks_late), ``rd`` (redelivered), ``eta``.
 - ``E`` execution ended: ``x``, ``o`` (``done``, ``retry``: the retry was published,
   ``retry-failed``: publishing it raised).
-- ``R`` received by a worker (BRPOP returned it): ``tag``, ``id``, ``r``, ``inc``, ``ok``:
+- ``R`` received by a worker (its consume returned it): ``tag``, ``id``, ``r``, ``inc``, ``ok``:
   whether kombu's ``unacked`` entry for it was written (``e`` on failure).
 - ``A`` ack or reject sent to Redis: ``tag``, ``inc``, ``ok`` and ``e`` on failure.
 - ``Z`` a fault injected on purpose (``--inject-faults``): ``fault``, ``id``, ``r``.

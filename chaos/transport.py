@@ -44,8 +44,9 @@ class RecordingQoS(LockFreeQoS):
     noting each receipt and each ack's outcome."""
 
     def append(self, message: Any, delivery_tag: str) -> None:
-        """Called right after BRPOP took ``message`` from the queue list: note whether
-        its ``unacked`` entry was written (without it, nothing can redeliver it)."""
+        """Called right after the consume took ``message`` from the queue list: note
+        whether its ``unacked`` entry was written (without it, nothing can redeliver it;
+        the atomic consume wrote it with the take, kombu's BRPOP path writes it here)."""
         headers = message.headers or {}
         fields = {
             "tag": delivery_tag,
