@@ -115,6 +115,7 @@ class DelayqCollector:
         try:
             with open_store(self.app) as store:
                 families = self._read(store)  # everything is read before anything is yielded
+            families += self._redelivered()
             up = 1
         except READ_ERRORS as exc:
             logger.warning("celery-delayq metrics: cannot read the store: %r", exc)
@@ -158,6 +159,27 @@ class DelayqCollector:
             value=len(status.alive),
         )
         return [*(g for g, _ in gauges), *(c for c, _ in counters), lateness, movers_alive]
+
+
+    def _redelivered(self) -> list[Metric]:
+        """Messages put back on their queues, per queue: read from a Redis broker (the
+        other brokers count their own)."""
+        from prometheus_client.core import CounterMetricFamily
+
+        with self.app.connection_for_read() as connection:
+            read = getattr(connection.channel(), "redeliveries", None)
+            if read is None:
+                return []
+            counts = read()
+        family = CounterMetricFamily(
+            "celery_delayq_redelivered",
+            "Unacknowledged messages put back on their queue (lease run out, reject with "
+            "requeue, channel closed): each runs again.",
+            labels=["queue"],
+        )
+        for queue, count in sorted(counts.items()):
+            family.add_metric([queue], count)
+        return [family]
 
 
 def lateness_buckets(stats: dict[str, int]) -> tuple[list[tuple[str, float]], float]:

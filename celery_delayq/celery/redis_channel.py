@@ -12,6 +12,7 @@ in its lists.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 import redis
@@ -22,7 +23,7 @@ from ..core.keys import KeySpace
 from ..core.store import DelayedStore, Scheduled
 from .channel import VirtualChannelMixin
 from .redis_publisher import RedisListPublisher
-from .redis_restore import LockFreeQoS, count_redelivery
+from .redis_restore import REDELIVERED_KEY, LockFreeQoS, count_redelivery
 from .settings import REDIS_SCHEMES, DelayqConfig
 
 
@@ -51,10 +52,23 @@ class DelayedPublishMixin(VirtualChannelMixin):
         pipe: Any,
         leftmost: bool = False,
     ) -> None:
-        """kombu's restore of one message, which also counts the redelivery."""
+        """kombu's restore of one message, which also counts the redelivery: in the
+        message's header, and per queue in Redis (in the restore's own transaction)."""
         if self.delayq_config.reliable_consume:
             count_redelivery(payload)
+            # a message kombu cannot route is logged by kombu's restore below
+            with suppress(Exception):
+                for queue in self._lookup(exchange, routing_key):  # type: ignore[attr-defined]
+                    pipe.hincrby(self.real_key(REDELIVERED_KEY), queue, 1)
         super()._do_restore_message(payload, exchange, routing_key, pipe, leftmost)  # type: ignore[misc]
+
+    def redeliveries(self) -> dict[str, int]:
+        """How many messages were put back on each queue since the count began: restored
+        after their lease ran out, requeued by a reject, or given back by a closing
+        channel."""
+        client = redis.Redis(connection_pool=self.pool)
+        counts = client.hgetall(self.real_key(REDELIVERED_KEY))
+        return {queue.decode(): int(n) for queue, n in counts.items()}
 
     def store_on_broker(self, config: DelayqConfig) -> DelayedStore:
         """A delayed store on this channel's Redis, with the given settings.

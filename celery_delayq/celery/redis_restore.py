@@ -39,6 +39,8 @@ from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 
 REDELIVERIES_HEADER = "delayq_redeliveries"
+#: kombu key (global_keyprefix applies) of the hash counting redeliveries per queue.
+REDELIVERED_KEY = "_delayq.redelivered"
 
 
 class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]

@@ -80,6 +80,7 @@ FAMILIES = {
     "celery_delayq_dead_lettered": "counter",
     "celery_delayq_move_lateness_seconds": "histogram",
     "celery_delayq_movers_alive": "gauge",
+    "celery_delayq_redelivered": "counter",
 }
 
 

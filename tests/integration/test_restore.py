@@ -16,6 +16,8 @@ from kombu.utils.json import loads
 
 from celery_delayq.celery.redis_restore import REDELIVERIES_HEADER
 
+from ..helpers import parse_metrics, scrape
+
 VISIBILITY = 1  # seconds: how long an unacknowledged message stays taken
 #: What a worker SIGKILLed inside kombu's restore leaves: the lock, for 300 s.
 DEAD_HOLDER = ("unacked_mutex", "a-dead-worker", 300)
@@ -172,3 +174,21 @@ def test_restores_and_renewals_keep_kombus_global_keyprefix(app, redis_client) -
         channel.qos.restore_visible(num=10, interval=1)
         assert redis_client.llen(f"p:{queue}") == 1 and redis_client.hlen("p:unacked") == 0
     assert not redis_client.exists("unacked", "unacked_index", queue)
+
+
+def test_redeliveries_are_counted_per_queue_in_the_metrics(app, redis_client) -> None:
+    pytest.importorskip("prometheus_client")
+    queue = app.conf.task_default_queue
+    with channel_of(app) as channel:
+        take_unacknowledged(channel, queue, count=2)
+        wait_until_visible(redis_client)
+        channel.qos.restore_visible(num=10, interval=1)  # two leases ran out
+        Queue(queue)(channel).get(no_ack=False).reject(requeue=True)  # and one requeue
+        take_unacknowledged(channel, "other")
+        wait_until_visible(redis_client)
+        channel.qos.restore_visible(num=10, interval=1)
+    _, samples = parse_metrics(scrape(app))
+    assert samples["celery_delayq_redelivered_total"] == {
+        (("queue", queue),): 3,
+        (("queue", "other"),): 1,
+    }
