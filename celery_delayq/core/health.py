@@ -110,7 +110,7 @@ def _version(server: dict[str, Any]) -> Finding:
 
 def _persistence(client: redis.Redis, info: dict[str, Any]) -> Finding:
     if int(info.get("aof_enabled", 0)):
-        return Finding("persistence", OK, "AOF is on")
+        return _aof_fsync(client)
     try:
         save = str(client.config_get("save").get("save", ""))
     except redis.ResponseError:  # CONFIG is often disabled on managed Redis
@@ -133,6 +133,32 @@ def _persistence(client: redis.Redis, info: dict[str, Any]) -> Finding:
         FAIL,
         "no persistence: a Redis restart loses every pending delayed task",
         "turn on AOF: appendonly yes (appendfsync everysec or always)",
+    )
+
+
+#: What a crash of Redis or of its machine can lose, by ``appendfsync``.
+FSYNC_LOSS = {
+    "everysec": "about the last second of writes",
+    "no": "the writes the OS had not flushed yet (up to about 30 s)",
+}
+
+
+def _aof_fsync(client: redis.Redis) -> Finding:
+    """AOF is on: nothing acknowledged is lost only when every write is fsynced first."""
+    try:
+        fsync = str(client.config_get("appendfsync").get("appendfsync", ""))
+    except redis.ResponseError:  # CONFIG is often disabled on managed Redis
+        return Finding("persistence", OK, "AOF is on (appendfsync cannot be read here)")
+    if fsync == "always":
+        return Finding("persistence", OK, "AOF is on, appendfsync always")
+    loss = FSYNC_LOSS.get(fsync, "recent writes")
+    return Finding(
+        "persistence",
+        WARN,
+        f"AOF with appendfsync {fsync}: a crash can lose {loss}: delayed tasks scheduled, "
+        "and on a Redis broker messages queued, taken or acknowledged (a task lost, or run "
+        "again)",
+        "appendfsync always, for no loss (each write waits for the disk)",
     )
 
 

@@ -142,11 +142,21 @@ def test_doctor_flags_eviction_and_missing_persistence(make_app):
 
 
 def test_doctor_passes_on_a_well_set_up_redis(make_app):
-    with RedisServer(appendonly=True) as server:
+    with RedisServer("--appendfsync", "always", appendonly=True) as server:
         app = make_app(url=server.url)
         result = invoke(app, "doctor")
     assert result.exit_code == 0, result.output
-    assert "[ok  ] persistence: AOF is on" in result.output
+    assert "[ok  ] persistence: AOF is on, appendfsync always" in result.output
+
+
+def test_doctor_warns_that_appendfsync_everysec_can_lose_the_last_second(make_app):
+    with RedisServer("--appendfsync", "everysec", appendonly=True) as server:
+        app = make_app(url=server.url)
+        result = invoke(app, "doctor", "--json")
+    findings = {f["check"]: f for f in json.loads(result.output)["findings"]}
+    assert findings["persistence"]["level"] == "warn"
+    assert "about the last second of writes" in findings["persistence"]["message"]
+    assert findings["persistence"]["fix"].startswith("appendfsync always")
 
 
 def test_doctor_repair_fixes_an_inconsistent_store(app, redis_client):
