@@ -64,7 +64,9 @@ def hold(self: Any, label: str = "", seconds: float = 60.0) -> None:
     """Record its start, then run for ``seconds`` (long enough to be killed), unless it
     was delivered again: then it ends at once."""
     redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
-    record(self.request.id, eta_of(self.request), label=label, redelivered=redelivered)
+    record(
+        self.request.id, eta_of(self.request), label=label, redelivered=redelivered, pid=os.getpid()
+    )
     if not redelivered:
         time.sleep(seconds)
 

@@ -1,0 +1,53 @@
+"""What Celery does with the messages a worker holds works as on stock kombu when the
+worker consumes atomically (celery/redis_consume.py): ``inspect active`` and
+``reserved``, revoking a reserved task, and ``task_reject_on_worker_lost`` when a pool
+child is SIGKILLed mid-task."""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any
+
+import pytest
+
+from celery_delayq.testing import wait_until, wait_until_quiescent
+
+from ..helpers import celery_process, runs
+
+pytestmark = pytest.mark.timeout(120)
+
+SETTINGS = {
+    "task_reject_on_worker_lost": True,
+    "worker_prefetch_multiplier": 4,  # tests.worker_app's is 1: nothing would be reserved
+    "broker_transport_options": {"visibility_timeout": 10},
+}
+
+
+def ids(app: Any, what: str) -> set[str]:
+    """Task ids the workers report for ``inspect <what>`` (active, reserved)."""
+    replies = getattr(app.control.inspect(timeout=2), what)() or {}
+    return {task["id"] for tasks in replies.values() for task in tasks}
+
+
+@pytest.mark.slow
+def test_inspect_revoke_and_a_pool_child_lost_mid_task(make_app, redis_server, redis_client):
+    app = make_app(**SETTINGS)
+    prefork = ("-P", "prefork", "-c", "1")
+    with celery_process("worker", redis_server.url, SETTINGS, *prefork):
+        first = app.send_task("tests.worker_app.hold", ("first",), kwargs={"seconds": 60})
+        wait_until(lambda: runs(redis_client), timeout=30, what="the first task started")
+        second = app.send_task("tests.worker_app.hold", ("second",), kwargs={"seconds": 0})
+        revoked = app.send_task("tests.worker_app.hold", ("revoked",), kwargs={"seconds": 0})
+        wait_until(lambda: ids(app, "reserved") == {second.id, revoked.id}, timeout=30)
+        assert ids(app, "active") == {first.id}
+        assert redis_client.hlen("unacked") == 3  # each taken and recorded in one step
+
+        app.control.revoke(revoked.id)
+        os.kill(runs(redis_client)[0]["pid"], signal.SIGKILL)  # the pool child, mid-task
+        wait_until(lambda: len(runs(redis_client)) == 3, timeout=60, what="three runs")
+        wait_until_quiescent(app, workers=1, timeout=60)
+    started = [(run["id"], run["redelivered"]) for run in runs(redis_client)]
+    assert started[0] == (first.id, False)
+    assert sorted(started[1:]) == sorted([(second.id, False), (first.id, True)])
+    assert redis_client.hlen("unacked") == 0 and redis_client.llen("default") == 0
