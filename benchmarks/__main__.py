@@ -74,7 +74,7 @@ def render(results: list[ScenarioResult], profile: Profile, seconds: float, dire
         f"(profile `{profile.name}`, {seconds:.0f} s in total).  \n{environment()}.",
         markdown_table(results),
         "Time per scenario (both sides, including worker start and stop): "
-        + "; ".join(f"{r.title.split(',')[0]} {r.seconds:.0f} s" for r in results if not r.error)
+        + "; ".join(f"{r.title.split(', ')[0]} {r.seconds:.0f} s" for r in results if not r.error)
         + ".",
     ]
     plots = [(r.title, path) for r in results for path in r.plots]
@@ -183,6 +183,17 @@ and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
    Counted once nothing is left to run: starts per task, and the most of one task.
    Vanilla kombu restores a message a live worker still runs, and its prefetched ones;
    celery-delayq's workers renew the leases of all they hold.
+9. **Consume**: the queue is filled with copies of one real Celery message (new ids,
+   pipelined LPUSH, not timed), then one `--pool=solo` worker starts; the clock runs from
+   its ready signal to the last task's record. Once with acks early (`bench.record`),
+   once with `acks_late` (`bench.record_late`). Redis statistics are reset before the
+   worker starts: commands per task count every command Redis ran (a script call once,
+   and each command inside it once; MULTI and EXEC too), less the task's own RPUSH and
+   the benchmark's polling; Redis CPU is `used_cpu_sys + used_cpu_user` over the run,
+   per task (the task's RPUSH included). Vanilla takes each message with BRPOP and
+   records it with MULTI/ZADD/HSET/EXEC: 3 round trips per task with the ack;
+   celery-delayq takes and records it with one EVALSHA (RPOP, TIME, HSET, ZADD inside):
+   2 round trips.
 """
 
 

@@ -22,6 +22,8 @@ from celery import Celery
 from .runconfig import RunConfig
 
 RECORD_TASK = "bench.record"
+#: ``bench.record`` with acks_late (the consume scenario runs both).
+RECORD_LATE_TASK = "bench.record_late"
 #: An acks_late task that records its start, then runs for ``seconds``.
 HOLD_TASK = "bench.hold"
 #: The header a task sent without an ETA carries its publish time in (epoch seconds): its
@@ -50,6 +52,13 @@ def make_app(config: RunConfig) -> Celery:
     # shared=False: each app (one per run in the orchestrator) keeps its own task object.
     @app.task(name=RECORD_TASK, bind=True, shared=False)
     def record(self: Any) -> None:
+        record_start(self)
+
+    @app.task(name=RECORD_LATE_TASK, bind=True, shared=False, acks_late=True)
+    def record_late(self: Any) -> None:
+        record_start(self)
+
+    def record_start(self: Any) -> None:
         started = time.time()
         eta = eta_seconds(self.request.eta) or self.request.get(PUBLISHED_HEADER)
         entry = {

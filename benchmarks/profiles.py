@@ -40,6 +40,8 @@ class Profile:
     long_tasks: int = 4
     long_task_visibility: float = 3.0
     long_task_seconds: float = 10.0
+    #: Scenario 9: tiny tasks queued before one worker consumes them.
+    consume_tasks: int = 100_000
     #: Scenarios left out of this profile (the quick run keeps CI under a minute).
     skip: tuple[str, ...] = ()
 
@@ -86,5 +88,6 @@ QUICK = Profile(
     scaleout_messages=20_000,
     long_tasks=1,
     long_task_seconds=5.0,
+    consume_tasks=2_000,
     skip=("lateness",),  # the idle-worker case; "stream" covers the same path under load
 )

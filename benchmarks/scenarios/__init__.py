@@ -15,6 +15,7 @@ from ..profiles import Profile
 from ..report import MetricSpec
 from ..runconfig import SIDES, Side
 from .burst import Burst
+from .consume import Consume
 from .duplicates import Duplicates
 from .lateness import Lateness
 from .longtasks import LongTasks
@@ -57,6 +58,7 @@ SCENARIO_KEYS = (
     "storecost",
     "scaleout",
     "longtasks",
+    "consume",
 )
 
 
@@ -87,5 +89,6 @@ def build(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[Scena
         "longtasks": LongTasks(
             profile.long_tasks, profile.long_task_seconds, profile.long_task_visibility
         ),
+        "consume": Consume(profile.consume_tasks),
     }
     return [every[key] for key in SCENARIO_KEYS if key in keys and key not in profile.skip]
