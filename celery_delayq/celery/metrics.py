@@ -160,7 +160,6 @@ class DelayqCollector:
         )
         return [*(g for g, _ in gauges), *(c for c, _ in counters), lateness, movers_alive]
 
-
     def _redelivered(self) -> list[Metric]:
         """Messages put back on their queues, per queue: read from a Redis broker (the
         other brokers count their own)."""

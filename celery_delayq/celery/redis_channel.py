@@ -17,6 +17,7 @@ from typing import Any
 
 import redis
 from celery import Celery
+from kombu.utils.encoding import bytes_to_str
 
 from ..core.handover import Publisher, SameRedisMove
 from ..core.keys import KeySpace
@@ -68,7 +69,7 @@ class DelayedPublishMixin(VirtualChannelMixin):
         channel."""
         client = redis.Redis(connection_pool=self.pool)
         counts = client.hgetall(self.real_key(REDELIVERED_KEY))
-        return {queue.decode(): int(n) for queue, n in counts.items()}
+        return {bytes_to_str(queue): int(n) for queue, n in counts.items()}
 
     def store_on_broker(self, config: DelayqConfig) -> DelayedStore:
         """A delayed store on this channel's Redis, with the given settings.
