@@ -51,3 +51,52 @@ def test_inspect_revoke_and_a_pool_child_lost_mid_task(make_app, redis_server, r
     assert started[0] == (first.id, False)
     assert sorted(started[1:]) == sorted([(second.id, False), (first.id, True)])
     assert redis_client.hlen("unacked") == 0 and redis_client.llen("default") == 0
+
+
+#: Taken messages come back 3 s after their worker last had them; workers look every 1 s.
+RESTORING = {
+    "worker_prefetch_multiplier": 2,
+    "broker_transport_options": {
+        "visibility_timeout": 3,
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    },
+}
+STOCK = {**RESTORING, "broker_transport": "redis"}  # kombu's own transport, as before upgrading
+
+
+@pytest.mark.slow
+def test_a_stock_worker_and_ours_on_one_queue_lose_nothing_when_both_die(
+    make_app, redis_server, redis_client
+):
+    """Rolling upgrade: a stock kombu worker and one of ours share a queue, both are
+    SIGKILLed while they hold messages (running and prefetched), and a worker of ours
+    started afterwards runs every task: what either left behind comes back."""
+    app = make_app(**RESTORING)
+    prefork = ("-P", "prefork", "-c", "1")
+    with (
+        celery_process("worker", redis_server.url, STOCK, *prefork, "-n", "stock@%h") as stock,
+        celery_process("worker", redis_server.url, RESTORING, *prefork, "-n", "ours@%h") as ours,
+    ):
+        sent = [  # each worker runs one and holds one prefetched
+            app.send_task("tests.worker_app.hold", (f"t{n}",), kwargs={"seconds": 60})
+            for n in range(4)
+        ]
+        wait_until(lambda: len(runs(redis_client)) == 2, timeout=30, what="both run one")
+        wait_until(lambda: redis_client.hlen("unacked") == 4, timeout=30, what="each holds two")
+        stock.kill()
+        ours.kill()
+        stock.wait(timeout=20)
+        ours.wait(timeout=20)
+    held = {run["id"] for run in runs(redis_client)}
+    with celery_process("worker", redis_server.url, RESTORING, "-P", "solo", "-n", "after@%h"):
+        wait_until_quiescent(app, workers=1, timeout=90)
+    first, then = runs(redis_client)[:2], runs(redis_client)[2:]
+    assert {run["id"] for run in first} == held and not any(run["redelivered"] for run in first)
+    assert sorted(run["id"] for run in then) == sorted(task.id for task in sent)  # none lost
+    assert all(run["redelivered"] for run in then)  # each came back once
+    assert redis_client.hlen("unacked") == 0
+    assert redis_client.scard("_delayq.landings") == 0 or all(
+        redis_client.llen(b"_delayq.landing." + member) == 0
+        for member in redis_client.smembers("_delayq.landings")
+    )
