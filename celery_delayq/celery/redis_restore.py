@@ -25,6 +25,14 @@ for all of them. A worker that dies stops renewing, and its messages come back
 margin, not the longest task (the README recommends 60 s). A solo pool runs tasks in the
 event loop's own thread, so it renews only between tasks.
 
+How often: kombu scans for expired messages on every ``unacked_restore_throttle``-th
+call only (10 by default), and calls come every ``unacked_restore_interval`` (10 s) from
+a worker's event loop, so a scan happens every 100 s or so: a dead worker's messages
+came back up to ``visibility_timeout`` + 100 s after it died. The throttle protects
+kombu's synchronous poll path, which calls on every empty poll (each second). Here a
+clock replaces it: a channel scans when ``unacked_restore_interval`` has passed since its
+last scan, so within ``visibility_timeout`` + ``unacked_restore_interval`` on either path.
+
 Stock kombu workers and ours may share queues: theirs take the lock, ours do not, and
 the per-message transaction keeps each restore single.
 """
@@ -32,7 +40,7 @@ the per-message transaction keeps each restore single.
 from __future__ import annotations
 
 from contextlib import suppress
-from time import time
+from time import monotonic, time
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
@@ -47,6 +55,9 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
     """kombu's Redis QoS with ``restore_visible`` freed from ``unacked_mutex``, which also
     returns what dead consumers left in their landing lists (redis_consume.py)."""
 
+    #: When this channel last scanned for expired messages (monotonic seconds).
+    _last_scan = float("-inf")
+
     def append(self, message: Any, delivery_tag: str) -> None:
         """kombu's record of a delivered message, unless consume.lua already wrote it."""
         recorded: set[str] = getattr(self.channel, "recorded_tags", set())
@@ -59,9 +70,11 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
     def restore_visible(self, start: int = 0, num: int = 10, interval: int = 10) -> None:
         if not self.channel.delayq_config.reliable_consume:
             return super().restore_visible(start, num, interval)  # type: ignore[no-any-return]
-        self._vrestore_count += 1
-        if (self._vrestore_count - 1) % (interval or 1):  # kombu's throttle, kept
+        now = monotonic()
+        every = float(getattr(self.channel, "unacked_restore_interval", 10) or 0)
+        if now - self._last_scan < every * 0.9:  # a timer may fire a little early
             return None
+        self._last_scan = now
         with self.channel.conn_or_acquire() as client:
             ceil = time() - self.visibility_timeout
             # the most recently expired first, as kombu does: each goes to the end its

@@ -26,7 +26,7 @@ VISIBILITY = 1  # seconds
 @contextmanager
 def channel_of(app_or_url: Any, **options: Any) -> Iterator[Any]:
     """A channel of the app's transport (ours), or of stock kombu for a URL."""
-    options = {"visibility_timeout": VISIBILITY, **options}
+    options = {"visibility_timeout": VISIBILITY, "unacked_restore_interval": 0, **options}
     if isinstance(app_or_url, str):
         connection = Connection(app_or_url, transport_options=options)
     else:

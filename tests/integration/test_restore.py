@@ -24,9 +24,10 @@ DEAD_HOLDER = ("unacked_mutex", "a-dead-worker", 300)
 
 
 @contextmanager
-def channel_of(app_or_url: Any) -> Iterator[Any]:
+def channel_of(app_or_url: Any, **options: Any) -> Iterator[Any]:
     """A channel of the app's transport (ours), or of stock kombu for a URL."""
-    options = {"visibility_timeout": VISIBILITY}
+    # scanned on every call here (a worker scans every unacked_restore_interval)
+    options = {"visibility_timeout": VISIBILITY, "unacked_restore_interval": 0, **options}
     if isinstance(app_or_url, str):
         connection = Connection(app_or_url, transport_options=options)
     else:
@@ -192,3 +193,22 @@ def test_redeliveries_are_counted_per_queue_in_the_metrics(app, redis_client) ->
         (("queue", queue),): 3,
         (("queue", "other"),): 1,
     }
+
+
+def test_a_channel_scans_once_per_restore_interval_whatever_the_throttle(app, redis_client) -> None:
+    """kombu scans on every 10th call (``unacked_restore_throttle``): with a worker's
+    10 s between calls, every 100 s. Ours scans when ``unacked_restore_interval`` has
+    passed since the channel's last scan."""
+    queue = app.conf.task_default_queue
+    with channel_of(app, unacked_restore_interval=10, unacked_restore_throttle=10) as channel:
+        take_unacknowledged(channel, queue)
+        wait_until_visible(redis_client)
+        channel.qos.restore_visible(num=10, interval=10)  # the first call scans
+        assert len(queued(redis_client, queue)) == 1
+        Queue(queue)(channel).get(no_ack=False)
+        wait_until_visible(redis_client)
+        channel.qos.restore_visible(num=10, interval=10)  # scanned under 10 s ago
+        assert queued(redis_client, queue) == []
+        channel.qos._last_scan -= 10  # as if 10 s had passed
+        channel.qos.restore_visible(num=10, interval=10)  # the 3rd call: kombu would wait
+        assert len(queued(redis_client, queue)) == 1
