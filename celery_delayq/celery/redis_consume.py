@@ -31,7 +31,7 @@ import dataclasses
 import uuid
 from dataclasses import dataclass
 from functools import cached_property, partial
-from time import monotonic
+from time import monotonic, time
 from typing import Any
 
 import redis
@@ -176,7 +176,8 @@ class AtomicConsumeMixin:
         """KEYS and ARGV of consume.lua taking from these lists."""
         keys = [self.real(self.unacked_key), self.real(self.unacked_index_key)]
         keys += [self.real(kombu_list) for kombu_list, _ in lists]
-        return keys, ["0" if queue in self.noack_queues else "1" for _, queue in lists]
+        flags = ["0" if queue in self.noack_queues else "1" for _, queue in lists]
+        return keys, [repr(time()), *flags]
 
     # -- consuming from the event loop: kombu's BRPOP start and read, replaced --
 
@@ -287,7 +288,7 @@ class AtomicConsumeMixin:
             raise virtual.Empty()
         recorded = wait.queue not in self.noack_queues
         keys = [self.real(self.unacked_key), self.real(self.unacked_index_key), wait.landing]
-        taken = self.consume_scripts.consume(keys, ["1" if recorded else "0"])
+        taken = self.consume_scripts.consume(keys, [repr(time()), "1" if recorded else "0"])
         if taken is None:  # this consumer's lease ran out and a restore returned it
             raise virtual.Empty()
         self.deliver_taken(wait.queue, taken[1], recorded)
@@ -358,7 +359,7 @@ class AtomicConsumeMixin:
         lists = self.consume_lists([queue])
         keys, args = self.consume_call(lists)
         if no_ack:
-            args = ["0"] * len(args)
+            args = [args[0]] + ["0"] * len(lists)
         taken = self.consume_scripts.consume(keys, args)
         with self.conn_or_acquire() as client:  # type: ignore[attr-defined]
             self._maybe_update_queues_expire(client, queue)  # type: ignore[attr-defined]

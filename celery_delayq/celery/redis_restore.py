@@ -45,6 +45,8 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
+from kombu.utils.encoding import bytes_to_str
+from kombu.utils.json import loads
 
 REDELIVERIES_HEADER = "delayq_redeliveries"
 #: kombu key (global_keyprefix applies) of the hash counting redeliveries per queue.
@@ -81,11 +83,34 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
             # queue is consumed from, so the longest waiting runs first
             visible = _newest_first(client, self.unacked_index_key, ceil, num and start, num)
             for tag, _ in visible or []:
-                self.restore_by_tag(tag, client)
+                self.restore_expired(tag, ceil, client)
         return_landed = getattr(self.channel, "return_landed", None)
         if return_landed is not None and self.channel.atomic_consume:
             return_landed()
         return None
+
+    def restore_expired(self, tag: str, ceil: float, client: Any) -> None:
+        """Put one message back, in one transaction, if it is still unacknowledged and
+        still expired (scored up to ``ceil``). Without kombu's lock, another worker may
+        have restored it since it was listed, and a consumer taken it again (the same
+        delivery tag, scored anew) or its holder renewed it: restoring it then would run
+        it twice."""
+        index = self.unacked_index_key
+        if "ZSCORE" not in kombu_redis.PrefixedStrictRedis.PREFIXED_SIMPLE_COMMANDS:
+            index = self.channel.global_keyprefix + index  # the pipeline leaves it as is
+
+        def restore(pipe: Any) -> None:
+            score = pipe.zscore(index, tag)
+            entry = pipe.hget(self.unacked_key, tag)
+            pipe.multi()
+            if score is not None and score > ceil:
+                return  # held again since it was listed
+            self._remove_from_indices(tag, pipe)
+            if entry:
+                message, exchange, routing_key = loads(bytes_to_str(entry))
+                self.channel._do_restore_message(message, exchange, routing_key, pipe)
+
+        client.transaction(restore, self.unacked_key, self.unacked_index_key)
 
     def renew_leases(self) -> int:
         """Mark every message this channel holds and has not acknowledged as delivered

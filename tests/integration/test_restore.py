@@ -212,3 +212,46 @@ def test_a_channel_scans_once_per_restore_interval_whatever_the_throttle(app, re
         channel.qos._last_scan -= 10  # as if 10 s had passed
         channel.qos.restore_visible(num=10, interval=10)  # the 3rd call: kombu would wait
         assert len(queued(redis_client, queue)) == 1
+
+
+@pytest.mark.parametrize("since_listed", ["taken again", "renewed"])
+def test_a_message_held_again_since_it_was_listed_is_not_restored(
+    since_listed, app, redis_client
+) -> None:
+    """Without kombu's lock, restorers work from lists that may be stale: another worker
+    restored the message and a consumer took it again (the same delivery tag, scored
+    anew), or its holder renewed its lease. The chaos run found the first: one message
+    restored three times, and run three times. kombu's per-tag restore would put it
+    back; ours checks the score in the same transaction."""
+    queue = app.conf.task_default_queue
+    with channel_of(app) as holder, channel_of(app) as restorer:
+        (taken,) = take_unacknowledged(holder, queue)
+        wait_until_visible(redis_client)
+        listed_under = time.time() - VISIBILITY  # a restorer lists it now
+        if since_listed == "taken again":
+            with restorer.conn_or_acquire() as client:
+                restorer.qos.restore_expired(taken.delivery_tag, listed_under, client)
+            assert len(queued(redis_client, queue)) == 1  # restored once
+            Queue(queue)(holder).get(no_ack=False)
+        else:
+            assert holder.qos.renew_leases() == 1
+        with restorer.conn_or_acquire() as client:
+            restorer.qos.restore_expired(taken.delivery_tag, listed_under, client)
+        assert queued(redis_client, queue) == []  # not restored: it is held
+        assert redis_client.hexists("unacked", taken.delivery_tag)
+        with restorer.conn_or_acquire() as client:
+            restorer.qos.restore_by_tag(taken.delivery_tag, client)  # kombu's: no check
+        assert len(queued(redis_client, queue)) == 1  # a second copy of a held message
+
+
+def test_the_restore_check_reads_the_prefixed_index(app, redis_client) -> None:
+    queue = app.conf.task_default_queue
+    with channel_of(app, global_keyprefix="pfx:") as holder:
+        (taken,) = take_unacknowledged(holder, queue)
+        (score,) = [s for _, s in redis_client.zrange("pfx:unacked_index", 0, -1, withscores=True)]
+        with holder.conn_or_acquire() as client:
+            holder.qos.restore_expired(taken.delivery_tag, score - 1, client)  # not expired
+            assert redis_client.llen(f"pfx:{queue}") == 0
+            holder.qos.restore_expired(taken.delivery_tag, score, client)  # expired
+        assert redis_client.llen(f"pfx:{queue}") == 1
+        assert redis_client.hlen("pfx:unacked") == 0

@@ -7,7 +7,9 @@
 -- KEYS[2]   kombu's ``unacked_index`` sorted set
 -- KEYS[3..] the lists to take from, in kombu's order (queue rotation, then priority); a
 --           consumer's landing list (redis_consume.py) is taken from the same way
--- ARGV[i]   "1" to record the message taken from KEYS[i + 2], "0" to take it unrecorded
+-- ARGV[1]   the consumer's clock (seconds since the epoch): an entry's score, as kombu scores
+--           it (restores and lease renewals compare with the workers' clocks too)
+-- ARGV[i+1] "1" to record the message taken from KEYS[i + 2], "0" to take it unrecorded
 --           (a no_ack consumer)
 --
 -- Returns {i, message}, i counting the lists from 1, or nil when all of them are empty. The
@@ -35,12 +37,11 @@ end
 for i = 3, #KEYS do
   local message = redis.call('RPOP', KEYS[i])
   if message then
-    if ARGV[i - 2] == '1' then
+    if ARGV[i - 1] == '1' then
       local tag, entry = entry_of(message)
       if tag then
-        local now = redis.call('TIME')
         redis.call('HSET', KEYS[1], tag, entry)
-        redis.call('ZADD', KEYS[2], tonumber(now[1]) + tonumber(now[2]) / 1000000, tag)
+        redis.call('ZADD', KEYS[2], ARGV[1], tag)
       end
     end
     return {i - 2, message}
