@@ -26,7 +26,7 @@ import redis
 from celery import Celery
 from celery.result import AsyncResult
 from click.testing import CliRunner, Result
-from kombu import Queue
+from kombu import Connection, Queue
 
 from celery_delayq.celery.amqp_envelope import destination, envelope
 from celery_delayq.celery.connect import open_store
@@ -319,3 +319,21 @@ def ready_in(app: Celery, queue: str) -> int:
     with app.connection_for_write() as connection:
         _, ready, _ = Queue(queue)(connection.default_channel).queue_declare(passive=True)
     return int(ready)
+
+
+#: Seconds a taken message stays taken in the broker-channel tests.
+VISIBILITY = 1
+
+
+@contextmanager
+def channel_of(app_or_url: Any, **options: Any) -> Iterator[Any]:
+    """A Redis broker channel: of the app's transport (ours), or of stock kombu for a URL.
+    Taken messages expire after ``VISIBILITY``, and restores scan on every call."""
+    options = {"visibility_timeout": VISIBILITY, "unacked_restore_interval": 0, **options}
+    if isinstance(app_or_url, str):
+        connection = Connection(app_or_url, transport_options=options)
+    else:
+        app_or_url.conf.broker_transport_options = options
+        connection = app_or_url.connection_for_write()
+    with connection:
+        yield connection.default_channel

@@ -14,26 +14,13 @@ from typing import Any
 
 import pytest
 import redis
-from kombu import Connection, Consumer, Exchange, Queue
+from kombu import Consumer, Exchange, Queue
 from kombu.utils.json import loads
 
 from celery_delayq.celery.redis_consume import SOURCES
 from celery_delayq.testing import wait_until as wait_for
 
-VISIBILITY = 1  # seconds
-
-
-@contextmanager
-def channel_of(app_or_url: Any, **options: Any) -> Iterator[Any]:
-    """A channel of the app's transport (ours), or of stock kombu for a URL."""
-    options = {"visibility_timeout": VISIBILITY, "unacked_restore_interval": 0, **options}
-    if isinstance(app_or_url, str):
-        connection = Connection(app_or_url, transport_options=options)
-    else:
-        app_or_url.conf.broker_transport_options = options
-        connection = app_or_url.connection_for_write()
-    with connection:
-        yield connection.default_channel
+from ..helpers import VISIBILITY, channel_of
 
 
 def publish(channel: Any, queue: str, body: Any, **options: Any) -> None:

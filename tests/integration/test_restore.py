@@ -5,36 +5,19 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 import redis
-from kombu import Connection, Queue
+from kombu import Queue
 from kombu.utils.json import loads
 
 from celery_delayq.celery.redis_restore import REDELIVERIES_HEADER
 
-from ..helpers import parse_metrics, scrape
+from ..helpers import VISIBILITY, channel_of, parse_metrics, scrape
 
-VISIBILITY = 1  # seconds: how long an unacknowledged message stays taken
 #: What a worker SIGKILLed inside kombu's restore leaves: the lock, for 300 s.
 DEAD_HOLDER = ("unacked_mutex", "a-dead-worker", 300)
-
-
-@contextmanager
-def channel_of(app_or_url: Any, **options: Any) -> Iterator[Any]:
-    """A channel of the app's transport (ours), or of stock kombu for a URL."""
-    # scanned on every call here (a worker scans every unacked_restore_interval)
-    options = {"visibility_timeout": VISIBILITY, "unacked_restore_interval": 0, **options}
-    if isinstance(app_or_url, str):
-        connection = Connection(app_or_url, transport_options=options)
-    else:
-        app_or_url.conf.broker_transport_options = options
-        connection = app_or_url.connection_for_write()
-    with connection:
-        yield connection.default_channel
 
 
 def take_unacknowledged(channel: Any, queue: str, count: int = 1) -> list[Any]:
