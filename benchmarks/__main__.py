@@ -24,7 +24,7 @@ from .processes import exit_on_termination
 from .profiles import FULL, QUICK, Profile
 from .report import ScenarioResult, markdown_table, missed_lines
 from .runner import run_all
-from .scenarios import SCENARIO_KEYS
+from .scenarios import OPT_IN_KEYS, SCENARIO_KEYS
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS.md"
 
@@ -46,8 +46,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--scenario",
         action="append",
-        choices=SCENARIO_KEYS,
-        help="run only this scenario (repeatable; default: all)",
+        choices=SCENARIO_KEYS + OPT_IN_KEYS,
+        help="run only this scenario (repeatable; default: all but "
+        + ", ".join(OPT_IN_KEYS)
+        + ", which run only when named)",
     )
     return parser.parse_args(argv)
 
@@ -192,8 +194,17 @@ and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
    the benchmark's polling; Redis CPU is `used_cpu_sys + used_cpu_user` over the run,
    per task (the task's RPUSH included). Vanilla takes each message with BRPOP and
    records it with MULTI/ZADD/HSET/EXEC: 3 round trips per task with the ack;
-   celery-delayq takes and records it with one EVALSHA (RPOP, TIME, HSET, ZADD inside):
+   celery-delayq takes and records it with one EVALSHA (RPOP, HSET, ZADD inside):
    2 round trips.
+10. **Recovery** (only with `--scenario recovery`: the vanilla side takes over an hour):
+   one `--pool=prefork --concurrency=1` worker takes 4 `acks_late` tasks (one running,
+   three prefetched), a second (solo) worker starts, and the first is SIGKILLed with its
+   pool child. The clock runs from the kill until the first, and the last, of the four
+   has started on the second worker (a rerun ends at once). Each side with its own
+   setting: vanilla with kombu's defaults (`visibility_timeout` 3600 s, a restore scan
+   every 10th call of every 10 s), celery-delayq with the recommended
+   `visibility_timeout` of 60 s (its leases make a short one safe) and its scan every
+   10 s.
 """
 
 

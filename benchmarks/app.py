@@ -26,6 +26,8 @@ RECORD_TASK = "bench.record"
 RECORD_LATE_TASK = "bench.record_late"
 #: An acks_late task that records its start, then runs for ``seconds``.
 HOLD_TASK = "bench.hold"
+#: ``bench.hold`` that ends at once when delivered again (so a rerun frees its worker).
+HOLD_FIRST_TASK = "bench.hold_first"
 #: The header a task sent without an ETA carries its publish time in (epoch seconds): its
 #: lateness is then counted from that moment (the physical limit of a due-time publish).
 PUBLISHED_HEADER = "bench_published"
@@ -73,5 +75,12 @@ def make_app(config: RunConfig) -> Celery:
         entry = {"id": self.request.id, "late": None, "pid": os.getpid()}
         _results_client(config.broker_url).rpush(config.results_key, json.dumps(entry))
         time.sleep(seconds)
+
+    @app.task(name=HOLD_FIRST_TASK, bind=True, shared=False, acks_late=True)
+    def hold_first(self: Any, seconds: float) -> None:
+        entry = {"id": self.request.id, "late": None, "pid": os.getpid()}
+        _results_client(config.broker_url).rpush(config.results_key, json.dumps(entry))
+        if not (self.request.delivery_info or {}).get("redelivered"):
+            time.sleep(seconds)
 
     return app

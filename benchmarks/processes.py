@@ -175,6 +175,14 @@ class WorkerProcess:
                 os.killpg(process.pid, signal.SIGKILL)
             process.wait()
 
+    def kill(self) -> None:
+        """SIGKILL the worker and its pool children at once (a machine or OOM kill)."""
+        process, self.process = self.process, None
+        if process is None or process.poll() is not None:
+            return
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
     def log_tail(self, lines: int = 25) -> str:
         try:
             text = self.log_path.read_text(errors="replace")

@@ -42,6 +42,12 @@ class Profile:
     long_task_seconds: float = 10.0
     #: Scenario 9: tiny tasks queued before one worker consumes them.
     consume_tasks: int = 100_000
+    #: Scenario 10: acks_late tasks a killed worker held; vanilla's visibility_timeout
+    #: (None: kombu's default) and both sides' unacked_restore_interval (None: default).
+    recovery_held: int = 4
+    recovery_vanilla_visibility: float | None = None
+    recovery_delayq_visibility: float = 60.0
+    recovery_restore_interval: float | None = None
     #: Scenarios left out of this profile (the quick run keeps CI under a minute).
     skip: tuple[str, ...] = ()
 
@@ -89,5 +95,8 @@ QUICK = Profile(
     long_tasks=1,
     long_task_seconds=5.0,
     consume_tasks=2_000,
+    recovery_vanilla_visibility=3.0,
+    recovery_delayq_visibility=3.0,
+    recovery_restore_interval=1.0,
     skip=("lateness",),  # the idle-worker case; "stream" covers the same path under load
 )

@@ -22,7 +22,9 @@ def run_scenario(bench: Bench, scenario: Scenario, plot_dir: Path | None) -> Sce
     measured: dict[str, dict[str, float | None]] = {"vanilla": {}, "delayq": {}}
     for side in sides_of(scenario):
         log(f"{scenario.title} -- {side}")
-        with bench.run(scenario.key, side, scenario.transport_options) as run:
+        options_for = getattr(scenario, "transport_options_for", None)
+        options = options_for(side) if options_for else scenario.transport_options
+        with bench.run(scenario.key, side, options) as run:
             measured[side] = scenario.measure(run)
         shown = ", ".join(f"{k}={v:.4g}" for k, v in measured[side].items() if v is not None)
         log(f"  {side}: {shown}")

@@ -21,6 +21,7 @@ from .lateness import Lateness
 from .longtasks import LongTasks
 from .memory import WorkerMemory
 from .producer import ProducerCost
+from .recovery import Recovery
 from .scaleout import ScaleOut
 from .storecost import StoreCost
 from .stream import SteadyStream
@@ -60,6 +61,8 @@ SCENARIO_KEYS = (
     "longtasks",
     "consume",
 )
+#: Scenarios that run only when named (``--scenario``): each takes too long for a full run.
+OPT_IN_KEYS = ("recovery",)
 
 
 def sides_of(scenario: Scenario) -> tuple[Side, ...]:
@@ -90,5 +93,14 @@ def build(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[Scena
             profile.long_tasks, profile.long_task_seconds, profile.long_task_visibility
         ),
         "consume": Consume(profile.consume_tasks),
+        "recovery": Recovery(
+            profile.recovery_held,
+            {
+                "vanilla": profile.recovery_vanilla_visibility,
+                "delayq": profile.recovery_delayq_visibility,
+            },
+            profile.recovery_restore_interval,
+        ),
     }
-    return [every[key] for key in SCENARIO_KEYS if key in keys and key not in profile.skip]
+    known = SCENARIO_KEYS + OPT_IN_KEYS
+    return [every[key] for key in known if key in keys and key not in profile.skip]
