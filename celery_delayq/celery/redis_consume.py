@@ -109,6 +109,7 @@ class AtomicConsumeMixin:
     _brpop_sent_at: Any
     delayq_config: Any
     qos: Any
+    real_key: Any  # redis_channel.DelayedPublishMixin: kombu's global_keyprefix applied
 
     @property
     def atomic_consume(self) -> bool:
@@ -148,20 +149,17 @@ class AtomicConsumeMixin:
     #: The lists of the consume.lua call in flight: (kombu list, queue) each.
     _consume_sent: list[tuple[str, str]]
 
-    def real(self, kombu_key: str) -> str:
-        return self.global_keyprefix + kombu_key
-
     @property
     def lease_prefix(self) -> str:
-        return self.real("_delayq.consumer.")
+        return self.real_key("_delayq.consumer.")
 
     @property
     def landing_prefix(self) -> str:
-        return self.real("_delayq.landing.")
+        return self.real_key("_delayq.landing.")
 
     @property
     def landings_key(self) -> str:
-        return self.real("_delayq.landings")
+        return self.real_key("_delayq.landings")
 
     def consume_lists(self, queues: list[str]) -> list[tuple[str, str]]:
         """(kombu list, queue) in the order kombu's BRPOP names them."""
@@ -174,8 +172,8 @@ class AtomicConsumeMixin:
 
     def consume_call(self, lists: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
         """KEYS and ARGV of consume.lua taking from these lists."""
-        keys = [self.real(self.unacked_key), self.real(self.unacked_index_key)]
-        keys += [self.real(kombu_list) for kombu_list, _ in lists]
+        keys = [self.real_key(self.unacked_key), self.real_key(self.unacked_index_key)]
+        keys += [self.real_key(kombu_list) for kombu_list, _ in lists]
         flags = ["0" if queue in self.noack_queues else "1" for _, queue in lists]
         return keys, [repr(time()), *flags]
 
@@ -251,7 +249,7 @@ class AtomicConsumeMixin:
             wait.waiting, wait.sent_at = True, monotonic()
 
     def new_wait(self, kombu_list: str, queue: str) -> LandingWait:
-        source = self.real(kombu_list)
+        source = self.real_key(kombu_list)
         member = self.consumer_id + source
         pool = self.wait_pool
         pool.max_connections = max(pool.max_connections, len(self.landing_waits) + 1)
@@ -287,7 +285,11 @@ class AtomicConsumeMixin:
             self.give_back(wait)
             raise virtual.Empty()
         recorded = wait.queue not in self.noack_queues
-        keys = [self.real(self.unacked_key), self.real(self.unacked_index_key), wait.landing]
+        keys = [
+            self.real_key(self.unacked_key),
+            self.real_key(self.unacked_index_key),
+            wait.landing,
+        ]
         taken = self.consume_scripts.consume(keys, [repr(time()), "1" if recorded else "0"])
         if taken is None:  # this consumer's lease ran out and a restore returned it
             raise virtual.Empty()
