@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from typing import Any
 
@@ -69,6 +70,17 @@ def hold(self: Any, label: str = "", seconds: float = 60.0) -> None:
     )
     if not redelivered:
         time.sleep(seconds)
+
+
+@app.task(bind=True, acks_late=True)
+def freeze_worker_at_the_end(self: Any) -> None:
+    """Record the run, then freeze the worker's main process (SIGSTOP to the pool child's
+    parent) as the task returns: the task has ended and its ack cannot be sent. Delivered
+    again, it only records."""
+    redelivered = bool((self.request.delivery_info or {}).get("redelivered"))
+    record(self.request.id, eta_of(self.request), redelivered=redelivered, pid=os.getpid())
+    if not redelivered:
+        os.kill(os.getppid(), signal.SIGSTOP)
 
 
 @app.task(bind=True, max_retries=3)

@@ -100,3 +100,32 @@ def test_a_stock_worker_and_ours_on_one_queue_lose_nothing_when_both_die(
         redis_client.llen(b"_delayq.landing." + member) == 0
         for member in redis_client.smembers("_delayq.landings")
     )
+
+
+@pytest.mark.slow
+def test_a_worker_killed_after_the_task_ended_and_before_its_ack(
+    make_app, redis_server, redis_client
+):
+    """The task ends and the worker is frozen before it can ack (the task SIGSTOPs it),
+    then SIGKILLed: the message is still recorded as unacknowledged, and runs again on
+    another worker (acks_late is at-least-once: a second run, never a loss)."""
+    app = make_app(**RESTORING)
+    with celery_process("worker", redis_server.url, RESTORING, "-P", "prefork", "-c", "1") as w:
+        sent = app.send_task("tests.worker_app.freeze_worker_at_the_end")
+        wait_until(lambda: runs(redis_client), timeout=30, what="the task ran")
+        wait_until(lambda: stopped(w.pid), timeout=30, what="the worker froze")
+        assert redis_client.hlen("unacked") == 1  # ended, not acknowledged
+        w.kill()
+        w.wait(timeout=20)
+    with celery_process("worker", redis_server.url, RESTORING, "-P", "solo", "-n", "after@%h"):
+        wait_until_quiescent(app, workers=1, timeout=60)
+    assert [(run["id"], run["redelivered"]) for run in runs(redis_client)] == [
+        (sent.id, False),
+        (sent.id, True),
+    ]
+
+
+def stopped(pid: int) -> bool:
+    """Whether the process is stopped (SIGSTOP): its state in /proc is T."""
+    with open(f"/proc/{pid}/stat") as stat:
+        return stat.read().rsplit(")", 1)[1].split()[0] == "T"
