@@ -187,7 +187,8 @@ and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
    child while the worker's loop goes on), `acks_late` tasks that each run longer than
    `visibility_timeout`, sent at once with no countdown; restores are looked for every
    second on both sides (`unacked_restore_interval` and `unacked_restore_throttle` 1).
-   Counted once nothing is left to run: starts per task, and the most of one task.
+   Counted once nothing is queued or unacknowledged and no task has started for a run's
+   length plus two visibility timeouts: starts per task, and the most of one task.
    Vanilla kombu restores a message a live worker still runs, and its prefetched ones;
    celery-delayq's workers renew the leases of all they hold.
 9. **Consume**: the queue is filled with copies of one real Celery message (new ids,
