@@ -42,7 +42,7 @@ from kombu.utils.json import loads
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-from ..core.scripts import read_lua
+from ..core.scripts import read_lua, register_all
 from .redis_restore import LeasingPoller
 
 #: The poller's event type of a landing wait, followed by its kombu list.
@@ -58,7 +58,7 @@ class ConsumeScripts:
 
     @classmethod
     def register(cls, client: redis.Redis) -> ConsumeScripts:
-        return cls(**{name: client.register_script(source) for name, source in SOURCES.items()})
+        return register_all(cls, client, SOURCES)
 
 
 #: Read at import, like the store's scripts.

@@ -15,10 +15,10 @@ pipeline it cannot do that; ``run_pipelined`` does.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 from redis.commands.core import Script
@@ -32,6 +32,16 @@ def read_lua(package: str, name: str) -> str:
     # only from 3.11).
     lua = resources.files(package).joinpath("lua")
     return lua.joinpath(f"{name}.lua").read_text("utf-8")
+
+
+ScriptSetT = TypeVar("ScriptSetT")
+
+
+def register_all(
+    cls: Callable[..., ScriptSetT], client: redis.Redis, sources: dict[str, str]
+) -> ScriptSetT:
+    """A dataclass of Scripts (one field per source name), registered on ``client``."""
+    return cls(**{name: client.register_script(source) for name, source in sources.items()})
 
 
 def read_source(name: str) -> str:
@@ -60,7 +70,7 @@ class StoreScripts:
 
     @classmethod
     def register(cls, client: redis.Redis) -> StoreScripts:
-        return cls(**{name: client.register_script(source) for name, source in SOURCES.items()})
+        return register_all(cls, client, SOURCES)
 
 
 @dataclass(frozen=True)

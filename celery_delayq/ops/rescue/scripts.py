@@ -9,7 +9,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from ...core.scripts import SCHEDULE_FUNCTION, ScheduleCall, read_source
+from ...core.scripts import SCHEDULE_FUNCTION, ScheduleCall, read_source, register_all
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class RescueScripts:
 
     @classmethod
     def register(cls, client: redis.Redis) -> RescueScripts:
-        return cls(**{name: client.register_script(source) for name, source in SOURCES.items()})
+        return register_all(cls, client, SOURCES)
 
 
 #: Read at import, like ``scripts.SOURCES`` (never lazily in a thread of a forking worker).
