@@ -99,7 +99,6 @@ class AtomicConsumeMixin:
     unacked_key: str
     unacked_index_key: str
     visibility_timeout: Any
-    brpop_timeout: float
     ack_emulation: bool
     active_queues: Any
     connection_errors: tuple[type[BaseException], ...]
@@ -116,6 +115,11 @@ class AtomicConsumeMixin:
         """Whether this channel consumes atomically (kombu's ack emulation is on, and
         ``delayq_reliable_consume`` is not turned off)."""
         return bool(self.ack_emulation and self.delayq_config.reliable_consume)
+
+    @property
+    def wait_timeout(self) -> float:
+        """Seconds a BLMOVE waits: kombu's BRPOP timeout (1 s before kombu 5.6 named it)."""
+        return float(getattr(self, "brpop_timeout", 1))
 
     @cached_property
     def consumer_id(self) -> str:
@@ -180,14 +184,15 @@ class AtomicConsumeMixin:
     # -- consuming from the event loop: kombu's BRPOP start and read, replaced --
 
     def _brpop_start(self, timeout: float | None = None) -> None:
-        if not self.atomic_consume:
-            return super()._brpop_start(timeout)  # type: ignore[misc,no-any-return]
+        if not self.atomic_consume:  # kombu's own default timeout unless one is given
+            start = super()._brpop_start  # type: ignore[misc]
+            return start() if timeout is None else start(timeout)  # type: ignore[no-any-return]
         queues = self._queue_cycle.consume(len(self.active_queues))
         if not queues:
             return None
         lists = self.consume_lists(queues)
         if self.consume_waits:
-            self.wait_on(lists, self.brpop_timeout if timeout is None else timeout)
+            self.wait_on(lists, self.wait_timeout if timeout is None else timeout)
             return None
         keys, args = self.consume_call(lists)
         connection = self.client.connection
@@ -220,7 +225,9 @@ class AtomicConsumeMixin:
             return True
         finally:
             self._in_poll = None
-            self._flush_brpop_reauth()  # type: ignore[attr-defined]
+            flush_reauth = getattr(self, "_flush_brpop_reauth", None)  # kombu >= 5.7
+            if flush_reauth is not None:
+                flush_reauth()
 
     def deliver_taken(self, queue: str, message: bytes, recorded: bool) -> None:
         """Hand a message consume.lua took to kombu's consumer callback, as BRPOP's reply."""
@@ -254,7 +261,10 @@ class AtomicConsumeMixin:
         pool = self.wait_pool
         pool.max_connections = max(pool.max_connections, len(self.landing_waits) + 1)
         client = redis.Redis(connection_pool=pool)
-        client.connection = pool.get_connection()
+        try:
+            client.connection = pool.get_connection()
+        except TypeError:  # redis-py before 6 needs a command name
+            client.connection = pool.get_connection("_")
         wait = LandingWait(kombu_list, queue, source, self.landing_prefix + member, client)
         self.renew_consumer_lease()
         self.plain_client.sadd(self.landings_key, member)
@@ -318,7 +328,7 @@ class AtomicConsumeMixin:
         return [
             wait
             for wait in self.landing_waits.values()
-            if wait.waiting and now - wait.sent_at > self.brpop_timeout + patience
+            if wait.waiting and now - wait.sent_at > self.wait_timeout + patience
         ]
 
     def stop_waiting(self) -> None:
@@ -363,8 +373,10 @@ class AtomicConsumeMixin:
         if no_ack:
             args = [args[0]] + ["0"] * len(lists)
         taken = self.consume_scripts.consume(keys, args)
-        with self.conn_or_acquire() as client:  # type: ignore[attr-defined]
-            self._maybe_update_queues_expire(client, queue)  # type: ignore[attr-defined]
+        refresh_expiry = getattr(self, "_maybe_update_queues_expire", None)  # kombu >= 5.6
+        if refresh_expiry is not None:  # a get counts as use of a queue with x-expires
+            with self.conn_or_acquire() as client:  # type: ignore[attr-defined]
+                refresh_expiry(client, queue)
         if taken is None:
             return None
         payload = loads(bytes_to_str(taken[1]))

@@ -73,8 +73,7 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
         if not self.channel.delayq_config.reliable_consume:
             return super().restore_visible(start, num, interval)  # type: ignore[no-any-return]
         now = monotonic()
-        every = float(getattr(self.channel, "unacked_restore_interval", 10) or 0)
-        if now - self._last_scan < every * 0.9:  # a timer may fire a little early
+        if now - self._last_scan < self.scan_interval() * 0.9:  # a timer may fire early
             return None
         self._last_scan = now
         with self.channel.conn_or_acquire() as client:
@@ -88,6 +87,15 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
         if return_landed is not None and self.channel.atomic_consume:
             return_landed()
         return None
+
+    def scan_interval(self) -> float:
+        """kombu's ``unacked_restore_interval`` (a transport option kombu reads itself from
+        5.6 on; before, the worker looks every 10 s)."""
+        interval = getattr(self.channel, "unacked_restore_interval", None)
+        if interval is None:
+            options = self.channel.connection.client.transport_options
+            interval = options.get("unacked_restore_interval", 10)
+        return float(interval or 0)
 
     def restore_expired(self, tag: str, ceil: float, client: Any) -> None:
         """Put one message back, in one transaction, if it is still unacknowledged and
