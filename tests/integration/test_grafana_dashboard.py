@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
+from kombu import Queue
 
 import celery_delayq
 from celery_delayq.celery.connect import open_store
@@ -39,7 +40,7 @@ def queries(dashboard: dict[str, Any]) -> list[str]:
 
 def exported(app: Celery) -> tuple[set[str], set[str]]:
     """The families and the sample names the exporter serves for a store with a task of
-    each kind: pending, moved (the lateness histogram), cancelled and keyed."""
+    each kind: pending, moved (the lateness histogram), cancelled, keyed and requeued."""
     task = noop_task(app)
     task.apply_async(countdown=3600)
     celery_delayq.cancel(app, task.apply_async(countdown=3600).id)
@@ -47,6 +48,8 @@ def exported(app: Celery) -> tuple[set[str], set[str]]:
     task.apply_async(countdown=0.1)
     with open_store(app) as store:
         wait_until(lambda: store.move_all_due().moved > 0, what="the 0.1 s task moved")
+    with app.connection_for_write() as connection:  # a redelivery: a reject with requeue
+        Queue(app.conf.task_default_queue)(connection.default_channel).get().reject(requeue=True)
     types, samples = parse_metrics(scrape(app))
     return set(types), set(samples)
 
