@@ -26,6 +26,9 @@ APP1_ACL = " ".join(
         "+ping",  # kombu's connection and health checks
         "+info",  # start-up warnings and `delayq doctor` (persistence, eviction, version)
         "+lpush +brpop +llen +del",  # kombu's queue lists
+        # celery-delayq's consume: taking (consume.lua), waiting (BLMOVE into a landing
+        # list), giving back and returning landed messages, checking a restore's score
+        "+rpop +blmove +lmove +zscore",
         "+rpush +watch +unwatch +multi +exec",  # kombu giving back unacked messages; pipelines
         "+sadd +srem +smembers",  # kombu's binding tables; the store's queue set
         "+hset +hget +hdel",  # kombu's unacked messages
@@ -41,5 +44,5 @@ APP1_ACL = " ".join(
     ]
 )
 # Not needed by Celery and celery-delayq, but by some kombu features and settings:
-# +rpop (basic_get, SimpleQueue.get_nowait), +pexpire (queues with x-expires), +select
-# (a broker URL db other than 0), +client|setname (the client_name transport option).
+# +pexpire (queues with x-expires), +select (a broker URL db other than 0),
+# +client|setname (the client_name transport option).
