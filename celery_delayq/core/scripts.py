@@ -149,7 +149,7 @@ class ShardChunk:
     page_args: list[Any]  # ARGV[1], ARGV[2] of the prelude
     queue: str
     wakeup_channel: str
-    #: (message key, due time, record tail) of each message, flat: schedule.lua's
+    #: (message key, due time, record) of each message, flat: schedule.lua's
     #: ARGV[3], [4], [5].
     triples: list[Any] = dataclasses.field(default_factory=list)
     #: Indices of its messages in the whole chunk (which were lost if it fails).

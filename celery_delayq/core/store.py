@@ -132,19 +132,19 @@ class DelayedStore:
         record = Record(
             message.due_ms, message.destination, message.payload, message.expires_ms, encoded_key
         )
-        tail = record.tail(keys.own_list)
+        encoded = record.encode(keys.own_list)
         args = [
             *keys.page_args(),
             key,
             message.due_ms,
-            tail,
+            encoded,
             message.queue,
             self.keys.wakeup_channel,
         ]
         if delay_key is not None:
-            eta_at, eta_length = 0, 0  # 1-based in the record tail; 0: not to rewrite
+            eta_at, eta_length = 0, 0  # 1-based in the record; 0: not to rewrite
             if message.eta_span is not None:
-                eta_at = len(tail) - len(message.payload) + message.eta_span[0] + 1
+                eta_at = len(encoded) - len(message.payload) + message.eta_span[0] + 1
                 eta_length = message.eta_span[1]
             args += [encoded_key, delay_key.on_held, delay_key.max_wait_ms, eta_at, eta_length]
         return ScheduleCall(keys=[*keys.as_list(), *self._registry_in_scripts()], args=args)
@@ -261,7 +261,7 @@ class DelayedStore:
             record = Record(
                 message.due_ms, message.destination, message.payload, message.expires_ms
             )
-            part.triples += (key, message.due_ms, record.tail(keys.own_list))
+            part.triples += (key, message.due_ms, record.encode(keys.own_list))
             part.indices.append(i)
         return list(parts.values())
 

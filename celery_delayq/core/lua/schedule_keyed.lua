@@ -5,7 +5,7 @@
 -- KEYS[5]  P:queues  set  as in schedule.lua (left out on a Redis Cluster)
 -- ARGV[3]  task key
 -- ARGV[4]  due time, integer milliseconds since the epoch
--- ARGV[5]  record without its due time, with its "k<len>:<delay key>" field
+-- ARGV[5]  the record (as in schedule.lua), with its "k<len>:<delay key>" field
 -- ARGV[6]  queue name (member of KEYS[5])
 -- ARGV[7]  wake-up pubsub channel
 -- ARGV[8]  delay key
@@ -58,15 +58,16 @@ if record then
   redis.call('HINCRBY', STATS, 'replaced', 1)
   since, outcome, replaced = held_since, 1, pending
 end
-local tail, eta_at, eta_length = ARGV[5], tonumber(ARGV[11]), tonumber(ARGV[12])
+local record, eta_at, eta_length = ARGV[5], tonumber(ARGV[11]), tonumber(ARGV[12])
 if max_wait > 0 and since + max_wait < due then
   due = since + max_wait
   if eta_at > 0 then
-    tail = tail:sub(1, eta_at - 1) .. iso_utc(due) .. tail:sub(eta_at + eta_length)
+    record = record:sub(1, eta_at - 1) .. iso_utc(due) .. record:sub(eta_at + eta_length)
   end
+  record = string.format('%d', due) .. record:sub(#ARGV[4] + 1)  -- the due time it starts with
 end
 
-local key = store_message(ARGV[3], string.format('%d', due), tail)
+local key = store_message(ARGV[3], string.format('%d', due), record)
 redis.call('HSET', DUP, index_field(delay_key), since .. ':' .. key)
 if KEYS[5] then redis.call('SADD', KEYS[5], ARGV[6]) end
 redis.call('HINCRBY', STATS, 'scheduled', 1)

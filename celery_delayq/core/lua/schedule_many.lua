@@ -9,7 +9,7 @@
 -- ARGV[1]  g, how many groups
 -- ARGV[2]  k, keys per group
 -- then per group: page key prefix, page size limit, queue name, wake-up channel, n, and
--- n triples (message key, due time, record tail) as schedule.lua's ARGV[3], [4], [5]
+-- n triples (message key, due time, record) as schedule.lua's ARGV[3], [4], [5]
 -- Returns  how many messages were stored
 
 local groups, per_group = tonumber(ARGV[1]), tonumber(ARGV[2])
