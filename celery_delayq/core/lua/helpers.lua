@@ -164,27 +164,29 @@ local function collect_due(now, limit, budget)
     local page = redis.call('ZRANGE', PAGES, page_index, page_index, 'WITHSCORES')
     if not page[1] or tonumber(page[2]) > now then break end
     local page_key = PAGE_PREFIX .. page[1]
-    local entries = redis.call('ZRANGEBYSCORE', page_key, '-inf', now, 'WITHSCORES',
-                               'LIMIT', 0, limit)
-    local keys = {}
-    for i = 1, #entries, 2 do keys[#keys + 1] = entries[i] end
+    -- no WITHSCORES: a record starts with its due time, and the scores would double the
+    -- reply (~8% of a move's Redis time)
+    local keys = redis.call('ZRANGEBYSCORE', page_key, '-inf', now, 'LIMIT', 0, limit)
     local taken = 0
     if #keys > 0 then
       local records = redis.call('HMGET', MSG, unpack(keys))
       for i, key in ipairs(keys) do
         taken = i
         local record = records[i]
-        local _, destination, start, expires, delay_key
+        local due, destination, start, expires, delay_key
         if record then
-          start = string.match(record, '^%d+:()')  -- most records: no fields, no parse
-          if not start then _, destination, start, expires, delay_key = parse(record) end
+          due, start = string.match(record, '^(%d+):()')  -- most records: no fields, no parse
+          if not start then due, destination, start, expires, delay_key = parse(record) end
         end
         if start then
           local n = found.n + 1
           found.n = n
-          found.key[n], found.record[n], found.due[n] = key, record, tonumber(entries[2 * i])
-          found.destination[n], found.start[n] = destination, start
-          found.expires[n], found.delay_key[n] = expires, delay_key
+          found.key[n], found.record[n], found.due[n] = key, record, tonumber(due)
+          found.start[n] = start
+          -- the optional fields only where set: most records have none
+          if destination then found.destination[n] = destination end
+          if expires then found.expires[n] = expires end
+          if delay_key then found.delay_key[n] = delay_key end
           bytes = bytes + #record - start + 1
           if bytes >= budget then break end
         else
