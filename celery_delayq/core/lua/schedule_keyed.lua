@@ -46,14 +46,14 @@ local delay_key, on_held, max_wait = ARGV[8], ARGV[9], tonumber(ARGV[10])
 local due, since, outcome, replaced = tonumber(ARGV[4]), now, 0, nil
 
 local pending, held_since = key_holder(delay_key)
-local record = pending and redis.call('HGET', MSG, pending)
-if record then
+local pending_record = pending and redis.call('HGET', MSG, pending)
+if pending_record then
   if on_held ~= 'replace' then
     redis.call('HINCRBY', STATS, on_held == 'keep' and 'dropped' or 'refused', 1)
-    local pending_due = parse(record)
+    local pending_due = parse(pending_record)
     return {on_held == 'keep' and 2 or 3, pending, tonumber(pending_due) or 0}
   end
-  remove_message(pending, record)
+  remove_message(pending, pending_record)
   forget_duplicate(pending)
   redis.call('HINCRBY', STATS, 'replaced', 1)
   since, outcome, replaced = held_since, 1, pending
