@@ -174,10 +174,13 @@ class AtomicConsumeMixin:
         ]
         return list(dict.fromkeys(lists))
 
+    def unacked_keys(self) -> list[str]:
+        """KEYS[1] and KEYS[2] of the consume scripts: kombu's unacked hash and index."""
+        return [self.real_key(self.unacked_key), self.real_key(self.unacked_index_key)]
+
     def consume_call(self, lists: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
         """KEYS and ARGV of consume.lua taking from these lists."""
-        keys = [self.real_key(self.unacked_key), self.real_key(self.unacked_index_key)]
-        keys += [self.real_key(kombu_list) for kombu_list, _ in lists]
+        keys = self.unacked_keys() + [self.real_key(kombu_list) for kombu_list, _ in lists]
         flags = ["0" if queue in self.noack_queues else "1" for _, queue in lists]
         return keys, [repr(time()), *flags]
 
@@ -295,11 +298,7 @@ class AtomicConsumeMixin:
             self.give_back(wait)
             raise virtual.Empty()
         recorded = wait.queue not in self.noack_queues
-        keys = [
-            self.real_key(self.unacked_key),
-            self.real_key(self.unacked_index_key),
-            wait.landing,
-        ]
+        keys = [*self.unacked_keys(), wait.landing]
         taken = self.consume_scripts.consume(keys, [repr(time()), "1" if recorded else "0"])
         if taken is None:  # this consumer's lease ran out and a restore returned it
             raise virtual.Empty()

@@ -108,12 +108,19 @@ def _version(server: dict[str, Any]) -> Finding:
     return Finding("redis version", FAIL, f"Redis {version} is too old", "use Redis 6.2 or newer")
 
 
+def _config_value(client: redis.Redis, name: str) -> str | None:
+    """A ``CONFIG GET`` value, or None where CONFIG is refused (as on most managed Redis)."""
+    try:
+        return str(client.config_get(name).get(name, ""))
+    except redis.ResponseError:
+        return None
+
+
 def _persistence(client: redis.Redis, info: dict[str, Any]) -> Finding:
     if int(info.get("aof_enabled", 0)):
         return _aof_fsync(client)
-    try:
-        save = str(client.config_get("save").get("save", ""))
-    except redis.ResponseError:  # CONFIG is often disabled on managed Redis
+    save = _config_value(client, "save")
+    if save is None:
         return Finding(
             "persistence",
             WARN,
@@ -145,9 +152,8 @@ FSYNC_LOSS = {
 
 def _aof_fsync(client: redis.Redis) -> Finding:
     """AOF is on: nothing acknowledged is lost only when every write is fsynced first."""
-    try:
-        fsync = str(client.config_get("appendfsync").get("appendfsync", ""))
-    except redis.ResponseError:  # CONFIG is often disabled on managed Redis
+    fsync = _config_value(client, "appendfsync")
+    if fsync is None:
         return Finding("persistence", OK, "AOF is on (appendfsync cannot be read here)")
     if fsync == "always":
         return Finding("persistence", OK, "AOF is on, appendfsync always")

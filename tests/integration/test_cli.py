@@ -159,6 +159,25 @@ def test_doctor_warns_that_appendfsync_everysec_can_lose_the_last_second(make_ap
     assert findings["persistence"]["fix"].startswith("appendfsync always")
 
 
+@pytest.mark.parametrize(
+    ("aof", "level", "message"),
+    [
+        (False, "warn", "AOF is off and CONFIG GET save is not allowed"),
+        (True, "ok", "AOF is on (appendfsync cannot be read here)"),
+    ],
+)
+def test_doctor_reads_what_it_can_where_config_is_refused(make_app, aof, level, message):
+    """Managed Redis often refuses CONFIG: the persistence check says so, not crash."""
+    with RedisServer("--rename-command", "CONFIG", "", appendonly=aof) as server:
+        app = make_app(url=server.url)
+        result = invoke(app, "doctor", "--json")
+    findings = {f["check"]: f for f in json.loads(result.output)["findings"]}
+    assert (findings["persistence"]["level"], findings["persistence"]["message"]) == (
+        level,
+        message,
+    )
+
+
 def test_doctor_repair_fixes_an_inconsistent_store(app, redis_client):
     keep = remember(app, "kept", countdown=600)
     lost_schedule = remember(app, "record without schedule", countdown=900)
