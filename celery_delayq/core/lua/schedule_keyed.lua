@@ -58,16 +58,18 @@ if pending_record then
   redis.call('HINCRBY', STATS, 'replaced', 1)
   since, outcome, replaced = held_since, 1, pending
 end
-local record, eta_at, eta_length = ARGV[5], tonumber(ARGV[11]), tonumber(ARGV[12])
+local record, due_text = ARGV[5], ARGV[4]
+local eta_at, eta_length = tonumber(ARGV[11]), tonumber(ARGV[12])
 if max_wait > 0 and since + max_wait < due then
   due = since + max_wait
+  due_text = string.format('%d', due)
   if eta_at > 0 then
     record = record:sub(1, eta_at - 1) .. iso_utc(due) .. record:sub(eta_at + eta_length)
   end
-  record = string.format('%d', due) .. record:sub(#ARGV[4] + 1)  -- the due time it starts with
+  record = due_text .. record:sub(#ARGV[4] + 1)  -- the due time the record starts with
 end
 
-local key = store_message(ARGV[3], string.format('%d', due), record)
+local key = store_message(ARGV[3], due_text, record)
 redis.call('HSET', DUP, index_field(delay_key), since .. ':' .. key)
 if KEYS[5] then redis.call('SADD', KEYS[5], ARGV[6]) end
 redis.call('HINCRBY', STATS, 'scheduled', 1)
