@@ -24,7 +24,7 @@ local prelude_exports = {
 local helpers_exports = {
   "parse", "remove_entry", "head", "duplicate_of", "forget_duplicate", "message_keys",
   "collect_due", "drop_taken", "lateness_histogram", "server_now", "call_chunked",
-  "index_field", "key_holder", "release_key", "hold_key_again", "remove_message",
+  "index_field", "key_holder", "release_key", "hold_key_again", "remove_message", "with_due",
 }
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
@@ -59,7 +59,8 @@ files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram",
                                       "release_key"},
                                      "prelude.lua and helpers.lua")
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
-                                      "hold_key_again"}, "prelude.lua and helpers.lua")
+                                      "hold_key_again", "with_due"},
+                                     "prelude.lua and helpers.lua")
 files[lua .. "handover.lua"].ignore = {"211/unclaim", "211/failed_once", "211/CLAIMER"}
 files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_due", "drop_taken",
                                        "head", "INFLIGHT", "CLAIMS", "CLAIMER", "unclaim",
@@ -69,7 +70,7 @@ files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now",
                                          "lateness_histogram", "unclaim", "forget_duplicate"},
                                         "prelude.lua, helpers.lua and handover.lua")
 files[lua .. "resend_dead.lua"] = reads({"MSG", "TRIES", "DEAD", "DEAD_WHY", "server_now",
-                                         "parse", "add_entry", "hold_key_again"},
+                                         "parse", "add_entry", "hold_key_again", "with_due"},
                                         "prelude.lua, helpers.lua and handover.lua")
 files[lua .. "release_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                              "add_entry", "unclaim", "failed_once",
@@ -89,7 +90,7 @@ files[lua .. "helpers.lua"] = reads({"MSG", "PAGES", "DUP", "STATS", "PAGE_PREFI
 files[lua .. "helpers.lua"].ignore = unused_exports
 files[lua .. "schedule_keyed.lua"] = reads({"MSG", "DUP", "STATS", "parse", "store_message",
                                             "head", "server_now", "key_holder", "index_field",
-                                            "remove_message", "forget_duplicate"},
+                                            "remove_message", "forget_duplicate", "with_due"},
                                            "prelude.lua and helpers.lua")
 -- The chunk and rescue scripts: schedule (prelude.lua + schedule.lua in a function), then
 -- schedule_many.lua, or schedule_all.lua and rescue_list.lua or rescue_unacked.lua

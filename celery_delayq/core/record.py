@@ -1,12 +1,22 @@
 """How one delayed message is written in Redis: its record and its message key.
 
-A record is ``<due ms>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>``: the
-due time, the kombu list to push to when it is not the queue's own list (a priority
-sub-list, say), the queue's ``x-expires`` when the publisher declared one (the move
-refreshes the queue lists' expiry, as kombu's own publish does), the delay key of a keyed
-message (keyed.py; the move releases it), and the payload bytes exactly as kombu would
-have pushed them. The mover's Lua script splits the
-record and pushes the payload unchanged, so no JSON is ever decoded inside Redis.
+A record has one of two forms:
+
+- **inline**, ``{"delayq":<due ms>,<the payload after its "{">``: a kombu envelope
+  (a JSON object) going to the queue's own list, with no other field. The due time is
+  the envelope's first key, so the mover pushes the record whole: cutting a prefix off
+  would copy every payload inside Redis, a quarter of a move's cost. The key stays in
+  the delivered envelope, where kombu and Celery ignore it. Most records are inline.
+- **prefixed**, ``<due ms>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>``:
+  the due time, the kombu list to push to when it is not the queue's own list (a
+  priority sub-list, say), the queue's ``x-expires`` when the publisher declared one
+  (the move refreshes the queue lists' expiry, as kombu's own publish does), the delay
+  key of a keyed message (keyed.py; the move releases it), and the payload bytes
+  exactly as kombu would have pushed them; also any payload that is not a JSON object.
+  The mover cuts the prefix off and pushes the payload.
+
+Either way no JSON is ever decoded inside Redis, and ``decode`` gives back the payload
+that was stored.
 
 Records are keyed by the Celery task id, packed small because every pending message
 carries its key twice (record hash and page of due times): a canonical uuid becomes its
@@ -21,6 +31,7 @@ The duplicates hash (``P:{Q}:dup``) also indexes the pending keyed messages: fie
 
 from __future__ import annotations
 
+import re
 import uuid
 from dataclasses import dataclass
 
@@ -30,6 +41,11 @@ NOT_UUID = b"\x02"
 NO_TASK_ID = b"\x03"
 DUPLICATE = b"\xff"
 KEY_INDEX = b"\x04"
+#: How an inline record starts, before its due time (``INLINE`` in lua/helpers.lua).
+INLINE_PREFIX = b'{"delayq":'
+#: The due-time key a payload may already carry: a moved message's envelope, stored
+#: again (rescued, or restored by kombu, which re-serialises it with spaces).
+_CARRIED_DUE = re.compile(rb'\{"delayq": ?\d+, ?')
 
 
 def task_key(task_id: str) -> bytes:
@@ -103,6 +119,11 @@ class Record:
     def encode(self, own_list: str) -> bytes:
         """The record as stored, built here rather than in ``schedule.lua``: joining the
         due time to the payload in Lua costs a copy of the payload in Redis."""
+        plain = self.destination == own_list and self.expires_ms is None
+        if plain and self.delay_key is None and self.payload.startswith(b'{"'):
+            carried = _CARRIED_DUE.match(self.payload)
+            rest = self.payload[carried.end() :] if carried else self.payload[1:]
+            return b"%s%d,%s" % (INLINE_PREFIX, self.due_ms, rest)
         record = b"%d" % self.due_ms
         if self.destination != own_list:
             destination = self.destination.encode()
@@ -116,6 +137,11 @@ class Record:
     @classmethod
     def decode(cls, raw: bytes, own_list: str) -> Record:
         """Read a record of a queue whose own list is ``own_list``; ValueError if unreadable."""
+        if raw.startswith(INLINE_PREFIX):
+            due, pos = _digits(raw, len(INLINE_PREFIX))
+            if raw[pos : pos + 1] != b",":
+                raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
+            return cls(due, own_list, b"{" + raw[pos + 1 :])
         due, pos = _digits(raw, 0)
         destination, expires, delay_key = own_list, None, None
         if raw[pos : pos + 1] == b"d":

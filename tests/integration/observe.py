@@ -2,11 +2,14 @@
 
 Only public behaviour is read here: kombu's queue lists (whose names kombu forms), whole
 database snapshots (to prove that nothing at all was written), and the store's public
-methods. No key name or record encoding of the store itself appears in these helpers.
+methods. No key name or record encoding of the store itself appears in these helpers;
+the due-time key a delivered envelope may start with is public (README, "What Celery and
+kombu see of delayed tasks").
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 import redis
@@ -49,3 +52,16 @@ def payload_of(message: object) -> bytes:
 def due_ms_of(message: object) -> int:
     """The due time, in ms, of a message listed by ``pending`` or ``find``."""
     return round(message.due * 1000)  # type: ignore[attr-defined]
+
+
+#: The due-time key the store may put first in an envelope it delivers.
+_DUE_KEY = re.compile(rb'\{"delayq":(\d+),')
+
+
+def as_scheduled(delivered: bytes) -> tuple[bytes, int | None]:
+    """A delivered message as it was scheduled, and the due time (ms) the store put first
+    in it, if it did (None: it was delivered exactly as stored)."""
+    found = _DUE_KEY.match(delivered)
+    if not found:
+        return delivered, None
+    return b"{" + delivered[found.end() :], int(found.group(1))

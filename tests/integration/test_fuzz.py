@@ -3,8 +3,10 @@ and arbitrary payloads through the store.
 
 The property, for every message: it is refused with a clear error and nothing at all is
 written; or it is queued at once, or stored and later delivered, byte for byte as plain
-kombu pushes it. Plain kombu is run beside the transport, on another database of the
-same Redis, as the reference. The store is never left inconsistent.
+kombu pushes it (a delivered envelope may start with the store's due-time key: then it
+is plain kombu's bytes with that key inserted, and its value is the due time). Plain
+kombu is run beside the transport, on another database of the same Redis, as the
+reference. The store is never left inconsistent.
 
 Only public behaviour is read: kombu's queue lists, whole-database snapshots, the store's
 public methods and ``consistency_findings``; never the store's key names or encodings.
@@ -17,8 +19,8 @@ payload just below the cap is pushed by plain kombu but refused by Redis for the
 (a protocol error, the connection is closed, nothing is written; tested below with the
 smallest cap Redis allows, 1 MB). The publisher sees a ``redis.ResponseError`` or, when
 Redis closes the connection before the whole payload is sent, a ``redis.ConnectionError``.
-Well before the cap, the store's scripts copy such a payload inside Lua (scheduling
-prepends the due time; moving slices it out of its record), so Redis briefly holds two or
+Well before the cap, the store's scripts may copy such a payload inside Lua (moving
+slices it out of a record that names a priority sub-list), so Redis briefly holds two or
 three copies, Lua memory that maxmemory does not count, and is blocked while copying; the
 publisher's own memory (JSON and base64 of the body, about 1.4 times its size) and
 ``client-query-buffer-limit`` (1 GB) bound it too.
@@ -53,7 +55,7 @@ from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import PRIORITY_SEP as SEP
 from celery_delayq.testing import RedisServer, wait_until
 
-from .observe import due_ms_of, inconsistencies, payload_of, snapshot
+from .observe import as_scheduled, due_ms_of, inconsistencies, payload_of, snapshot
 
 FUZZ = settings(
     max_examples=200,
@@ -273,28 +275,34 @@ def publish_everywhere(p: Publishing, queue: str, message: dict[str, Any]) -> st
         assert payload_of(entry) == payload, "stored bytes differ from plain kombu's"
         assert when is not None and when > published_at - 1
         assert due_ms_of(entry) == math.ceil(when * 1000)
-        outcome = deliver(p, entry)
+        outcome, due_ms = deliver(p, entry)
         if outcome == "stored and delivered":
-            assert lists(p.client) == expected, "delivered bytes differ from plain kombu's"
+            delivered = lists(p.client)
+            assert delivered.keys() == expected.keys(), "delivered to another list"
+            ((raw,),) = delivered.values()
+            as_stored, carried_due = as_scheduled(raw)
+            assert as_stored == payload, "delivered bytes differ from plain kombu's"
+            assert carried_due in (None, due_ms), "the due-time key is not the due time"
     assert inconsistencies(p.store) == []
     assert not p.store.pending()
     return outcome
 
 
-def deliver(p: Publishing, entry: Any) -> str:
-    """Make a stored message due (wait, or reschedule it to now unchanged) and move it."""
-    wait_ms = due_ms_of(entry) - p.store.server_time_ms()
-    if wait_ms > WAIT_AT_MOST_MS:
+def deliver(p: Publishing, entry: Any) -> tuple[str, int]:
+    """Make a stored message due (wait, or reschedule it to now unchanged) and move it;
+    what happened, and its due time when it was moved."""
+    due = due_ms_of(entry)
+    if due - p.store.server_time_ms() > WAIT_AT_MOST_MS:
         if not entry.task_id:  # nothing public makes a task-less message due sooner
             assert p.store.purge(entry.queue) == 1
-            return "stored (far future, no task id: purged)"
-        assert p.store.reschedule(entry.task_id, 0, lambda payload: payload) == 1
+            return "stored (far future, no task id: purged)", due
+        due = 0
+        assert p.store.reschedule(entry.task_id, due, lambda payload: payload) == 1
     else:  # due within milliseconds, by the clock the store goes by
-        due = due_ms_of(entry)
         wait_until(lambda: p.store.server_time_ms() >= due, what="the message is due")
     result = p.store.move_all_due()
     assert (result.moved, result.missing) == (1, 0)
-    return "stored and delivered"
+    return "stored and delivered", due
 
 
 @st.composite

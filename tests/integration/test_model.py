@@ -40,7 +40,7 @@ from celery_delayq.core.results import MoveResult
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import PRIORITY_STEPS, kombu_lists
 
-from .observe import drain, due_ms_of, inconsistencies, payload_of
+from .observe import as_scheduled, drain, due_ms_of, inconsistencies, payload_of
 
 BATCH = 3  # small, so that moves of a few messages already take several batches
 QUEUES = ("default", "reports", "odd {queue}: é")
@@ -176,13 +176,15 @@ class StoreMachine(RuleBasedStateMachine):
     def _collect(self) -> list[Message]:
         """Take everything delivered since the last look. Each delivery must be a pending
         message of the model (so: scheduled, and not delivered before), in its own list,
-        byte for byte; within a list, in due order (of each shard: shards are moved one
-        after the other, so messages of two shards due in one pass may cross)."""
+        byte for byte (or with its due time as the first key of the envelope); within a
+        list, in due order (of each shard: shards are moved one after the other, so
+        messages of two shards due in one pass may cross)."""
         by_payload = {m.payload: ident for ident, m in self.pending.items()}
         delivered = []
-        for name, payloads in drain(self.client, self.lists).items():
+        for name, raws in drain(self.client, self.lists).items():
             dues: dict[int, list[int]] = {}
-            for payload in payloads:
+            for raw in raws:
+                payload, carried_due = as_scheduled(raw)
                 ident = by_payload.pop(payload, None)
                 assert ident is not None, (
                     f"{name!r} got a message that is not pending (never scheduled, "
@@ -190,6 +192,7 @@ class StoreMachine(RuleBasedStateMachine):
                 )
                 message = self.pending.pop(ident)
                 assert message.destination == name, f"delivered to {name!r}: {message}"
+                assert carried_due in (None, message.due_ms), f"due-time key {carried_due}"
                 assert ident not in self.delivered
                 self.delivered.add(ident)
                 delivered.append(message)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from celery_delayq.core.record import (
@@ -26,7 +28,58 @@ def test_record_round_trips_due_time_destination_expiry_key_and_payload(
 
 
 @pytest.mark.parametrize(
-    "raw", [b"", b":x", b"12", b"12d", b"12d3:q", b"12x:p", b"12xx1:p", b"12k9:ab:p", b"12k:p"]
+    ("payload", "inline"),
+    [
+        (b'{"body": "", "headers": {}}', True),
+        (b'{"delayq": 5, "body": ""}', True),  # a moved envelope, stored again
+        (b"{}", False),
+        (b"[1]", False),
+        (b"5:abc", False),
+    ],
+)
+def test_an_envelope_for_the_queues_own_list_is_stored_inline(payload, inline):
+    """An inline record is what the mover pushes whole: the envelope with its due time as
+    the first key; decoding gives the envelope back (a carried due-time key dropped)."""
+    record = Record(1_763_712_000_123, "q", payload)
+    encoded = record.encode("q")
+    assert encoded.startswith(b'{"delayq":1763712000123,') == inline
+    decoded = Record.decode(encoded, "q")
+    assert (decoded.due_ms, decoded.destination) == (record.due_ms, "q")
+    if inline:
+        assert json.loads(encoded) == {**json.loads(payload), "delayq": 1_763_712_000_123}
+        assert decoded.payload == payload.replace(b'"delayq": 5, ', b"")
+    else:
+        assert decoded.payload == payload
+
+
+@pytest.mark.parametrize(
+    "record",
+    [
+        Record(1, "elsewhere", b'{"a": 1}'),
+        Record(1, "q", b'{"a": 1}', expires_ms=5),
+        Record(1, "q", b'{"a": 1}', delay_key=b"k"),
+    ],
+)
+def test_a_record_with_fields_is_prefixed_whatever_its_payload(record):
+    assert record.encode("q").startswith(b"1")
+    assert Record.decode(record.encode("q"), "q") == record
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b":x",
+        b"12",
+        b"12d",
+        b"12d3:q",
+        b"12x:p",
+        b"12xx1:p",
+        b"12k9:ab:p",
+        b"12k:p",
+        b'{"delayq":12}',
+        b'{"delayq":,"a": 1}',
+    ],
 )
 def test_a_malformed_record_is_refused(raw):
     with pytest.raises(ValueError):

@@ -54,7 +54,7 @@ local function failed_once(key, due, most_tries, reason, now)
   end
   local old_due, _, start = parse(record)
   if old_due and tostring(due) ~= old_due then
-    record = due .. string.sub(record, #old_due + 1)
+    record = with_due(record, old_due, due)
     redis.call('HSET', MSG, key, record)
   end
   if not start then due = 0 end  -- unreadable: due at once, so the mover reports it

@@ -10,13 +10,21 @@ local function counted(record, pos)
   return string.sub(record, colon + 1, colon + len), colon + len + 1
 end
 
--- A record's due time, destination (nil: the queue's own list), the index of its
--- payload's first byte, the queue's x-expires in ms (nil: none) and its delay key (nil:
--- none); nil for a record this store did not write.
--- Record: "<due>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>".
+-- How an inline record starts, before its due time (record.py's INLINE_PREFIX), and the
+-- pattern capturing that due time.
+local INLINE = '{"delayq":'
+local INLINE_DUE = '^{"delayq":(%d+),'
+
+-- A record's due time, destination (nil: the queue's own list), the index of the first
+-- byte to deliver (1: an inline record is delivered whole), the queue's x-expires in ms
+-- (nil: none) and its delay key (nil: none); nil for a record this store did not write.
+-- Records (record.py): inline '{"delayq":<due>,<rest of the envelope>', or prefixed
+-- "<due>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>".
 local function parse(record)
+  local inline_due = string.match(record, INLINE_DUE)
+  if inline_due then return inline_due, nil, 1, nil, nil end
   local plain_due, plain_start = string.match(record, '^(%d+):()')
-  if plain_due then return plain_due, nil, plain_start, nil, nil end  -- most records: no fields
+  if plain_due then return plain_due, nil, plain_start, nil, nil end  -- no fields
   local due_end = string.find(record, '[^0-9]')
   if not due_end or due_end == 1 then return nil end
   local due, destination, expires, delay_key = string.sub(record, 1, due_end - 1), nil, nil, nil
@@ -37,6 +45,14 @@ local function parse(record)
   end
   if string.sub(record, pos, pos) ~= ':' then return nil end
   return due, destination, pos + 1, expires, delay_key
+end
+
+-- The record with its due time (`old_due`, as parse read it) changed to `due`.
+local function with_due(record, old_due, due)
+  if string.byte(record) == 123 then  -- '{': inline
+    return INLINE .. due .. string.sub(record, #INLINE + #old_due + 1)
+  end
+  return due .. string.sub(record, #old_due + 1)
 end
 
 -- Keep the first page's start at its earliest due time once entries have left it (see
@@ -155,7 +171,7 @@ end
 -- unreadable record stays in MSG). The messages come as parallel arrays, message i at
 -- index i of each (one table per field, not one per message: a batch is hundreds):
 -- found.n, found.key, .record, .due (ms), .destination (nil: the queue's own list),
--- .start (payload's first byte), .expires (x-expires ms or nil), .delay_key (or nil).
+-- .start (first byte to deliver, as parse), .expires (x-expires ms or nil), .delay_key.
 local function collect_due(now, limit, budget)
   local found = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
                  expires = {}, delay_key = {}}
@@ -174,9 +190,13 @@ local function collect_due(now, limit, budget)
         taken = i
         local record = records[i]
         local due, destination, start, expires, delay_key
-        if record then
-          due, start = string.match(record, '^(%d+):()')  -- most records: no fields, no parse
-          if not start then due, destination, start, expires, delay_key = parse(record) end
+        if record then  -- most records are inline: one match, no parse
+          due = string.match(record, INLINE_DUE)
+          if due then
+            start = 1
+          else
+            due, destination, start, expires, delay_key = parse(record)
+          end
         end
         if start then
           local n = found.n + 1

@@ -5,11 +5,12 @@
 --
 -- One queue's delayed messages live in a record hash and in small "pages" of due times:
 --
--- KEYS[1]  P:{Q}:msg    hash  message key -> record "<due ms>[d<len>:<destination>]
---                             [x<expires ms>][k<len>:<delay key>]:<payload>"
---                             (the destination is left out when it is the queue's own list;
---                             x: the queue's x-expires, when its publisher declared one;
---                             k: a keyed message's delay key)
+-- KEYS[1]  P:{Q}:msg    hash  message key -> record (record.py), either inline
+--                             '{"delayq":<due ms>,<rest of the kombu envelope>' or
+--                             prefixed "<due ms>[d<len>:<destination>][x<expires ms>]
+--                             [k<len>:<delay key>]:<payload>" (the destination is left out
+--                             when it is the queue's own list; x: the queue's x-expires,
+--                             when its publisher declared one; k: a keyed message's key)
 -- KEYS[2]  P:{Q}:pages  zset  page number -> page start (<= every due time in the page;
 --                             the first page's start is its earliest due time)
 -- KEYS[3]  P:{Q}:dup    hash  task key -> sequence numbers of its extra messages (rarely

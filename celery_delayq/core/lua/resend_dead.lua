@@ -12,7 +12,7 @@ for i = 3, #ARGV do
   local record = redis.call('HGET', DEAD, key)
   if record and redis.call('HEXISTS', MSG, key) == 0 then
     local due = parse(record)
-    if due then record = now .. string.sub(record, #due + 1) end
+    if due then record = with_due(record, due, now) end
     redis.call('HSET', MSG, key, record)
     add_entry(key, now)
     hold_key_again(record, key, now)

@@ -66,7 +66,7 @@ if max_wait > 0 and since + max_wait < due then
   if eta_at > 0 then
     record = record:sub(1, eta_at - 1) .. iso_utc(due) .. record:sub(eta_at + eta_length)
   end
-  record = due_text .. record:sub(#ARGV[4] + 1)  -- the due time the record starts with
+  record = with_due(record, ARGV[4], due_text)
 end
 
 local key = store_message(ARGV[3], due_text, record)
