@@ -7,12 +7,14 @@ spread over a second), then drained by one caller in a tight loop of script call
 messages a call, by:
 
 - a script that reads a page's records and pushes them whole: the floor for this layout
-  (a record, a page entry and a list push per message), but wrong, as a record starts
-  with its due time;
-- the same script cutting each record's due-time prefix off first (one ``string.match``
-  and one ``string.sub``): the least a correct move of these records does;
+  (a record, a page entry and a list push per message);
 - ``move_due.lua`` (``DelayedStore.move_all_due``), with its destination checks,
-  ``x-expires``, delay keys, duplicates and lateness histogram.
+  ``x-expires``, delay keys, duplicates and lateness histogram, on the usual records: JSON
+  envelopes, stored inline and pushed whole (core/record.py);
+- ``move_due.lua`` on prefixed records, whose prefix it cuts off before the push: what
+  every move cost before records were inline, and still costs for a record that names a
+  priority sub-list, a queue expiry or a delay key, or whose payload is not a JSON object
+  (here: the same envelope after one space).
 
 For each: messages per second (wall, one caller) and Redis time per message (``usec`` of
 ``EVALSHA`` in ``INFO commandstats``). Writes benchmarks/RESULTS-move.md on a full run.
@@ -46,7 +48,6 @@ while moved < limit do
   local page_key = prefix .. page[1]
   local keys = redis.call('ZRANGE', page_key, 0, limit - moved - 1)
   local records = redis.call('HMGET', MSG, unpack(keys))
-  -- CUT
   redis.call('LPUSH', 'bench', unpack(records))
   redis.call('HDEL', MSG, unpack(keys))
   redis.call('ZREMRANGEBYRANK', page_key, 0, #keys - 1)
@@ -55,25 +56,19 @@ while moved < limit do
 end
 return moved
 """
-CUT = """for i = 1, #records do
-    records[i] = string.sub(records[i], string.match(records[i], '^%d+:()'))
-  end"""
 
 Drain = Callable[[redis.Redis, DelayedStore], int]
 
 
-def floor_drain(source: str) -> Drain:
-    def drain(client: redis.Redis, store: DelayedStore) -> int:
-        script = client.register_script(source)
-        keys = store.keys.for_queue("bench")
-        moved = 0
-        while True:
-            n = int(script(keys=[keys.messages, keys.pages], args=[keys.page_prefix, BATCH]))
-            if not n:
-                return moved
-            moved += n
-
-    return drain
+def floor_drain(client: redis.Redis, store: DelayedStore) -> int:
+    script = client.register_script(FLOOR)
+    keys = store.keys.for_queue("bench")
+    moved = 0
+    while True:
+        n = int(script(keys=[keys.messages, keys.pages], args=[keys.page_prefix, BATCH]))
+        if not n:
+            return moved
+        moved += n
 
 
 def move_due(client: redis.Redis, store: DelayedStore) -> int:
@@ -85,19 +80,26 @@ def move_due(client: redis.Redis, store: DelayedStore) -> int:
         moved += result.moved
 
 
-SIDES: dict[str, Drain] = {
-    "floor: records pushed whole (not a correct move)": floor_drain(FLOOR),
-    "floor: each record's due-time prefix cut off": floor_drain(FLOOR.replace("-- CUT", CUT)),
-    "move_due.lua": move_due,
+#: Each side: how it drains, and what the payloads start with (a space before the JSON
+#: envelope makes the record prefixed).
+SIDES: dict[str, tuple[Drain, bytes]] = {
+    "floor: records pushed whole": (floor_drain, b""),
+    "move_due.lua, inline records (JSON envelopes)": (move_due, b""),
+    "move_due.lua, prefixed records (cut before the push)": (move_due, b" "),
 }
+OURS = "move_due.lua, inline records (JSON envelopes)"
 
 
-def measure(server: RedisServer, drain: Drain, count: int, spread_ms: int) -> tuple[float, float]:
+def measure(
+    server: RedisServer, side: tuple[Drain, bytes], count: int, spread_ms: int
+) -> tuple[float, float]:
     """Messages per second and Redis µs per message of one drain of ``count`` messages."""
+    drain, lead = side
     client = server.client()
     client.flushall()
     store = make_store(server.url, BATCH)
-    fill(store, "bench", count, server_time_ms(client) - 10_000, spread_ms=spread_ms)
+    due = server_time_ms(client) - 10_000
+    fill(store, "bench", count, due, spread_ms=spread_ms, lead=lead)
     client.config_resetstat()
     began = time.perf_counter()
     moved = drain(client, store)
@@ -117,8 +119,8 @@ def main() -> None:
     with RedisServer() as server:
         for round_ in range(rounds):
             for layout, spread in layouts.items():
-                for name, drain in SIDES.items():
-                    rate, us = measure(server, drain, count, spread)
+                for name, side in SIDES.items():
+                    rate, us = measure(server, side, count, spread)
                     readings.setdefault((layout, name), []).append((rate, us))
                     print(f"round {round_ + 1}: {layout}: {name}: {rate:,.0f}/s", flush=True)
     report = render(readings, count, rounds, time.time() - started)
@@ -137,13 +139,13 @@ def render(
         f"tight loop, median of {rounds} alternating rounds, one private redis-server on the "
         "same 2 cores.",
         "",
-        "| due times | side | messages/s | Redis µs per message | move_due vs this side |",
+        "| due times | side | messages/s | Redis µs per message | inline move_due vs this side |",
         "|---|---|---:|---:|---:|",
     ]
     for (layout, name), values in readings.items():
         rate = statistics.median(v[0] for v in values)
         us = statistics.median(v[1] for v in values)
-        ours = statistics.median(v[0] for v in readings[(layout, "move_due.lua")])
+        ours = statistics.median(v[0] for v in readings[(layout, OURS)])
         lines.append(f"| {layout} | {name} | {rate:,.0f} | {us:.2f} | {ours / rate:.2f}x |")
     lines.append("")
     return "\n".join(lines)

@@ -16,7 +16,11 @@ same kombu-sized messages stored by:
 
 For each: Redis time per message (the ``usec`` of every top-level command in ``INFO
 commandstats``, divided by the messages), Redis memory per message, and what the store adds
-over the same message in a kombu list. Writes benchmarks/RESULTS-schedule.md on a full run.
+over the same message in a kombu list. Then what the store adds at payload sizes from 96 to
+216 B, 8 B apart (jemalloc rounds every allocation up to a size class, 16 B apart there, so
+one size can cost a class more or less than the next; the mean is what a mix of sizes
+costs), for inline records (JSON envelopes, the usual case) and prefixed ones (core/record.py;
+here the same envelope after one space). Writes benchmarks/RESULTS-schedule.md on a full run.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from __future__ import annotations
 import random
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -44,6 +48,9 @@ CHUNK = 200
 #: A due time well in the future (2027-01-15), so nothing is ever due during a run.
 FAR_MS = 1_800_000_000_000
 HOUR_MS = 3_600_000
+#: Payload sizes and messages per size of the memory sweep (full run; --quick: two sizes).
+SWEEP_SIZES = range(96, 224, 8)
+SWEEP_COUNT = 20_000
 #: The minimal Lua store the issue compares against: a record and one big index.
 HSET_ZADD = """
 redis.call('HSET', KEYS[1], ARGV[1], ARGV[2] .. ARGV[3])
@@ -59,17 +66,17 @@ class Reading:
     nested: dict[str, float]  # commands run inside scripts, per message
 
 
-def messages(count: int, order: str) -> list[Scheduled]:
-    """``count`` kombu-sized messages with uuid task ids, due in ``order``: "increasing"
-    (72 ms apart for 50,000, as a countdown stream), "random" (the same times shuffled) or
-    "same" (all in one millisecond)."""
+def messages(count: int, order: str, size: int | None = None, lead: bytes = b"") -> list[Scheduled]:
+    """``count`` messages (kombu-sized, else ``size`` bytes, ``lead`` first) with uuid task
+    ids, due in ``order``: "increasing" (72 ms apart for 50,000, as a countdown stream),
+    "random" (the same times shuffled) or "same" (all in one millisecond)."""
     dues = [FAR_MS + (i * HOUR_MS) // count for i in range(count)]
     if order == "random":
         random.Random(7).shuffle(dues)
     elif order == "same":
         dues = [FAR_MS] * count
     return [
-        Scheduled("bench", f"m{i}", task_id(i), due, "bench", payload(i))
+        Scheduled("bench", f"m{i}", task_id(i), due, "bench", payload(i, size, lead))
         for i, due in enumerate(dues)
     ]
 
@@ -141,9 +148,31 @@ def measure(client: redis.Redis, store: DelayedStore, how: Store, sent: list[Sch
     return Reading(total_us / len(sent), grown / len(sent), nested)
 
 
+def memory_by_size(
+    client: redis.Redis, store: DelayedStore, sizes: Sequence[int], count: int
+) -> list[tuple[int, float, float, float]]:
+    """For each payload size: bytes per message in a kombu list, and what the store adds
+    over that for inline records and for prefixed ones."""
+    rows = []
+    for size in sizes:
+        inline = messages(count, "increasing", size)
+        listed = measure(client, store, lpush, inline).bytes
+        prefixed = messages(count, "increasing", size, lead=b" ")
+        rows.append(
+            (
+                size,
+                listed,
+                measure(client, store, pipelined, inline).bytes - listed,
+                measure(client, store, pipelined, prefixed).bytes - listed,
+            )
+        )
+    return rows
+
+
 def main() -> None:
     options = parse_options(__doc__)
     count, rounds = (4_000, 1) if options.quick else (50_000, 5)
+    sweep = (SWEEP_SIZES[:2], 2_000) if options.quick else (SWEEP_SIZES, SWEEP_COUNT)
     readings: dict[str, list[Reading]] = {}
     started = time.time()
     with RedisServer() as server:
@@ -156,7 +185,8 @@ def main() -> None:
                 reading = measure(client, store, how, sent[name])
                 readings.setdefault(name, []).append(reading)
                 print(f"round {round_ + 1}: {name}: {reading.redis_us:.2f} us", flush=True)
-    report = render(readings, count, rounds, time.time() - started)
+        by_size = memory_by_size(client, store, *sweep)
+    report = render(readings, count, rounds, time.time() - started) + render_sizes(by_size)
     publish(report, options, DEFAULT_OUTPUT)
 
 
@@ -199,6 +229,23 @@ def render(readings: dict[str, list[Reading]], count: int, rounds: int, took: fl
         f"Target: schedule.lua <= {TARGET_US:.0f} µs per call with the store adding "
         f"< {TARGET_BYTES:.0f} B: {us:.1f} µs ({us / median_us(minimal):.2f}x EVAL HSET + "
         f"ZADD on this machine) and {added:.0f} B.",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def render_sizes(rows: list[tuple[int, float, float, float]]) -> str:
+    inline, prefixed = [row[2] for row in rows], [row[3] for row in rows]
+    lines = [
+        "",
+        f"## What the store adds, by payload size ({rows[0][0]}-{rows[-1][0]} B)",
+        "",
+        "| payload (B) | bytes per message in a kombu list | inline record adds (B) | "
+        "prefixed record adds (B) |",
+        "|---:|---:|---:|---:|",
+        *(f"| {size} | {listed:.0f} | {a:.0f} | {b:.0f} |" for size, listed, a, b in rows),
+        f"| mean | | {statistics.mean(inline):.0f} | {statistics.mean(prefixed):.0f} |",
+        f"| most | | {max(inline):.0f} | {max(prefixed):.0f} |",
         "",
     ]
     return "\n".join(lines)
