@@ -15,12 +15,13 @@ same kombu-sized messages stored by:
 - ``schedule_many.lua``, chunks of 200 (``celery_delayq.schedule_many``).
 
 For each: Redis time per message (the ``usec`` of every top-level command in ``INFO
-commandstats``, divided by the messages), Redis memory per message, and what the store adds
-over the same message in a kombu list. Then what the store adds at payload sizes from 96 to
-216 B, 8 B apart (jemalloc rounds every allocation up to a size class, 16 B apart there, so
-one size can cost a class more or less than the next; the mean is what a mix of sizes
-costs), for inline records (JSON envelopes, the usual case) and prefixed ones (core/record.py;
-here the same envelope after one space). Writes benchmarks/RESULTS-schedule.md on a full run.
+commandstats``, divided by the messages), Redis memory per message (``MEMORY USAGE`` of every
+key), and what the store adds over the same message in a kombu list. Then what the store
+adds at payload sizes from 96 to 216 B, 8 B apart (jemalloc rounds every allocation up to a
+size class, 16 B apart there, so one size can cost a class more or less than the next; the
+mean is what a mix of sizes costs), for inline records (JSON envelopes, the usual case) and
+prefixed ones (core/record.py; here the same envelope after one space). Writes
+benchmarks/RESULTS-schedule.md on a full run.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import RedisServer
 
 from .standalone import parse_options, publish
-from .store_tools import make_store, payload, task_id
+from .store_tools import keys_memory, make_store, payload, task_id
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS-schedule.md"
 TARGET_US = 10.0
@@ -133,7 +134,7 @@ def measure(client: redis.Redis, store: DelayedStore, how: Store, sent: list[Sch
     client.flushall()
     how(client, store, sent[:10])  # warm up: scripts loaded, connection open
     client.flushall()
-    used = client.info("memory")["used_memory"]
+    used = keys_memory(client)
     client.config_resetstat()
     how(client, store, sent)
     stats = client.info("commandstats")
@@ -144,7 +145,7 @@ def measure(client: redis.Redis, store: DelayedStore, how: Store, sent: list[Sch
         for name, value in stats.items()
         if name not in top and not name.startswith(("cmdstat_config", "cmdstat_info"))
     }
-    grown = client.info("memory")["used_memory"] - used
+    grown = keys_memory(client) - used
     return Reading(total_us / len(sent), grown / len(sent), nested)
 
 
