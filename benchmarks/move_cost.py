@@ -80,14 +80,15 @@ def move_due(client: redis.Redis, store: DelayedStore) -> int:
         moved += result.moved
 
 
+#: The side the others are compared with.
+OURS = "move_due.lua, inline records (JSON envelopes)"
 #: Each side: how it drains, and what the payloads start with (a space before the JSON
 #: envelope makes the record prefixed).
 SIDES: dict[str, tuple[Drain, bytes]] = {
     "floor: records pushed whole": (floor_drain, b""),
-    "move_due.lua, inline records (JSON envelopes)": (move_due, b""),
+    OURS: (move_due, b""),
     "move_due.lua, prefixed records (cut before the push)": (move_due, b" "),
 }
-OURS = "move_due.lua, inline records (JSON envelopes)"
 
 
 def measure(

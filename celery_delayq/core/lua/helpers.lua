@@ -13,7 +13,7 @@ end
 -- How an inline record starts, before its due time (record.py's INLINE_PREFIX), and the
 -- pattern capturing that due time.
 local INLINE = '{"delayq":'
-local INLINE_DUE = '^{"delayq":(%d+),'
+local INLINE_DUE = '^' .. INLINE .. '(%d+),'  -- none of INLINE's characters is magic
 
 -- A record's due time, destination (nil: the queue's own list), the index of the first
 -- byte to deliver (1: an inline record is delivered whole), the queue's x-expires in ms
@@ -190,14 +190,7 @@ local function collect_due(now, limit, budget)
         taken = i
         local record = records[i]
         local due, destination, start, expires, delay_key
-        if record then  -- most records are inline: one match, no parse
-          due = string.match(record, INLINE_DUE)
-          if due then
-            start = 1
-          else
-            due, destination, start, expires, delay_key = parse(record)
-          end
-        end
+        if record then due, destination, start, expires, delay_key = parse(record) end
         if start then
           local n = found.n + 1
           found.n = n
