@@ -30,7 +30,6 @@ from celery_delayq.ops import browse
 from celery_delayq.web import create_app, views
 from celery_delayq.web.access import Access, AddressRefused, check_address
 from celery_delayq.web.app import make_web_server
-from celery_delayq.web.throttle import FailedLogins
 
 from ..helpers import invoke, noop_task
 
@@ -361,6 +360,8 @@ def test_failed_logins_are_rate_limited_per_address(app) -> None:
 
 
 def test_the_rate_limit_forgets_and_its_memory_is_bounded() -> None:
+    from celery_delayq.web.throttle import FailedLogins
+
     now = [0.0]
     limit = FailedLogins(limit=3, window=60, addresses=100, clock=lambda: now[0])
     for _ in range(3):
