@@ -184,6 +184,32 @@ def test_a_token_login_refuses_a_wrong_token(app, browser) -> None:
         page.click("button:has-text('Log in')")
         assert page.url == f"{url}/scheduled"
         assert page.locator("h1").inner_text() == "Scheduled"
+        page.click("button:has-text('Log out')")  # ends the login
+        assert page.url.startswith(f"{url}/login")
+        page.goto(f"{url}/scheduled")
+        assert page.url.startswith(f"{url}/login")
+
+
+def test_the_security_policy_blocks_nothing_the_pages_use(app, browser) -> None:
+    """Every page, a form post and a chart under the Content-Security-Policy, with no
+    violation reported in the console and no page error."""
+    task_id = remember_task(app).apply_async(("x",), countdown=600).id
+    with dashboard(app, access=Access()) as url:
+        page = browser.new_page()
+        reported: list[str] = []
+        page.on("console", lambda message: reported.append(f"{message.type}: {message.text}"))
+        page.on("pageerror", lambda error: reported.append(f"page error: {error}"))
+        for path in ["/", "/scheduled", f"/task/{task_id}", "/dead", "/doctor", "/login", "/x"]:
+            response = page.goto(url + path)
+            assert response is not None
+            assert "frame-ancestors 'none'" in response.headers["content-security-policy"]
+        page.goto(f"{url}/doctor")
+        page.click("button:has-text('Run the full check')")  # a form post, then a redirect
+        assert "Last full check" in page.content()
+        page.goto(f"{url}/")
+        assert page.locator("svg").count() >= 1  # the charts drew
+    violations = [line for line in reported if "Content Security Policy" in line or "error" in line]
+    assert violations == [], violations
 
 
 def test_read_only_shows_tasks_and_offers_no_action(app, browser) -> None:
