@@ -529,3 +529,30 @@ def test_fuzzed_query_strings_never_fail_and_read_a_bounded_amount(
         assert sent < 500_000 and calls < 60, (path, args, sent, calls)
 
     fuzz()
+
+
+@pytest.mark.parametrize("shards", [1, 3])
+def test_keyset_pages_walk_ties_across_queues_and_shards_once_in_order(
+    make_app, shards: int
+) -> None:
+    """Ties in several queues (and shards of one): small pages walk every task once, in
+    the store's total order (due, queue, message key), whatever page edge falls in a tie."""
+    app = make_app(delayq_store_shards=shards)
+    task = noop_task(app)
+    due = datetime.now(timezone.utc) + timedelta(minutes=30)
+    for queue in ("b", "a", "c"):
+        calls = (((n,), {}, {"eta": due, "queue": queue}) for n in range(40))
+        celery_delayq.schedule_many(task, calls)
+    task.apply_async((0,), countdown=3600, queue="a")
+    with open_store(app) as store:
+        expected = store.pending(limit=1000)
+        walked, after = [], None
+        for _ in range(100):
+            page = browse.browse(store, browse.TaskFilter(), after, size=7)
+            walked += [t.message for t in page.tasks]
+            if page.next is None:
+                break
+            after = browse.Cursor.decode(browse.Cursor.encode(page.next))
+    order = [(m.due_ms, m.queue, m.key) for m in expected]
+    assert order == sorted(order) and len(expected) == 121
+    assert [(m.queue, m.key) for m in walked] == [(m.queue, m.key) for m in expected]
