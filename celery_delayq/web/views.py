@@ -271,7 +271,7 @@ def logout() -> Any:
 
 
 def safe_next(target: str | None) -> str:
-    """A path on this site to go back to, or "/": never another site.
+    r"""A path on this site to go back to, or "/": never another site.
 
     Browsers drop tabs and newlines from URLs and read a backslash as a slash, so
     ``/\t/evil.example`` or ``/\\evil.example`` would reach another host: any control or
