@@ -274,7 +274,7 @@ def safe_next(target: str | None) -> str:
     r"""A path on this site to go back to, or "/": never another site.
 
     Browsers drop tabs and newlines from URLs and read a backslash as a slash, so
-    ``/\t/evil.example`` or ``/\\evil.example`` would reach another host: any control or
+    ``/\t/evil.example`` or ``/\evil.example`` would reach another host: any control or
     invisible character, a backslash, a scheme or a host makes it "/"."""
     if not target or len(target) > 2000 or not target.startswith("/"):
         return "/"
