@@ -87,8 +87,8 @@ def with_header(payload: bytes, name: str, value: Any) -> bytes:
 def describe(payload: bytes) -> dict[str, Any]:
     """What an operator wants to see of a stored Celery message (for ``list``/``show``).
 
-    Only the CLI calls this; the mover never decodes payloads. Arguments that cannot be
-    deserialized here (an unknown serializer, say) are shown as a note, not an error.
+    The CLI and the web pages call this; the mover never decodes payloads. A body that is
+    not JSON (pickle, say) is described, never deserialized (``_body_reprs``).
     """
     try:
         message = loads(payload)
