@@ -9,16 +9,26 @@ the first page, a page deep in the listing, a queue, a due window, a rare task n
 an argument search (both stop at their time budget and offer to search further), a task,
 and the overview; the full doctor page (which reads the whole store) is reported apart.
 Writes benchmarks/RESULTS-web.md on a full run.
+
+``--hostile [--count N]``: the dashboard against hostile requests (issue 25): N tasks
+(100,000 by default) due in one millisecond, then a crafted cursor, a page deep in that
+instant, the doctor page, a task with a 2 MB argsrepr and a 400-digit ``after=``; for
+each, the Redis time it cost (INFO commandstats, reset before it), the commands it ran
+and the slowest one (SLOWLOG, logging every command). Prints a table; runs against any
+version of the package (a deep cursor is written the way that version's pages write it).
 """
 
 from __future__ import annotations
 
 import logging
 import statistics
+import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote
@@ -100,7 +110,7 @@ def pages(app: Celery, count: int) -> dict[str, str]:
         now = store.server_time_ms() / 1000
         middle = store.pending(due_after=now + WEEK / 2, limit=1)[0]
         some_task = store.pending(limit=1)[0].task_id
-    deep = Cursor(middle.due_ms, 0).encode()
+    deep = Cursor.encode(middle.position)
     return {
         "first page of the scheduled tasks": "/scheduled",
         f"a page halfway down ({count // 2:,} tasks in)": f"/scheduled?from={deep}",
@@ -138,7 +148,106 @@ def render(rows: list[tuple[str, list[float]]], doctor_ms: float, count: int, fi
     return "\n".join(lines)
 
 
+HOSTILE_DEFAULT = 100_000
+
+
+def fill_tie(app: Celery, count: int) -> tuple[int, str]:
+    """``count`` reminders due in one millisecond an hour from now, and one task whose
+    argsrepr is 2 MB; the due ms and that task's id."""
+    send = app.task(name="proj.emails.send_reminder")(noop)
+    due = time.time() + 3600
+    eta = datetime.fromtimestamp(due, timezone.utc)
+    calls: Iterator[tuple[Any, Any, Any]] = (
+        ((f"user-{n}@example.com",), {}, {"eta": eta}) for n in range(count)
+    )
+    celery_delayq.schedule_many(send, calls)
+    huge = repr(["y" * 100] * 20_000)
+    big = send.apply_async((1,), countdown=7200, argsrepr=huge).id
+    with open_store(app) as store:
+        return store.pending(limit=1)[0].due_ms, str(big)
+
+
+def deep_cursor(app: Celery, due_ms: int, passed: int) -> str:
+    """The cursor of a page ``passed`` tasks into the instant, as this version writes it."""
+    try:
+        from celery_delayq.core.results import Position  # noqa: F401 - keyset cursors
+    except ImportError:  # the cursor of old: a due ms and how many of it were passed
+        return Cursor(due_ms, passed).encode()  # type: ignore[call-arg,attr-defined]
+    with open_store(app) as store:
+        return Cursor.encode(store.pending(limit=passed)[-1].position)  # type: ignore[call-arg,arg-type]
+
+
+def redis_cost(client: Any, url: str) -> dict[str, Any]:
+    """One request, and what it cost Redis: total command time, calls, slowest call."""
+    client.config_resetstat()
+    client.slowlog_reset()
+    began = time.perf_counter()
+    try:
+        with urllib.request.urlopen(url, timeout=300) as response:
+            status = response.status
+            response.read()
+    except urllib.error.HTTPError as error:
+        status = error.code
+    wall_ms = (time.perf_counter() - began) * 1000
+    stats = client.info("commandstats")
+    slowest = max((entry["duration"] for entry in client.slowlog_get(100_000)), default=0)
+    return {
+        "status": status,
+        "wall_ms": wall_ms,
+        "redis_ms": sum(s["usec"] for s in stats.values()) / 1000,
+        "calls": sum(s["calls"] for s in stats.values()),
+        "slowest_ms": slowest / 1000,
+    }
+
+
+def hostile_main(count: int) -> None:
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)
+    with RedisServer() as redis_server:
+        app = make_app(redis_server.url)
+        due_ms, big = fill_tie(app, count)
+        client = redis_server.client()
+        client.config_set("slowlog-log-slower-than", 0)
+        client.config_set("slowlog-max-len", 100_000)
+        server = make_web_server(app, "127.0.0.1", 0)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        base = f"http://127.0.0.1:{server.server_port}"
+        for warm in ("/", "/scheduled"):  # templates compiled before anything is timed
+            fetch_once(base + warm)
+        requests = {
+            "the first page": "/scheduled",
+            "crafted cursor `from=0.100000`": "/scheduled?from=0.100000",
+            f"a page {count // 2:,} tasks into the instant": "/scheduled?from="
+            + quote(deep_cursor(app, due_ms, count // 2)),
+            "/doctor (GET)": "/doctor",
+            "a task with a 2 MB argsrepr": f"/task/{big}",
+            "`after=` of 400 digits": "/scheduled?after=" + "1" * 400,
+        }
+        try:
+            rows = [(name, redis_cost(client, base + path)) for name, path in requests.items()]
+        finally:
+            server.shutdown()
+            server.server_close()
+        version = client.info("server")["redis_version"]
+    print(f"{count:,} tasks due in one ms; Redis {version}; {datetime.now(timezone.utc):%Y-%m-%d}")
+    print("| request | HTTP | wall | Redis time | calls | slowest call |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for name, r in rows:
+        print(
+            f"| {name} | {r['status']} | {r['wall_ms']:,.0f} ms | {r['redis_ms']:,.1f} ms "
+            f"| {r['calls']} | {r['slowest_ms']:,.2f} ms |"
+        )
+
+
 def main() -> None:
+    if "--hostile" in sys.argv:
+        sys.argv.remove("--hostile")
+        count = HOSTILE_DEFAULT
+        if "--count" in sys.argv:
+            at = sys.argv.index("--count")
+            count = int(sys.argv[at + 1])
+            del sys.argv[at : at + 2]
+        hostile_main(count)
+        return
     options = parse_options(__doc__)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # no line per request
     count = 20_000 if options.quick else 1_000_000

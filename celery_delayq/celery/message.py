@@ -14,6 +14,12 @@ from kombu.utils.json import dumps, loads
 
 from .errors import InvalidETA
 
+#: The only serializer a message body is decoded with for display: reading a task must
+#: never run code (pickle would), whatever the app accepts for its workers.
+DISPLAY_ACCEPT = ["application/json"]
+#: How many bytes of a body that is not decoded are shown.
+PREVIEW_BYTES = 64
+
 #: The header every delayed message carries when a mover hands it to another broker: the
 #: same for each publish of it (core/handover.py ``Outgoing.stable_id``).
 STABLE_ID_HEADER = "x-delayq-id"
@@ -81,8 +87,8 @@ def with_header(payload: bytes, name: str, value: Any) -> bytes:
 def describe(payload: bytes) -> dict[str, Any]:
     """What an operator wants to see of a stored Celery message (for ``list``/``show``).
 
-    Only the CLI calls this; the mover never decodes payloads. Arguments that cannot be
-    deserialized here (an unknown serializer, say) are shown as a note, not an error.
+    The CLI and the web pages call this; the mover never decodes payloads. A body that is
+    not JSON (pickle, say) is described, never deserialized (``_body_reprs``).
     """
     try:
         message = loads(payload)
@@ -115,16 +121,35 @@ def message_headers(payload: bytes) -> dict[str, Any]:
 
 
 def _body_reprs(message: dict[str, Any]) -> tuple[str, str]:
+    """The args and kwargs of a message body as reprs: JSON only (DISPLAY_ACCEPT); any
+    other body is described (content type, size, its first bytes), never deserialized."""
     try:
         body = message["body"]
         if (message.get("properties") or {}).get("body_encoding") == "base64":
             body = base64.b64decode(body)
+    except Exception as exc:  # noqa: BLE001 - a display helper must not fail
+        return f"<body not readable: {exc}>", ""
+    content_type = message.get("content-type")
+    try:
         args, kwargs, _ = serialization.loads(
-            body, message.get("content-type"), message.get("content-encoding", "utf-8")
+            body,
+            content_type,
+            message.get("content-encoding", "utf-8"),
+            accept=DISPLAY_ACCEPT,
         )
         return repr(tuple(args)), repr(kwargs)
-    except Exception as exc:  # noqa: BLE001 - a display helper must not fail
-        return f"<not decoded: {exc}>", ""
+    except Exception:  # noqa: BLE001 - a display helper must not fail
+        return describe_body(body, content_type), ""
+
+
+def describe_body(body: Any, content_type: Any) -> str:
+    """A body shown as bytes: its content type, size and first bytes (escaped)."""
+    raw = body if isinstance(body, bytes) else str(body).encode("utf-8", "surrogatepass")
+    more = "…" if len(raw) > PREVIEW_BYTES else ""
+    return (
+        f"<not decoded for display: {content_type or 'no content type'}, "
+        f"{len(raw):,} bytes: {raw[:PREVIEW_BYTES]!r}{more}>"
+    )
 
 
 def kombu_message(payload: bytes, channel: Any) -> Message:

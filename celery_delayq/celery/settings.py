@@ -22,6 +22,17 @@ from ..core.store import ReplicaWait
 from .errors import ConfigurationError
 
 SETTING_PREFIX = "delayq_"
+#: The web dashboard's settings (celery_delayq/web reads them): known names here too.
+WEB_SETTINGS = frozenset(
+    {
+        "delayq_web_username",
+        "delayq_web_password",
+        "delayq_web_token",
+        "delayq_web_secret_key",
+        "delayq_web_secure_cookies",
+        "delayq_web_allowed_hosts",
+    }
+)
 
 #: URL schemes a Redis broker may be given with (``socket`` and ``unix`` are Unix sockets).
 REDIS_SCHEMES = frozenset({"redis", "rediss", "socket", "unix", "redis+socket"})
@@ -196,7 +207,7 @@ class DelayqConfig:
         leave a default in force.
         """
         conf = app.conf
-        known = set(cls.setting_names())
+        known = set(cls.setting_names()) | WEB_SETTINGS
         namespace = (getattr(conf, "prefix", None) or "").lower()
         for key in list(conf):
             name = key.lower()

@@ -71,6 +71,30 @@ class PendingMessage:
     def due_ms(self) -> int:
         return round(self.due * 1000)
 
+    @property
+    def position(self) -> Position:
+        """Where it stands in the listing order (for paging on after it)."""
+        return Position(self.due_ms, self.queue, self.key)
+
+
+@dataclass(frozen=True, order=True)
+class Position:
+    """A place in the total order of pending messages: due time (ms), queue, message key
+    (within a due time, sorted sets order members bytewise: so does ``bytes``)."""
+
+    due_ms: int
+    queue: str
+    key: bytes
+
+    def start_in(self, queue: str) -> tuple[str, bytes]:
+        """Where ``queue``'s listing starts after this position: (lowest due ms, and the
+        message key to start after among those due exactly then, b"" for none)."""
+        if queue < self.queue:  # its messages of this due time come before
+            return str(self.due_ms + 1), b""
+        if queue == self.queue:
+            return str(self.due_ms), self.key
+        return str(self.due_ms), b""
+
 
 @dataclass(frozen=True)
 class DeadLetter:

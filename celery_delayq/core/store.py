@@ -29,7 +29,7 @@ from .keys import KeySpace, QueueKeys
 from .movers import MoverRegistry
 from .record import Record, duplicate_key, key_index_field, message_key, task_key
 from .replicated import run_replicated
-from .results import MoveResult, PendingMessage, QueueBacklog
+from .results import MoveResult, PendingMessage, Position, QueueBacklog
 from .scripts import (
     ScheduleCall,
     ScriptCall,
@@ -447,15 +447,22 @@ class DelayedStore:
         due_before: float | None = None,
         limit: int = 100,
         newest_first: bool = False,
+        after: Position | None = None,
     ) -> list[PendingMessage]:
         """Pending messages in due order (latest first with ``newest_first``), at most
-        ``limit``, optionally of one queue and within a due-time window (epoch seconds)."""
+        ``limit``, optionally of one queue and within a due-time window (epoch seconds).
+
+        ``after`` (oldest first only) starts the listing just after that position of the
+        total order (due ms, queue, message key) in place of ``due_after``: keyset paging,
+        where each call reads at most ``limit`` messages however many share a due time.
+        """
         low = "-inf" if due_after is None else repr(due_after * 1000)
         high = "+inf" if due_before is None else repr(due_before * 1000)
         order = "1" if newest_first else "0"
         found: list[PendingMessage] = []
         for keys in self._all_shards([queue] if queue else self.queues()):
-            flat = self._run(self.scripts.pending, keys, low, high, limit, order)
+            start, past = (low, b"") if after is None else after.start_in(keys.queue)
+            flat = self._run(self.scripts.pending, keys, start, high, limit, order, past)
             entries = [(key, int(float(due))) for key, due in zip(flat[::2], flat[1::2])]
             found.extend(self._with_records(keys, entries))
         # a total order (due, queue, key), so that a page cut at ``limit`` is the same

@@ -7,14 +7,18 @@ of matches or has spent its budget (messages looked at, or time): a rare match i
 million pending gives a page with what was found so far and a cursor to search further,
 never a request that reads the whole store.
 
-A cursor is a position in the store's total order (due time, queue, message key): the
-due time in ms, and how many messages of that same millisecond were already passed. Under
-concurrent changes a page may repeat or miss a message at its edge, as any keyset paging.
+A cursor is a position in the store's total order (due time, queue, message key), and a
+page goes on strictly after it (keyset paging): each store call reads at most one batch,
+however many messages share a due time, so no cursor can make a request read more. Under
+concurrent changes a page may miss a message added behind it, as any keyset paging.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import math
+import re
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -22,13 +26,15 @@ from functools import cached_property
 from typing import Any
 
 from ..celery.message import describe
-from ..core.results import DeadLetter, PendingMessage
+from ..core.results import DeadLetter, PendingMessage, Position
 from ..core.store import DelayedStore
 
-#: Messages read per store call while a page fills.
+#: Messages read per store call while a page fills (of a filter that reads payloads;
+#: else a page reads just what it shows, and one more to know there is a next page).
 BATCH = 500
-#: The most messages of one millisecond a cursor may have passed.
-MAX_PASSED = 100_000
+#: What a cursor looks like: due ms, then the queue and message key in URL-safe base64
+#: (both bounded: a cursor is a page's own link, never a place for a payload).
+CURSOR = re.compile(r"(-?[0-9]{1,15})\.([A-Za-z0-9_-]{1,400})\.([A-Za-z0-9_-]{1,400})")
 
 
 @dataclass(frozen=True)
@@ -102,74 +108,72 @@ class Task:
         return None if raw is None else raw.decode("utf-8", "surrogatepass")
 
 
-@dataclass(frozen=True)
 class Cursor:
-    """Where a listing goes on: after ``passed`` messages due at ``due_ms``."""
+    """A page's place in the listing, as text for its "Next" link (``Position``)."""
 
-    due_ms: int
-    passed: int
+    @staticmethod
+    def encode(position: Position) -> str:
+        return ".".join((str(position.due_ms), _b64(position.queue.encode()), _b64(position.key)))
 
-    def encode(self) -> str:
-        return f"{self.due_ms}.{self.passed}"
+    @staticmethod
+    def decode(text: str) -> Position:
+        """The position a page's link spelled; ValueError for anything else."""
+        found = CURSOR.fullmatch(text)
+        if found is None:
+            raise ValueError(f"not a listing position: {text[:80]!r}")
+        try:
+            queue = _unb64(found.group(2)).decode("utf-8")
+            key = _unb64(found.group(3))
+        except (binascii.Error, UnicodeDecodeError):
+            raise ValueError(f"not a listing position: {text[:80]!r}") from None
+        return Position(int(found.group(1)), queue, key)
 
-    @classmethod
-    def decode(cls, text: str) -> Cursor:
-        """ValueError for anything a page did not write (a listing does not page on
-        through more than MAX_PASSED messages due in one millisecond: each page reads
-        them all again)."""
-        due, _, passed = text.partition(".")
-        cursor = cls(int(due), int(passed))
-        if not 0 <= cursor.passed <= MAX_PASSED:
-            raise ValueError(f"not a listing position: {text!r}")
-        return cursor
+
+def _b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
 @dataclass
 class Page:
     tasks: list[Task] = field(default_factory=list)
-    next: Cursor | None = None  # None: nothing further matches
+    next: Position | None = None  # None: nothing further matches
     scanned: int = 0
     #: The page stopped at ``scan_budget`` before it was full: more may match further.
     budget_spent: bool = False
 
 
 def scan(
-    store: DelayedStore, where: TaskFilter, start: Cursor | None = None
-) -> Iterator[tuple[Task, Cursor]]:
-    """Every pending message from ``start`` on, in due order within ``where``'s queue
-    and due window, each with the cursor just after it (other filters not applied)."""
-    position = start or Cursor(-1, 0)
-    if where.due_after is not None and position.due_ms < math.ceil(where.due_after * 1000):
-        position = Cursor(math.ceil(where.due_after * 1000), 0)
+    store: DelayedStore,
+    where: TaskFilter,
+    start: Position | None = None,
+    batch: int = BATCH,
+) -> Iterator[PendingMessage]:
+    """Every pending message after ``start``, in due order within ``where``'s queue and
+    due window (other filters not applied), read ``batch`` at a time."""
+    if start is not None and where.due_after is not None and start.due_ms < where.due_after * 1000:
+        start = None  # the window begins further on than the cursor
     while True:
-        requested = BATCH + position.passed
-        # due_after is inclusive; half a ms below keeps float rounding from losing the ms
-        batch = store.pending(
+        found = store.pending(
             queue=where.queue,
-            due_after=None if position.due_ms < 0 else (position.due_ms - 0.5) / 1000,
+            due_after=where.due_after,
             due_before=where.due_before,
-            limit=requested,
+            limit=batch,
+            after=start,
         )
-        fresh = batch[position.passed :] if _starts_at(batch, position) else batch
-        for message in fresh:
-            if message.due_ms == position.due_ms:
-                position = Cursor(position.due_ms, position.passed + 1)
-            else:
-                position = Cursor(message.due_ms, 1)
-            yield Task(message), position
-        if len(batch) < requested or not fresh:
+        yield from found
+        if len(found) < batch:
             return
-
-
-def _starts_at(batch: list[PendingMessage], position: Cursor) -> bool:
-    """Whether the batch begins with the messages the cursor already passed."""
-    return bool(batch) and batch[0].due_ms == position.due_ms
+        start = found[-1].position
 
 
 def browse(
     store: DelayedStore,
     where: TaskFilter,
-    after: Cursor | None = None,
+    after: Position | None = None,
     size: int = 50,
     scan_budget: int = 100_000,
     scan_seconds: float | None = None,
@@ -178,29 +182,35 @@ def browse(
     after ``scan_budget`` messages or ``scan_seconds``, whichever comes first."""
     page = Page()
     deadline = None if scan_seconds is None else time.monotonic() + scan_seconds
-    for task, position in scan(store, where, after):
+    batch = BATCH if where.reads_payloads else size + 1
+    last: Position | None = None
+    for message in scan(store, where, after, batch):
+        if len(page.tasks) == size:  # one more than a page: there is a next one
+            page.next = last
+            return page
         page.scanned += 1
+        last, task = message.position, Task(message)
         if where.matches(task):
             page.tasks.append(task)
         spent = page.scanned >= scan_budget or (
             deadline is not None and time.monotonic() > deadline
         )
-        if len(page.tasks) == size or spent:
-            page.budget_spent = len(page.tasks) < size
-            page.next = position if _more(store, where, position) else None
+        if spent and len(page.tasks) < size:
+            page.budget_spent = True
+            page.next = last if _more(store, where, last) else None
             return page
     return page
 
 
-def _more(store: DelayedStore, where: TaskFilter, position: Cursor) -> bool:
+def _more(store: DelayedStore, where: TaskFilter, position: Position) -> bool:
     """Whether anything lies after ``position`` within the queue and due window."""
     window = TaskFilter(where.queue, due_before=where.due_before)
-    return next(scan(store, window, position), None) is not None
+    return next(scan(store, window, position, batch=1), None) is not None
 
 
 def matching(store: DelayedStore, where: TaskFilter) -> Iterator[Task]:
     """Every pending task that matches, in due order (for acting on all of them)."""
-    return (task for task, _ in scan(store, where) if where.matches(task))
+    return (task for task in map(Task, scan(store, where)) if where.matches(task))
 
 
 def count_matching(store: DelayedStore, where: TaskFilter) -> int:

@@ -17,14 +17,24 @@ def parse_moment(value: str, now: float | None = None) -> float:
     match = DURATION.match(value.strip())
     if match:
         number, unit = float(match.group(1)), match.group(2) or "s"
-        return (time.time() if now is None else now) + number * UNIT_SECONDS[unit]
+        moment = (time.time() if now is None else now) + number * UNIT_SECONDS[unit]
+        return _dated(moment, value)
     try:
         parsed = datetime.fromisoformat(value.strip())
     except ValueError:
         raise ValueError(f"{value!r} is neither ISO 8601 nor a duration like 15m") from None
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=timezone.utc)
-    return parsed.timestamp()
+    return _dated(parsed.timestamp(), value)
+
+
+def _dated(seconds: float, value: str) -> float:
+    """``seconds`` when a date can hold it; else ValueError (not an OverflowError later)."""
+    try:
+        datetime.fromtimestamp(seconds, timezone.utc)
+    except (OverflowError, OSError, ValueError):
+        raise ValueError(f"{value[:40]!r} is further away than a date can be") from None
+    return seconds
 
 
 def iso(seconds: float | None) -> str | None:

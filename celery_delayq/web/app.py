@@ -8,13 +8,16 @@ mounts anywhere WSGI does; Flask-WTF adds CSRF protection to every POST.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from celery import Celery
 from flask import Flask, Response, current_app, redirect, request, session
+from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from kombu.exceptions import OperationalError
 from werkzeug.exceptions import HTTPException
@@ -26,8 +29,24 @@ from ..ops.when import ago, iso
 from .access import Access, access_of, check_address
 from .actions import actions
 from .context import WebContext, context, problem
+from .headers import secure_headers
+from .hosts import HostCheck, allowed_hosts_of
+from .present import clipped
 from .sampler import CounterSampler, Totals
+from .throttle import FailedLogins
 from .views import pages
+
+logger = logging.getLogger(__name__)
+#: The largest request body (a form) read: the pages' forms are a few kB.
+MAX_BODY = 1024 * 1024
+
+
+class SessionCookies(SecureCookieSessionInterface):
+    """The session cookie is ``Secure`` whenever the page came over HTTPS (or always,
+    with ``delayq_web_secure_cookies``, for a proxy that ends TLS in front of it)."""
+
+    def get_cookie_secure(self, app: Flask) -> bool:
+        return bool(app.config["SESSION_COOKIE_SECURE"] or request.is_secure)
 
 
 def create_app(
@@ -37,14 +56,27 @@ def create_app(
     access: Access | None = None,
     secret_key: str | None = None,
     sample_every: float = 15.0,
+    allowed_hosts: Iterable[str] | None = None,
+    warn_without_credentials: bool = True,
 ) -> Flask:
     """The web pages of ``celery_app``'s delayed store.
 
     ``access`` defaults to the app's settings (web/access.py). ``secret_key`` signs the
     session cookie (CSRF tokens, a token login); by default the ``delayq_web_secret_key``
     setting or ``DELAYQ_WEB_SECRET_KEY``, else a random key, good for this process only.
+    ``allowed_hosts``: the Host names it answers besides loopback (hosts.py); by default
+    the ``delayq_web_allowed_hosts`` setting. Without credentials it logs a warning:
+    mounted in another app it is open to whoever reaches that app.
     """
+    access = access if access is not None else access_of(celery_app)
+    if warn_without_credentials and not access.required:
+        logger.warning(
+            "celery-delayq web: the dashboard has no credentials: anyone who reaches it can "
+            "cancel and run tasks; set delayq_web_token (or delayq_web_username and "
+            "delayq_web_password)"
+        )
     flask = Flask(__name__)
+    flask.session_interface = SessionCookies()
     flask.config.update(
         SECRET_KEY=secret_key
         or os.environ.get("DELAYQ_WEB_SECRET_KEY")
@@ -53,19 +85,28 @@ def create_app(
         WTF_CSRF_TIME_LIMIT=None,  # a page left open for a day still submits
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
+        SESSION_COOKIE_SECURE=bool(celery_app.conf.get("delayq_web_secure_cookies")),
+        MAX_CONTENT_LENGTH=MAX_BODY,
     )
     CSRFProtect(flask)
+    hosts = allowed_hosts_of(celery_app) if allowed_hosts is None else list(allowed_hosts)
     flask.extensions["celery_delayq"] = WebContext(
         celery_app,
-        access if access is not None else access_of(celery_app),
+        access,
         read_only,
         CounterSampler(lambda: store_totals(celery_app), every=sample_every),
+        HostCheck(hosts),
+        FailedLogins(),
     )
     flask.register_blueprint(pages)
     flask.register_blueprint(actions)
+    flask.before_request(check_host)
     flask.before_request(authenticate)
-    flask.context_processor(lambda: {"read_only": read_only, "now": time.time()})
-    flask.jinja_env.filters.update(iso=iso, duration=ago, number="{:,}".format)
+    flask.after_request(secure_headers)
+    flask.context_processor(
+        lambda: {"read_only": read_only, "now": time.time(), "logged_in": "login" in session}
+    )
+    flask.jinja_env.filters.update(iso=iso, duration=ago, number="{:,}".format, clip=clipped)
     flask.register_error_handler(CSRFError, refused_form)
     flask.register_error_handler(HTTPException, http_error)
     outages: tuple[type[Exception], ...] = (StoreUnavailable, OperationalError, *STORE_OUTAGES)
@@ -104,22 +145,51 @@ def store_down(error: Exception) -> tuple[str, int]:
     return problem(503, "The delayed store is unreachable", f"Redis did not answer: {error}")
 
 
+def check_host() -> Any:
+    """Refuse a Host header that does not name this dashboard (DNS rebinding)."""
+    if context().hosts.allows(request.headers.get("Host")):
+        return None
+    return problem(
+        400,
+        "Unknown host",
+        "This dashboard does not answer to that host name. Behind a proxy, add the name "
+        "it is served under to delayq_web_allowed_hosts.",
+    )
+
+
 def authenticate() -> Any:
     """Let a request through when no credentials are set, or when it brings them."""
-    access = context().access
+    ctx = context()
+    access = ctx.access
     if not access.required or request.endpoint in ("static", "pages.login"):
         return None
+    if access.digest_ok(session.get("login"), current_app.secret_key or ""):
+        return None
     auth = request.authorization
-    if auth is not None and auth.type == "basic" and access.basic_ok(auth.username, auth.password):
-        return None
-    if auth is not None and auth.type == "bearer" and access.token_ok(auth.token):
-        return None
-    if access.token and access.token_ok(session.get("token")):
-        return None
+    if auth is not None:
+        refused = throttled()
+        if refused is not None:
+            return refused
+        if auth.type == "basic" and access.basic_ok(auth.username, auth.password):
+            return None
+        if auth.type == "bearer" and access.token_ok(auth.token):
+            return None
+        ctx.failed_logins.failed(request.remote_addr or "")
     if access.token and not access.username:
         return redirect(f"{request.script_root}/login?next={request.full_path}")
     body, _ = problem(401, "Authentication required", "This dashboard needs a login.")
     return Response(body, 401, {"WWW-Authenticate": 'Basic realm="celery-delayq"'})
+
+
+def throttled() -> Response | None:
+    """A 429 when this client address failed to log in too often of late."""
+    wait = context().failed_logins.retry_after(request.remote_addr or "")
+    if not wait:
+        return None
+    body, _ = problem(
+        429, "Too many failed logins", f"Try again in {wait:.0f} seconds from this address."
+    )
+    return Response(body, 429, {"Retry-After": str(int(wait) + 1)})
 
 
 def make_web_server(
@@ -129,5 +199,12 @@ def make_web_server(
     this machine unless authentication is configured (AddressRefused)."""
     access = access_of(celery_app)
     check_address(address, access)
-    flask = create_app(celery_app, read_only=read_only, access=access)
+    hosts = [address, *allowed_hosts_of(celery_app)]
+    flask = create_app(
+        celery_app,
+        read_only=read_only,
+        access=access,
+        allowed_hosts=hosts,
+        warn_without_credentials=False,  # check_address: it serves loopback alone
+    )
     return make_server(address, port, flask, threaded=True)

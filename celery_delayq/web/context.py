@@ -3,13 +3,17 @@ app, and the page that says what went wrong."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import threading
+from dataclasses import dataclass, field
+from typing import Any
 
 from celery import Celery
 from flask import current_app, render_template
 
 from .access import Access
+from .hosts import HostCheck
 from .sampler import CounterSampler
+from .throttle import FailedLogins
 
 
 @dataclass
@@ -20,6 +24,11 @@ class WebContext:
     access: Access
     read_only: bool
     sampler: CounterSampler
+    hosts: HostCheck
+    failed_logins: FailedLogins
+    #: The last full doctor check (the store's consistency): when, and what it found.
+    full_check: tuple[float, Any] | None = None
+    checking: threading.Lock = field(default_factory=threading.Lock)
 
 
 def context() -> WebContext:

@@ -1,4 +1,5 @@
-"""How task values read on a page: reprs pretty-printed, long values folded."""
+"""How task values read on a page: reprs pretty-printed, long values folded, huge ones
+cut (a page shows a bounded amount of any value, however large the task's arguments)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,11 @@ from dataclasses import dataclass
 
 #: Values longer than this show their start, and unfold on a click (<details>).
 FOLD_AT = 300
+#: Reprs longer than this are shown as they are, not parsed to be laid out again:
+#: ``ast.literal_eval`` of megabytes takes seconds and gigabytes.
+PRETTY_MAX = 20_000
+#: The most of one value a page shows; the rest is described, not sent.
+SHOW_MAX = 20_000
 
 
 @dataclass(frozen=True)
@@ -22,18 +28,29 @@ class Folded:
 
 def pretty_repr(text: object) -> str:
     """A Python repr (Celery's argsrepr/kwargsrepr) laid out over lines when it is a
-    literal; anything else as it is."""
+    literal of at most PRETTY_MAX characters; anything else as it is."""
     if text is None:
         return ""
     raw = str(text)
+    if len(raw) > PRETTY_MAX:
+        return raw
     try:
         value = ast.literal_eval(raw)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
         return raw
     return pprint.pformat(value, width=88, sort_dicts=False)
 
 
+def clipped(text: object, limit: int = SHOW_MAX) -> str:
+    """``text`` whole up to ``limit`` characters, else its start and how long it is."""
+    shown = str(text)
+    if len(shown) <= limit:
+        return shown
+    return f"{shown[:limit]} … [{len(shown):,} characters in all; the rest is not shown]"
+
+
 def folded_value(text: str) -> Folded:
+    text = clipped(text)
     if len(text) <= FOLD_AT:
         return Folded(text, text)
     return Folded(text, text[:120].rstrip() + " …")

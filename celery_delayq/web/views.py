@@ -1,15 +1,20 @@
 """The pages: overview, scheduled tasks, one task, dead letters, doctor, and the token
-login. Every page reads the store afresh; nothing but the moves chart is kept between
-requests."""
+login and logout. Every page reads the store afresh, a bounded amount per request;
+nothing but the moves chart and the last full doctor check is kept between requests.
+
+Every query parameter is checked (a 400 that says which one and why): a filter of at
+most FIELD_MAX characters, moments a date can hold, a cursor a page wrote."""
 
 from __future__ import annotations
 
+import time
+import unicodedata
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
-from flask import Blueprint, redirect, render_template, request, session
+from flask import Blueprint, current_app, flash, redirect, render_template, request, session
 
 from ..celery.connect import open_store
 from ..celery.message import message_headers
@@ -39,6 +44,12 @@ HALF_WIDTH = 440
 #: or search filter before it shows what it found and offers to search further (browse.py).
 SCAN_SECONDS = 0.1
 SCAN_BUDGET = 100_000
+#: The longest filter field (a queue, task name, search text, delay key, moment) read.
+FIELD_MAX = 500
+#: The longest task id looked up.
+TASK_ID_MAX = 255
+#: The longest overview refresh period (seconds).
+REFRESH_MAX = 3600
 
 
 class BadFilter(ValueError):
@@ -47,16 +58,14 @@ class BadFilter(ValueError):
 
 def filter_from(fields: Mapping[str, str]) -> TaskFilter:
     """The filter a scheduled-tasks form (or a bulk action repeating it) describes."""
+    text = {name: _field(fields, name) for name in ("queue", "task", "q", "key", "after", "before")}
     moments = {}
     for name, label in (("after", "due after"), ("before", "due before")):
-        value = (fields.get(name) or "").strip()
+        value = text[name]
         try:
             moments[name] = parse_moment(value) if value else None
         except ValueError as exc:
             raise BadFilter(f"{label}: {exc}") from None
-    text = {
-        name: (fields.get(name) or "").strip() or None for name in ("queue", "task", "q", "key")
-    }
     return TaskFilter(
         queue=text["queue"],
         task=text["task"],
@@ -65,6 +74,13 @@ def filter_from(fields: Mapping[str, str]) -> TaskFilter:
         search=text["q"],
         key=text["key"],
     )
+
+
+def _field(fields: Mapping[str, str], name: str) -> str | None:
+    value = (fields.get(name) or "").strip()
+    if len(value) > FIELD_MAX:
+        raise BadFilter(f"{name}: longer than {FIELD_MAX} characters")
+    return value or None
 
 
 @pages.get("/")
@@ -121,7 +137,7 @@ def _moves_charts() -> dict[str, Any]:
 
 def _refresh_seconds() -> int:
     try:
-        return max(0, int(request.args.get("refresh", "10")))
+        return min(max(0, int(request.args.get("refresh", "10")[:8])), REFRESH_MAX)
     except ValueError:
         return 10
 
@@ -152,7 +168,7 @@ def scheduled() -> Any:
         queues=queues,
         pending=pending,
         filtered=where != TaskFilter(),
-        next_url=_with_args(**{"from": page.next.encode()}) if page.next else None,
+        next_url=_with_args(**{"from": Cursor.encode(page.next)}) if page.next else None,
         first_url=_with_args(**{"from": ""}),
     )
 
@@ -169,6 +185,8 @@ def _quote(value: str) -> str:
 
 @pages.get("/task/<path:task_id>")
 def task(task_id: str) -> Any:
+    if len(task_id) > TASK_ID_MAX:
+        return problem(400, "Not a task id", f"A task id is at most {TASK_ID_MAX} characters.")
     with open_store(context().celery, fail_fast=True) as store:
         found = [Task(message) for message in store.find(task_id)]
     if not found:
@@ -198,22 +216,73 @@ def dead() -> Any:
 
 @pages.get("/doctor")
 def doctor() -> Any:
-    return render_template("doctor.html", report=run_doctor(context().celery))
+    """Redis and the movers, checked on each load; the store's consistency, which reads
+    every record (seconds with a million pending), only when asked: a POST (below), its
+    findings kept and shown with their time, so a reload or a crawler never starts it."""
+    ctx = context()
+    return render_template(
+        "doctor.html",
+        report=run_doctor(ctx.celery, read_store=False),
+        full=ctx.full_check,
+        checking=ctx.checking.locked(),
+    )
+
+
+@pages.post("/doctor")
+def doctor_full_check() -> Any:
+    """Run the full check (one at a time), keep what it found, and show the page."""
+    ctx = context()
+    if ctx.checking.acquire(blocking=False):
+        try:
+            ctx.full_check = (time.time(), run_doctor(ctx.celery))
+        finally:
+            ctx.checking.release()
+    else:
+        flash("A full check is running already: its findings show here when it ends.", "warn")
+    return redirect(request.script_root + "/doctor")
 
 
 @pages.route("/login", methods=["GET", "POST"])
 def login() -> Any:
+    ctx = context()
     target = safe_next(request.values.get("next"))
-    if request.method == "POST":
-        if context().access.token_ok(request.form.get("token")):
-            session["token"] = request.form["token"]
-            return redirect(request.script_root + target)
-        return render_template("login.html", next=target, failed=True), 401
-    return render_template("login.html", next=target, failed=False)
+    if request.method == "GET":
+        return render_template("login.html", next=target, failed=False)
+    address = request.remote_addr or ""
+    wait = ctx.failed_logins.retry_after(address)
+    if wait:
+        body = render_template("login.html", next=target, failed=False, wait=wait)
+        return body, 429, {"Retry-After": str(int(wait) + 1)}
+    if ctx.access.token_ok(request.form.get("token")):
+        ctx.failed_logins.succeeded(address)
+        session.clear()  # a fresh session (and CSRF token) for the logged-in user
+        session["login"] = ctx.access.login_digest(current_app.secret_key or "")
+        return redirect(request.script_root + target)
+    ctx.failed_logins.failed(address)
+    return render_template("login.html", next=target, failed=True), 401
+
+
+@pages.post("/logout")
+def logout() -> Any:
+    """End a token login (a POST with the CSRF token: no other site can log you out)."""
+    session.clear()
+    where = "/login" if context().access.token else "/"
+    return redirect(request.script_root + where)
 
 
 def safe_next(target: str | None) -> str:
-    """A path on this site to go back to (never another site: no scheme, no //)."""
-    if not target or not target.startswith("/") or target.startswith("//") or "\\" in target:
+    r"""A path on this site to go back to, or "/": never another site.
+
+    Browsers drop tabs and newlines from URLs and read a backslash as a slash, so
+    ``/\t/evil.example`` or ``/\evil.example`` would reach another host: any control or
+    invisible character, a backslash, a scheme or a host makes it "/"."""
+    if not target or len(target) > 2000 or not target.startswith("/"):
+        return "/"
+    if "\\" in target or any(unicodedata.category(c)[0] in "CZ" and c != " " for c in target):
+        return "/"
+    if target.startswith("//"):
+        return "/"
+    parts = urlsplit(target)
+    if parts.scheme or parts.netloc or not parts.path.startswith("/"):
         return "/"
     return target
