@@ -10,10 +10,8 @@
 
 from __future__ import annotations
 
-import re
 import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,7 +28,7 @@ from celery_delayq.cli import delayq
 from celery_delayq.core.urls import sanitize_url
 from celery_delayq.testing import RedisServer, free_port, redis_server_binary, wait_until
 
-from ..helpers import NOWHERE, REPO_ROOT, celery_process, invoke, remember, runs, worker_app_env
+from ..helpers import NOWHERE, celery_process, fetch_metrics, invoke, remember, runs
 
 CLUSTER_FORM = "redis+cluster://a:7000,b:7000/0"
 SENTINELS = "sentinel://:s1@h1:26379;sentinel://:s2@h2:26379/0"
@@ -189,3 +187,265 @@ def test_the_exporter_command_follows_the_setting_and_its_option() -> None:
         log_level=None,
     ):
         pass
+
+
+# -- every process starts with a multi-node URL ------------------------------------------
+
+
+def every_process_starts(
+    app: Celery, broker_url: str, settings: dict[str, Any], record: RedisServer
+) -> None:
+    """A delayed task published by ``app`` runs on a worker; beat and a standalone mover
+    start and log where the store is; status, doctor and the dashboard answer."""
+    sent = remember(app, "multi-node", countdown=0.5)  # the first publish sets up a channel
+    worker = celery_process("worker", broker_url, settings, "-P", "solo", record_url=record.url)
+    with worker as process:
+        wait_until(lambda: runs(record.client()), timeout=30, abort=process.exited)
+    assert "celery-delayq: delayed tasks in" in process.output
+    assert [run["id"] for run in runs(record.client())] == [sent.id]
+    with celery_process("beat", broker_url, settings, "-S", "delayq", ready="beat: Starting"):
+        pass
+    with celery_process(
+        "delayq", broker_url, settings, "mover", ready="standalone mover running", log_level=None
+    ) as mover:
+        pass
+    assert "celery-delayq: delayed tasks in" in mover.output
+    status = invoke(app, "status")
+    assert status.exit_code == 0 and "store: " in status.output, status.output
+    doctor = invoke(app, "doctor")  # exits 1 here (test servers keep nothing on disk)
+    assert isinstance(doctor.exception, (SystemExit, type(None))), doctor.output
+    assert "[ok  ] clock skew" in doctor.output, doctor.output
+    pytest.importorskip("flask")
+    from celery_delayq.web import create_app
+    from celery_delayq.web.access import Access
+
+    page = create_app(app, access=Access()).test_client().get("/")
+    assert page.status_code == 200, page.get_data(as_text=True)
+
+
+@pytest.mark.slow
+def test_the_readme_cluster_form_with_several_nodes_starts_every_process(
+    make_app: Any,
+    redis_cluster: Any,
+    cluster_store_url: str,
+    redis_server: RedisServer,
+    redis_client: redis.Redis,
+) -> None:
+    nodes = ",".join(f"{host}:{port}" for host, port in redis_cluster.startup_nodes)
+    settings = {"delayq_store_url": f"redis+cluster://{nodes}/0"}
+    every_process_starts(make_app(**settings), redis_server.url, settings, redis_server)
+
+
+@pytest.fixture
+def two_sentinels(tmp_path: Path) -> Iterator[tuple[RedisServer, list[int]]]:
+    """A master and two sentinels, each monitoring it as ``mymaster``."""
+    with RedisServer() as master:
+        ports = [free_port(), free_port()]
+        processes = []
+        try:
+            for port in ports:
+                config = tmp_path / f"sentinel-{port}.conf"
+                config.write_text(
+                    f"port {port}\nbind 127.0.0.1\n"
+                    f"sentinel monitor mymaster 127.0.0.1 {master.port} 1\n"
+                )
+                processes.append(
+                    subprocess.Popen(
+                        [redis_server_binary(), str(config), "--sentinel"],
+                        stdout=subprocess.DEVNULL,
+                    )
+                )
+            for port in ports:
+                wait_until(lambda port=port: _master_known(port), timeout=10)
+            yield master, ports
+        finally:
+            for process in processes:
+                process.kill()
+                process.wait()
+
+
+def _master_known(port: int) -> bool:
+    try:
+        with redis.Redis(port=port) as client:
+            return bool(client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"))
+    except redis.ConnectionError:
+        return False
+
+
+@pytest.mark.slow
+def test_a_broker_behind_several_sentinels_starts_every_process(
+    app_factory: Any, two_sentinels: tuple[RedisServer, list[int]]
+) -> None:
+    master, ports = two_sentinels
+    url = ";".join(f"sentinel://127.0.0.1:{port}/0" for port in [*ports, closed_port()])
+    settings = {
+        "broker_transport": "celery_delayq.transport:SentinelTransport",
+        "broker_transport_options": {"master_name": "mymaster"},
+    }
+    every_process_starts(app_factory(url, **settings), url, settings, master)
+
+
+@pytest.mark.slow
+def test_a_store_behind_several_sentinels_starts_every_process(
+    make_app: Any,
+    two_sentinels: tuple[RedisServer, list[int]],
+    redis_server: RedisServer,
+    redis_client: redis.Redis,
+) -> None:
+    _, ports = two_sentinels
+    store = ";".join(f"sentinel://127.0.0.1:{port}/0" for port in ports)
+    settings = {"delayq_store_url": store, "delayq_store_master_name": "mymaster"}
+    every_process_starts(make_app(**settings), redis_server.url, settings, redis_server)
+
+
+@pytest.mark.slow
+def test_an_amqp_failover_broker_url_starts_every_process(
+    app_factory: Any, rabbitmq_url: str, amqp_settings: dict[str, Any], redis_server: RedisServer
+) -> None:
+    """The second broker is a closed local port: kombu fails over to it only if the
+    first is down, and every process must start with the URL as written."""
+    url = f"{rabbitmq_url};amqp://guest:guest@127.0.0.1:{closed_port()}//"
+    every_process_starts(app_factory(url, **amqp_settings), url, amqp_settings, redis_server)
+
+
+# -- no password in anything a user reads --------------------------------------------------
+
+PASSWORDS = {
+    "broker": "PW-broker-one",
+    "failover broker": "PW-broker-two",
+    "result backend": "PW-results",
+    "store": "PW-store-query",
+}
+
+#: Every command of ``celery delayq --help`` run in this process, with the arguments of
+#: each run ("ID": the id of a pending task); the long-running ones run as processes.
+IN_PROCESS = {
+    "status": [["status"], ["status", "--json", "--timeline"]],
+    "doctor": [["doctor"], ["doctor", "--json"]],
+    "list": [["list"], ["list", "--json"], ["list", "--dead"]],
+    "show": [["show", "ID"], ["show", "--json", "ID"]],
+    "reschedule": [["reschedule", "ID", "--countdown", "7200"]],
+    "promote": [["promote", "no-such-task"]],
+    "cancel": [["cancel", "no-such-task"]],
+    "dead": [["dead", "resend", "--all"], ["dead", "drop", "--all", "--yes"]],
+    "rescue": [["rescue", "--yes"]],
+    "purge": [["purge", "--yes"]],
+}
+AS_PROCESSES = {"mover", "exporter", "web"}
+
+
+@pytest.fixture
+def guarded_servers() -> Iterator[tuple[RedisServer, RedisServer]]:
+    """A broker Redis with a password and an ACL user for results, and a store Redis
+    with a password of its own."""
+    with RedisServer() as broker, RedisServer() as store:
+        with broker.client() as client:
+            client.acl_setuser(
+                "results",
+                enabled=True,
+                passwords=[f"+{PASSWORDS['result backend']}"],
+                keys=["*"],
+                channels=["*"],
+                commands=["+@all"],
+            )
+            client.config_set("requirepass", PASSWORDS["broker"])
+        with store.client() as client:
+            client.config_set("requirepass", PASSWORDS["store"])
+        yield broker, store
+
+
+def assert_no_password(where: str, text: str) -> None:
+    for part, password in PASSWORDS.items():
+        assert password not in text, f"the {part}'s password is shown by {where}:\n{text}"
+
+
+@pytest.mark.slow
+def test_no_password_of_any_url_part_is_shown_by_a_command_a_log_or_a_page(
+    app_factory: Any, guarded_servers: tuple[RedisServer, RedisServer]
+) -> None:
+    broker, store = guarded_servers
+    broker_url = (
+        f"redis://:{PASSWORDS['broker']}@127.0.0.1:{broker.port}/0;"
+        f"redis://:{PASSWORDS['failover broker']}@127.0.0.1:{closed_port()}/0"
+    )
+    results = f"redis://results:{PASSWORDS['result backend']}@127.0.0.1:{broker.port}/1"
+    settings = {
+        "result_backend": results,
+        "delayq_store_url": f"redis://127.0.0.1:{store.port}/0?password={PASSWORDS['store']}",
+    }
+    app = app_factory(broker_url, **settings)
+    task_id = remember(app, "guarded", countdown=3600).id
+
+    shown = {
+        **process_outputs(broker_url, settings),
+        **page_outputs(app, task_id),
+        **command_outputs(app, task_id),
+    }
+
+    assert "delayed tasks in redis://127.0.0.1" in shown["celery worker"], "a start-up line"
+    assert "broker: redis://:**@127.0.0.1" in shown["celery delayq doctor"]
+    for where, text in shown.items():
+        assert_no_password(where, text)
+
+
+def process_outputs(broker_url: str, settings: dict[str, Any]) -> dict[str, str]:
+    """The logs of worker, beat and every long-running command, and the metrics."""
+    shown = {}
+    for command, args, ready in (
+        ("worker", ["-P", "solo"], "ready."),
+        ("beat", ["-S", "delayq"], "beat: Starting"),
+        ("delayq", ["mover"], "standalone mover running"),
+    ):
+        level = None if command == "delayq" else "info"
+        with celery_process(
+            command, broker_url, settings, *args, ready=ready, log_level=level
+        ) as process:
+            process.wait_for_output("celery-delayq: delayed tasks in")
+        shown[f"celery {command} {' '.join(args)}".replace(" -P solo", "")] = process.output
+    port = free_port()
+    with celery_process(
+        "delayq",
+        broker_url,
+        settings,
+        "exporter",
+        "--port",
+        str(port),
+        ready="/metrics",
+        log_level=None,
+    ) as process:
+        shown["/metrics"] = fetch_metrics(port)
+    shown["celery delayq exporter"] = process.output
+    web = ["web", "--port", str(free_port())]
+    with celery_process(
+        "delayq", broker_url, settings, *web, ready="serving http://", log_level=None
+    ) as process:
+        pass
+    shown["celery delayq web"] = process.output
+    return shown
+
+
+def page_outputs(app: Celery, task_id: str) -> dict[str, str]:
+    """Every page of the dashboard, rendered for real (Flask's test client)."""
+    pytest.importorskip("flask")
+    from celery_delayq.web import create_app
+    from celery_delayq.web.access import Access
+
+    client = create_app(app, access=Access()).test_client()
+    shown = {}
+    for path in ("/", "/scheduled", f"/task/{task_id}", "/dead", "/doctor", "/login"):
+        page = client.get(path)
+        assert page.status_code == 200, (path, page.status_code)
+        shown[f"the page {path}"] = page.get_data(as_text=True)
+    return shown
+
+
+def command_outputs(app: Celery, task_id: str) -> dict[str, str]:
+    """What every other command of ``celery delayq --help`` prints."""
+    assert set(delayq.commands) == set(IN_PROCESS) | AS_PROCESSES, "a command is untested"
+    shown = {}
+    for runs_of_command in IN_PROCESS.values():
+        for args in runs_of_command:
+            result = invoke(app, *(task_id if arg == "ID" else arg for arg in args))
+            assert "Traceback" not in result.output
+            shown[f"celery delayq {' '.join(args)}"] = result.output
+    return shown
