@@ -277,7 +277,8 @@ def test_a_broker_behind_several_sentinels_starts_every_process(
     app_factory: Any, two_sentinels: tuple[RedisServer, list[int]]
 ) -> None:
     master, ports = two_sentinels
-    url = ";".join(f"sentinel://127.0.0.1:{port}/0" for port in [*ports, closed_port()])
+    # Celery's form: no database after each sentinel (db 0)
+    url = ";".join(f"sentinel://127.0.0.1:{port}" for port in [*ports, closed_port()])
     settings = {
         "broker_transport": "celery_delayq.transport:SentinelTransport",
         "broker_transport_options": {"master_name": "mymaster"},
@@ -293,7 +294,7 @@ def test_a_store_behind_several_sentinels_starts_every_process(
     redis_client: redis.Redis,
 ) -> None:
     _, ports = two_sentinels
-    store = ";".join(f"sentinel://127.0.0.1:{port}/0" for port in ports)
+    store = ";".join(f"sentinel://127.0.0.1:{port}" for port in ports)
     settings = {"delayq_store_url": store, "delayq_store_master_name": "mymaster"}
     every_process_starts(make_app(**settings), redis_server.url, settings, redis_server)
 
