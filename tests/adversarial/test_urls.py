@@ -10,8 +10,10 @@
 
 from __future__ import annotations
 
+import re
 import socket
 import subprocess
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -196,7 +198,8 @@ def every_process_starts(
     app: Celery, broker_url: str, settings: dict[str, Any], record: RedisServer
 ) -> None:
     """A delayed task published by ``app`` runs on a worker; beat and a standalone mover
-    start and log where the store is; status, doctor and the dashboard answer."""
+    start and log where the store is; status and doctor answer; the dashboard starts
+    and its overview answers."""
     sent = remember(app, "multi-node", countdown=0.5)  # the first publish sets up a channel
     worker = celery_process("worker", broker_url, settings, "-P", "solo", record_url=record.url)
     with worker as process:
@@ -216,6 +219,11 @@ def every_process_starts(
     assert isinstance(doctor.exception, (SystemExit, type(None))), doctor.output
     assert "[ok  ] clock skew" in doctor.output, doctor.output
     pytest.importorskip("flask")
+    web = ["web", "--port", str(free_port())]
+    with celery_process(
+        "delayq", broker_url, settings, *web, ready="serving http://", log_level=None
+    ):
+        pass
     from celery_delayq.web import create_app
     from celery_delayq.web.access import Access
 
@@ -360,20 +368,44 @@ def assert_no_password(where: str, text: str) -> None:
         assert password not in text, f"the {part}'s password is shown by {where}:\n{text}"
 
 
-@pytest.mark.slow
-def test_no_password_of_any_url_part_is_shown_by_a_command_a_log_or_a_page(
-    app_factory: Any, guarded_servers: tuple[RedisServer, RedisServer]
-) -> None:
-    broker, store = guarded_servers
-    broker_url = (
-        f"redis://:{PASSWORDS['broker']}@127.0.0.1:{broker.port}/0;"
-        f"redis://:{PASSWORDS['failover broker']}@127.0.0.1:{closed_port()}/0"
-    )
+def guarded_config(
+    form: str, broker: RedisServer, store: RedisServer, amqp_url: str | None
+) -> tuple[str, dict[str, Any], str]:
+    """Broker URL, settings and the store's URL as shown, for one form: a Redis failover
+    broker holding the store, one with a store of its own (a password in the query), or
+    an AMQP failover broker (its second host a closed port) with a store."""
+    failover = f"{PASSWORDS['failover broker']}@127.0.0.1:{closed_port()}"
     results = f"redis://results:{PASSWORDS['result backend']}@127.0.0.1:{broker.port}/1"
-    settings = {
-        "result_backend": results,
-        "delayq_store_url": f"redis://127.0.0.1:{store.port}/0?password={PASSWORDS['store']}",
-    }
+    broker_url = f"redis://:{PASSWORDS['broker']}@127.0.0.1:{broker.port}/0;redis://:{failover}/0"
+    settings: dict[str, Any] = {"result_backend": results}
+    shown_store = f"redis://:**@127.0.0.1:{broker.port}/0;redis://:**@127.0.0.1:"
+    if form == "store of its own":
+        settings["delayq_store_url"] = (
+            f"redis://127.0.0.1:{store.port}/0?password={PASSWORDS['store']}"
+        )
+        shown_store = f"redis://127.0.0.1:{store.port}/0?password=**"
+    if form == "amqp":
+        assert amqp_url is not None
+        broker_url = f"{amqp_url};amqp://guest:{failover}//"
+        settings.update(
+            broker_transport="celery_delayq.transport:AMQPTransport",
+            task_default_queue=f"q-{uuid.uuid4().hex[:8]}",
+            delayq_store_url=f"redis://:{PASSWORDS['store']}@127.0.0.1:{store.port}/0",
+        )
+        shown_store = f"redis://:**@127.0.0.1:{store.port}/0"
+    return broker_url, settings, shown_store
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("form", ["store in the broker", "store of its own", "amqp"])
+def test_no_password_of_any_url_part_is_shown_by_a_command_a_log_or_a_page(
+    request: pytest.FixtureRequest,
+    app_factory: Any,
+    guarded_servers: tuple[RedisServer, RedisServer],
+    form: str,
+) -> None:
+    amqp_url = request.getfixturevalue("rabbitmq_url") if form == "amqp" else None
+    broker_url, settings, shown_store = guarded_config(form, *guarded_servers, amqp_url)
     app = app_factory(broker_url, **settings)
     task_id = remember(app, "guarded", countdown=3600).id
 
@@ -383,8 +415,13 @@ def test_no_password_of_any_url_part_is_shown_by_a_command_a_log_or_a_page(
         **command_outputs(app, task_id),
     }
 
-    assert "delayed tasks in redis://127.0.0.1" in shown["celery worker"], "a start-up line"
-    assert "broker: redis://:**@127.0.0.1" in shown["celery delayq doctor"]
+    for process in ("celery worker", "celery beat -S delayq", "celery delayq mover"):
+        assert f"delayed tasks in {shown_store}" in shown[process], shown[process]
+    assert task_id in shown["celery delayq show ID"]
+    if form != "store in the broker":  # then doctor checks the broker too: both parts
+        assert re.search(
+            r"broker: .*:\*\*@127.0.0.1.*;.*:\*\*@127.0.0.1", shown["celery delayq doctor"]
+        )
     for where, text in shown.items():
         assert_no_password(where, text)
 
