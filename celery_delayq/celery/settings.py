@@ -18,7 +18,7 @@ from urllib.parse import urlparse
 from celery import Celery
 
 from ..core.store import ReplicaWait
-from ..core.urls import sanitize_url
+from ..core.urls import sanitize_url, url_parts
 from .errors import ConfigurationError
 
 SETTING_PREFIX = "delayq_"
@@ -166,6 +166,14 @@ class DelayqConfig:
             f"delayq_move_ahead must be a number of seconds from 0 to 1, got {self.move_ahead!r}",
         )
 
+    def __repr__(self) -> str:
+        """The settings as ``dataclass`` shows them, with the store URL's passwords masked
+        (a config in a log line or a traceback must not carry them)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.store_url is not None:
+            values["store_url"] = sanitize_url(self.store_url)
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in values.items())})"
+
     @property
     def replica_wait(self) -> ReplicaWait | None:
         """How schedules wait for replicas, or None."""
@@ -237,7 +245,7 @@ def check_broker_url(app: Celery, schemes: frozenset[str] = REDIS_SCHEMES) -> No
     url = app.conf.broker_write_url or app.conf.broker_url
     if not url:
         return  # kombu's default: redis on localhost
-    for one_url in str(url).split(";"):
+    for one_url in url_parts(url):
         scheme = urlparse(one_url.strip()).scheme.lower()
         if scheme and scheme not in schemes:
             raise ConfigurationError(

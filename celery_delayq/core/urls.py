@@ -27,13 +27,18 @@ _HOST = re.compile(r"[\w.\-]*(:\d*)?|\[[0-9A-Fa-f:.]*\](:\d*)?")
 _SCHEME = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 
 
-def sanitize_url(url: str | Iterable[str] | None) -> str:
-    """``url`` (or Celery's list of failover URLs) with every password masked."""
+def url_parts(url: str | Iterable[str] | None) -> list[str]:
+    """The URLs of a setting: ``a;b`` split as kombu splits it, or Celery's list form."""
     if url is None:
-        return ""
+        return []
     if not isinstance(url, str):
         url = ";".join(str(one) for one in url)
-    return ";".join(_sanitize_one(part) for part in url.split(";"))
+    return url.split(";")
+
+
+def sanitize_url(url: str | Iterable[str] | None) -> str:
+    """``url`` (or Celery's list of failover URLs) with every password masked."""
+    return ";".join(_sanitize_one(part) for part in url_parts(url))
 
 
 def _sanitize_one(url: str) -> str:
