@@ -291,7 +291,10 @@ def test_a_broker_behind_several_sentinels_starts_every_process(
         "broker_transport": "celery_delayq.transport:SentinelTransport",
         "broker_transport_options": {"master_name": "mymaster"},
     }
-    every_process_starts(app_factory(url, **settings), url, settings, master)
+    app = app_factory(url, **settings)
+    every_process_starts(app, url, settings, master)
+    sentinels = ",".join(f"127.0.0.1:{port}" for port in url_ports(url))
+    assert f"store: sentinel://{sentinels}/0 (master mymaster)" in invoke(app, "status").output
 
 
 @pytest.mark.slow
@@ -304,7 +307,14 @@ def test_a_store_behind_several_sentinels_starts_every_process(
     _, ports = two_sentinels
     store = ";".join(f"sentinel://127.0.0.1:{port}" for port in ports)
     settings = {"delayq_store_url": store, "delayq_store_master_name": "mymaster"}
-    every_process_starts(make_app(**settings), redis_server.url, settings, redis_server)
+    app = make_app(**settings)
+    every_process_starts(app, redis_server.url, settings, redis_server)
+    sentinels = ",".join(f"127.0.0.1:{port}" for port in ports)
+    assert f"store: sentinel://{sentinels}/0 (master mymaster)" in invoke(app, "status").output
+
+
+def url_ports(url: str) -> list[int]:
+    return [int(port) for port in re.findall(r":(\d+)", url)]
 
 
 @pytest.mark.slow
