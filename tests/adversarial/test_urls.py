@@ -53,17 +53,14 @@ def closed_port() -> int:
     [
         (CLUSTER_FORM, CLUSTER_FORM),
         ("redis+cluster://u:pw@a:7000,b:7000/0", "redis+cluster://u:**@a:7000,b:7000/0"),
-        (
-            "sentinel://:s1@h1:26379;sentinel://:s2@h2:26379/0",
-            "sentinel://:**@h1:26379;sentinel://:**@h2:26379/0",
-        ),  # noqa: E501
+        (SENTINELS, "sentinel://:**@h1:26379;sentinel://:**@h2:26379/0"),
         (AMQP_FAILOVER, "amqp://u:**@h1//;amqp://u:**@h2//"),
         ("redis://:pw@h:6379/0", "redis://:**@h:6379/0"),
         ("redis://h/0?db=1&password=pw", "redis://h/0?db=1&password=**"),
         (
             "sentinel://h:26379/0?sentinel_kwargs=%7B%22password%22%3A%22pw%22%7D",
             "sentinel://h:26379/0?sentinel_kwargs=**",
-        ),  # noqa: E501
+        ),
         ("unix://:pw@/run/redis.sock?db=0", "unix://:**@/run/redis.sock?db=0"),
         ("redis://:pw@[::1]:6379/0", "redis://:**@[::1]:6379/0"),
         ("redis+cluster://u:p1@a:7000,u:p2@b:7000/0", "redis+cluster://**@a:7000,**@b:7000/0"),
@@ -161,34 +158,47 @@ def test_the_metrics_exporter_listens_on_this_host_only_unless_told_otherwise(
         server.shutdown()
 
 
+@pytest.mark.slow
 def test_the_exporter_command_follows_the_setting_and_its_option() -> None:
-    settings = {"delayq_metrics_addr": "127.0.0.2"}
-    for args, addr in (([], "127.0.0.2"), (["--addr", "127.0.0.1"], "127.0.0.1")):
-        port = free_port()
-        with celery_process(
-            "delayq",
-            NOWHERE,
-            settings,
-            "exporter",
-            "--port",
-            str(port),
-            *args,
-            ready=f"serving http://{addr}:{port}/metrics",
-            log_level=None,
-        ):
-            pass
     port = free_port()
     with celery_process(
         "delayq",
         NOWHERE,
         None,
-        "exporter",
-        "--port",
-        str(port),
+        *exporter_args(port),
         ready=f"serving http://127.0.0.1:{port}/metrics",
         log_level=None,
     ):
-        pass
+        assert answers("127.0.0.1", port)
+    settings = {"delayq_metrics_addr": "127.0.0.2"}
+    for args, addr, other in (
+        ([], "127.0.0.2", "127.0.0.1"),
+        (["--addr", "127.0.0.1"], "127.0.0.1", "127.0.0.2"),
+    ):
+        port = free_port()
+        with celery_process(
+            "delayq",
+            NOWHERE,
+            settings,
+            *exporter_args(port),
+            *args,
+            ready=f"serving http://{addr}:{port}/metrics",
+            log_level=None,
+        ):
+            assert answers(addr, port)
+            assert not answers(other, port), "it listens on more than the address it names"
+
+
+def exporter_args(port: int) -> list[str]:
+    return ["exporter", "--port", str(port)]
+
+
+def answers(host: str, port: int) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=5):
+            return True
+    except OSError:
+        return False
 
 
 # -- every process starts with a multi-node URL ------------------------------------------
