@@ -4,9 +4,9 @@ can movers reach it, and do producers publish with confirms."""
 from __future__ import annotations
 
 from celery import Celery
-from kombu.utils.url import maybe_sanitize_url
 
 from ..core.health import FAIL, OK, WARN, Finding
+from ..core.urls import sanitize_url
 
 CONFIRMS_FIX = "set broker_transport_options = {'confirm_publish': True}"
 
@@ -16,7 +16,7 @@ def broker_findings(app: Celery) -> list[Finding]:
 
 
 def _reachable(app: Celery) -> Finding:
-    url = maybe_sanitize_url(app.conf.broker_write_url or app.conf.broker_url or "")
+    url = sanitize_url(app.conf.broker_write_url or app.conf.broker_url or "")
     try:
         with app.connection_for_write() as connection:
             connection.ensure_connection(max_retries=1)

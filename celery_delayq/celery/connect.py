@@ -15,12 +15,12 @@ from contextlib import contextmanager
 import redis
 from celery import Celery
 from kombu.connection import Connection
-from kombu.utils.url import maybe_sanitize_url
 
 from ..core.handover import Publisher
 from ..core.health import OK, redis_location, server_findings
 from ..core.mover import Mover, MoverThread
 from ..core.store import DelayedStore
+from ..core.urls import sanitize_url
 from .channel import DelayqChannel, check_store_setting, delayq_channel_class
 from .errors import ConfigurationError
 from .separate_store import separate_store
@@ -139,7 +139,7 @@ def log_startup(app: Celery, mover_mode: str) -> None:
     """The one line workers and beat log at start: where the store is, its key prefix and
     whether this process moves (the URL's password is masked)."""
     config = config_of(app)
-    url = maybe_sanitize_url(
+    url = sanitize_url(
         config.store_url or app.conf.broker_write_url or app.conf.broker_url or "redis://"
     )
     logger.info(

@@ -201,7 +201,7 @@ def lateness_buckets(stats: dict[str, int]) -> tuple[list[tuple[str, float]], fl
 
 
 def start_exporter(
-    app: Celery, port: int, addr: str = "0.0.0.0", *, alive_within: float | None = None
+    app: Celery, port: int, addr: str = "127.0.0.1", *, alive_within: float | None = None
 ) -> tuple[WSGIServer, threading.Thread]:
     """Serve ``/metrics`` from a daemon thread; returns prometheus_client's (server, thread).
 

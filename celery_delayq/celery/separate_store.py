@@ -57,11 +57,11 @@ def _connect(url: str, master_name: str | None) -> redis.Redis:
 def _cluster_client(url: str) -> redis.Redis:
     """A cluster client that knows every node the URL names (any one that answers
     tells it the rest), retrying through MOVED/ASK and failovers as redis-py does."""
-    scheme, _, rest = url.partition("+cluster")
-    credentials, _, hosts = rest.rpartition("@")
-    hosts, _, tail = hosts.partition("/")
+    scheme, _, rest = url.partition("://")
+    authority, slash, tail = rest.partition("/")
+    credentials, at, hosts = authority.rpartition("@")
     first, *others = hosts.split(",")
-    plain = f"{scheme}{credentials}{'@' if credentials else ''}{first}/{tail}"
+    plain = f"{scheme[: -len('+cluster')]}://{credentials}{at}{first}{slash}{tail}"
     nodes = [ClusterNode(*_host_port(other)) for other in others]
     client = RedisCluster.from_url(plain, startup_nodes=nodes or None)
     return cast(redis.Redis, client)

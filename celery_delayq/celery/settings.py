@@ -16,9 +16,9 @@ from typing import Any
 from urllib.parse import urlparse
 
 from celery import Celery
-from kombu.utils.url import maybe_sanitize_url
 
 from ..core.store import ReplicaWait
+from ..core.urls import sanitize_url, url_parts
 from .errors import ConfigurationError
 
 SETTING_PREFIX = "delayq_"
@@ -70,8 +70,9 @@ class DelayqConfig:
     #: Serve Prometheus metrics on this port from each worker and beat (needs the
     #: ``prometheus`` extra); None: off. ``celery delayq exporter`` serves them standalone.
     metrics_port: int | None = None
-    #: Address the metrics server listens on.
-    metrics_addr: str = "0.0.0.0"
+    #: Address the metrics server listens on: this host only unless told otherwise
+    #: ("0.0.0.0" for every interface, e.g. for a Prometheus on another machine).
+    metrics_addr: str = "127.0.0.1"
     #: Most delayed messages one worker adds to its reply to ``inspect scheduled`` (the
     #: earliest due); 0: add none.
     inspect_limit: int = 1000
@@ -138,12 +139,12 @@ class DelayqConfig:
             self.store_url is None or urlparse(str(self.store_url)).scheme.lower() in STORE_SCHEMES,
             "delayq_store_url must be a redis://, rediss://, unix://, sentinel:// or (for a "
             "Redis Cluster) redis+cluster:// or rediss+cluster:// URL, "
-            f"got {maybe_sanitize_url(str(self.store_url))!r}",
+            f"got {sanitize_url(str(self.store_url))!r}",
         )
         _check(
             not self.store_is_cluster or urlparse(str(self.store_url)).path.strip("/") in ("", "0"),
             "a Redis Cluster has database 0 only: delayq_store_url "
-            f"{maybe_sanitize_url(str(self.store_url))!r} names another",
+            f"{sanitize_url(str(self.store_url))!r} names another",
         )
         _check(
             not str(self.store_url or "").lower().startswith("sentinel")
@@ -175,6 +176,14 @@ class DelayqConfig:
             and 0 <= self.move_ahead <= 1,
             f"delayq_move_ahead must be a number of seconds from 0 to 1, got {self.move_ahead!r}",
         )
+
+    def __repr__(self) -> str:
+        """The settings as ``dataclass`` shows them, with the store URL's passwords masked
+        (a config in a log line or a traceback must not carry them)."""
+        values = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        if self.store_url is not None:
+            values["store_url"] = sanitize_url(self.store_url)
+        return f"{type(self).__name__}({', '.join(f'{k}={v!r}' for k, v in values.items())})"
 
     @property
     def replica_wait(self) -> ReplicaWait | None:
@@ -247,12 +256,12 @@ def check_broker_url(app: Celery, schemes: frozenset[str] = REDIS_SCHEMES) -> No
     url = app.conf.broker_write_url or app.conf.broker_url
     if not url:
         return  # kombu's default: redis on localhost
-    for one_url in str(url).split(";"):
+    for one_url in url_parts(url):
         scheme = urlparse(one_url.strip()).scheme.lower()
         if scheme and scheme not in schemes:
             raise ConfigurationError(
                 f"celery-delayq needs a {' or '.join(sorted(schemes))} broker URL, "
-                f"got {maybe_sanitize_url(one_url)!r}"
+                f"got {sanitize_url(one_url)!r}"
             )
         if scheme == "rediss" and not app.conf.broker_use_ssl:
             raise ConfigurationError(

@@ -15,6 +15,7 @@ import click
 from ..celery.connect import log_startup, mover_thread
 from ..celery.errors import ConfigurationError
 from ..celery.metrics import DEFAULT_PORT, start_exporter
+from ..celery.settings import config_of
 from .render import current_app
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
@@ -74,17 +75,23 @@ def mover(loglevel: str) -> None:
 
 @click.command()
 @click.option("--port", type=int, default=DEFAULT_PORT, show_default=True, help="HTTP port.")
-@click.option("--addr", default="0.0.0.0", show_default=True, help="Address to listen on.")
+@click.option(
+    "--addr",
+    help="Address to listen on [default: delayq_metrics_addr, 127.0.0.1: this host only; "
+    "0.0.0.0 for every interface].",
+)
 @click.option(
     "--alive-within",
     type=float,
     help="Seconds since its last heartbeat for a mover to count as alive "
     "[default: 2 * delayq_mover_max_sleep + 5].",
 )
-def exporter(port: int, addr: str, alive_within: float | None) -> None:
+def exporter(port: int, addr: str | None, alive_within: float | None) -> None:
     """Serve Prometheus metrics of the delayed store until SIGTERM or SIGINT."""
+    app = current_app()
     try:
-        server, thread = start_exporter(current_app(), port, addr, alive_within=alive_within)
+        addr = addr or config_of(app).metrics_addr
+        server, thread = start_exporter(app, port, addr, alive_within=alive_within)
     except (ImportError, OSError, ConfigurationError) as exc:
         raise click.ClickException(str(exc)) from exc
     serve_until_signalled(

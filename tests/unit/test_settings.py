@@ -67,3 +67,20 @@ def test_two_apps_with_different_settings_need_the_publisher_to_be_current(app_f
     thread.start()
     thread.join()
     assert "make the publishing app current" in str(outcome[0])
+
+
+def test_celerys_list_form_of_failover_broker_urls_is_checked_part_by_part(app_factory):
+    app = app_factory(url=["redis://:pw@localhost:9/0", "amqp://u:SECRET@h2//"])
+    with pytest.raises(ConfigurationError, match="needs a .*redis.* broker URL") as refused:
+        noop_task(app).apply_async(countdown=5)
+    assert "SECRET" not in str(refused.value)
+    assert "amqp://u:**@h2//" in str(refused.value)
+
+
+def test_the_settings_show_the_store_url_with_its_passwords_masked():
+    from celery_delayq.celery.settings import DelayqConfig
+
+    shown = repr(DelayqConfig(store_url="redis://:one@a:1/0;redis://:two@b:2/0"))
+    assert "store_url='redis://:**@a:1/0;redis://:**@b:2/0'" in shown
+    assert "metrics_addr='127.0.0.1'" in shown
+    assert "store_url=None" in repr(DelayqConfig())
