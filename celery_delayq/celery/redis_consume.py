@@ -21,8 +21,8 @@ in its socket) loses the message for good. Here:
   at the head of their queues (``return_landed.lua``).
 
 - A message the worker cannot read (not kombu's JSON envelope, or one kombu cannot turn
-  into a message) never stops the worker and is never dropped: ``consume.lua`` leaves an
-  unreadable message in its list and says why, and the consumer moves it to the dead
+  into a message) never stops the worker and is never dropped: ``consume.lua`` hands an
+  unreadable message back to its list and says why, and the consumer moves it to the dead
   letters of its queue (core/dead_letters.py: ``celery delayq dead``) with the reason,
   logged at WARNING. A message kombu can deliver is delivered, as on kombu's own path.
 

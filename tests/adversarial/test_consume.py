@@ -169,6 +169,18 @@ def test_a_dead_letter_resent_goes_back_to_its_queue(app, redis_client) -> None:
     assert redis_client.lrange("q", 0, -1) == [b"not json"] and dead_payloads(app) == []
 
 
+def test_with_a_store_apart_the_dead_letters_are_there(
+    make_app, store_server, store_client, redis_client
+) -> None:
+    app = make_app(delayq_store_url=store_server.url)
+    redis_client.lpush("q", b"not json", json.dumps(envelope(app)))
+    with channel_of(app, visibility_timeout=LONG) as channel, consuming(channel, "q") as received:
+        assert drain(channel)
+        assert len(received) == 1 and redis_client.llen("q") == 0
+        assert dead_payloads(app) == [(b"not json", "not JSON")]
+    assert not redis_client.keys("delayq*") and store_client.keys("delayq*")
+
+
 # -- fuzz: hostile envelopes pushed straight onto the queue list --
 
 #: Where a hostile value goes: () is the whole message.
