@@ -284,7 +284,14 @@ def test_a_worker_lives_through_hostile_messages_and_loses_none(
     app = make_app(**SETTINGS)
     remember(app, "crafted")  # no worker yet: it waits in its list, to be rewritten
     task = loads(redis_client.rpop("default"))
-    unreadable = [b"not json", with_raw(task, ("properties", "delivery_tag"), b"[1]")]
+    unreadable = [
+        *UNREADABLE,
+        with_raw(task, ("properties", "delivery_tag"), b"[1]"),
+        with_raw(
+            tagged(task, "b64"), ("body",), b'"@@not base64@@"'
+        ),  # kombu cannot build the message
+        with_raw(tagged(task, "hdr"), ("headers",), b'"x"'),  # a restore would drop it
+    ]
     redis_client.lpush("default", crafted(task), *unreadable)
     with celery_process("worker", redis_server.url, SETTINGS, "-P", "solo") as worker:
         wait_until(lambda: runs(redis_client), timeout=30, what="the crafted task ran")
