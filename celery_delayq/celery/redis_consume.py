@@ -110,11 +110,13 @@ class Taken:
 
 def read_payload(message: bytes) -> dict[str, Any]:
     """The envelope of a taken message, as kombu reads it; UnreadableMessage if it is not
-    a JSON object (Python's JSON may refuse what Redis's accepted: deep nesting, say)."""
+    a JSON object (Python's JSON may refuse what Redis's accepted: deep nesting, say, or
+    one of kombu's typed values, ``{"__type__": ..., "__value__": ...}``, that does not
+    decode)."""
     try:
         payload = loads(bytes_to_str(message))
-    except (ValueError, RecursionError) as exc:
-        raise UnreadableMessage(f"not JSON: {exc}"[:300]) from None
+    except Exception as exc:  # anything hostile JSON makes kombu's decoder raise
+        raise UnreadableMessage(f"not JSON kombu reads: {exc!r}"[:300]) from None
     if not isinstance(payload, dict):
         raise UnreadableMessage("not a JSON object")
     return payload

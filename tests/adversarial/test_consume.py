@@ -119,6 +119,9 @@ def test_the_crafted_message_is_delivered_and_recorded_to_come_back_to_its_queue
     )
 
 
+#: JSON that kombu's JSON decoder turns into an object, and fails on (TypeError).
+KOMBU_TYPED = b'{"__type__": "datetime", "__value__": 5}'
+
 UNREADABLE = {
     b"not json": "not JSON",
     b"[1, 2]": '"properties"',
@@ -135,7 +138,8 @@ def test_unreadable_messages_go_to_the_dead_letters_and_the_next_one_is_delivere
     good = envelope(app)
     base64_junk = with_raw(good, ("body",), b'"@@not base64@@"')  # kombu cannot read it
     control = with_raw(good, ("body",), b'"a\x01b"')  # Redis reads it, Python does not
-    hostile = [*UNREADABLE, base64_junk, control]
+    typed = with_raw(tagged(good, "typed"), ("headers", "eta"), KOMBU_TYPED)  # nor kombu's
+    hostile = [*UNREADABLE, base64_junk, control, typed]
     redis_client.lpush("q", *hostile, json.dumps(good))
     with channel_of(app, visibility_timeout=LONG) as channel:
         if how == "get":
@@ -155,7 +159,8 @@ def test_unreadable_messages_go_to_the_dead_letters_and_the_next_one_is_delivere
         for message, why in UNREADABLE.items():
             assert why in reasons[message]
         assert "kombu cannot read it" in reasons[base64_junk]
-        assert "not JSON" in reasons[control]
+        assert "not JSON kombu reads" in reasons[control]
+        assert "TypeError" in reasons[typed]
     letters = invoke(app, "list", "--dead")
     assert letters.exit_code == 0 and "not JSON" in letters.output
 
@@ -226,6 +231,8 @@ raw_tokens = st.sampled_from(
         b"",
         b"{",
         b'"' + b"x" * 5000 + b'"',
+        KOMBU_TYPED,
+        b'{"__type__": "bytes", "__value__": 5}',
     ]
 )
 
@@ -294,9 +301,12 @@ def test_a_worker_lives_through_hostile_messages_and_loses_none(
     ]
     redis_client.lpush("default", crafted(task), *unreadable)
     with celery_process("worker", redis_server.url, SETTINGS, "-P", "solo") as worker:
-        wait_until(lambda: runs(redis_client), timeout=30, what="the crafted task ran")
+        # a worker that exits (it did, before) ends each wait at once
+        wait_until(lambda: runs(redis_client), timeout=30, abort=worker.exited, what="a run")
         remember(app, "after")
-        wait_until(lambda: len(runs(redis_client)) == 2, timeout=30, what="the next task ran")
+        wait_until(
+            lambda: len(runs(redis_client)) == 2, timeout=30, abort=worker.exited, what="two runs"
+        )
         worker.wait_for_output("went to the dead letters")
         assert worker.exited() is None
         assert "Unrecoverable error" not in worker.output
