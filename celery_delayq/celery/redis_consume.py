@@ -135,6 +135,8 @@ class LandingWait:
     sent_at: float = 0.0
     #: An error left it unknown whether a message landed: give the landing back first.
     unsure: bool = False
+    #: When Redis last refused it (the key is not a list, say): not sent again for a while.
+    refused_at: float = float("-inf")
 
     @property
     def event_type(self) -> str:
@@ -278,7 +280,7 @@ class AtomicConsumeMixin:
                 connection.disconnect()
                 raise
             except ResponseError as exc:  # Redis refused the call: wait (BLMOVE), look again
-                logger.warning("Consuming failed, waiting for the next message: %s", exc)
+                self.warn_refused(exc)
                 self.consume_waits = True
                 raise virtual.Empty() from None
             if reply is None:
@@ -294,6 +296,18 @@ class AtomicConsumeMixin:
             flush_reauth = getattr(self, "_flush_brpop_reauth", None)  # kombu >= 5.7
             if flush_reauth is not None:
                 flush_reauth()
+
+    #: When the last warning of a call Redis refused was logged (monotonic seconds).
+    _refused_warned_at = float("-inf")
+
+    def warn_refused(self, exc: ResponseError) -> None:
+        """Log, at most once a minute, that Redis refused a consume call or a wait (a queue
+        key that is not a list, say): the consumer goes on with the other lists."""
+        if monotonic() - self._refused_warned_at >= 60:
+            self._refused_warned_at = monotonic()
+            logger.warning(
+                "Redis refused to hand over messages (retried; other lists go on): %s", exc
+            )
 
     def deliver_taken(self, queue: str, source: str, taken_from: str, taken: Taken) -> bool:
         """Hand a message consume.lua took to kombu's consumer callback, as BRPOP's reply;
@@ -349,7 +363,7 @@ class AtomicConsumeMixin:
         cycle = self.connection.cycle
         for kombu_list, queue in lists:
             wait = self.landing_waits.get(kombu_list) or self.new_wait(kombu_list, queue)
-            if wait.waiting:
+            if wait.waiting or monotonic() - wait.refused_at < max(timeout, 1.0):
                 continue
             if wait.unsure:
                 self.give_back(wait)
@@ -394,6 +408,10 @@ class AtomicConsumeMixin:
             wait.unsure = True
             wait.client.connection.disconnect()
             raise
+        except ResponseError as exc:  # nothing moved; sent again after its timeout
+            self.warn_refused(exc)
+            wait.refused_at = monotonic()
+            raise virtual.Empty() from None
         if landed is None:
             raise virtual.Empty()
         if not self.qos.can_consume() or wait.queue not in self.active_queues:
@@ -404,7 +422,7 @@ class AtomicConsumeMixin:
         try:
             reply = self.consume_scripts.consume(keys, [repr(time()), record_as])
         except ResponseError as exc:  # Redis refused the call: nothing was taken
-            logger.warning("Consuming failed, waiting for the next message: %s", exc)
+            self.warn_refused(exc)
             self.give_back(wait)
             raise virtual.Empty() from None
         if reply is None:  # this consumer's lease ran out and a restore returned it
