@@ -119,6 +119,10 @@ def read_payload(message: bytes) -> dict[str, Any]:
         raise UnreadableMessage(f"not JSON kombu reads: {exc!r}"[:300]) from None
     if not isinstance(payload, dict):
         raise UnreadableMessage("not a JSON object")
+    parts = payload.get("headers"), (payload.get("properties") or {}).get("delivery_info")
+    if any(part is not None and not isinstance(part, dict) for part in parts):
+        # kombu's restore writes "redelivered" into both; Redis's cjson reads [] as {}
+        raise UnreadableMessage('its "headers" or "delivery_info" would make its restore fail')
     return payload
 
 
