@@ -92,9 +92,8 @@ def describe(payload: bytes) -> dict[str, Any]:
     """
     try:
         message = loads(payload)
-        headers = message.get("headers") or {}
-        properties = message.get("properties") or {}
-    except (ValueError, TypeError, AttributeError) as exc:
+        headers, properties = _dict(message.get("headers")), _dict(message.get("properties"))
+    except (ValueError, TypeError, AttributeError, RecursionError) as exc:
         return {"task": None, "id": None, "error": f"unreadable message: {exc}"}
     described = {
         "task": headers.get("task"),
@@ -115,9 +114,14 @@ def message_headers(payload: bytes) -> dict[str, Any]:
     """Every header of a stored Celery message ({} when it cannot be read)."""
     try:
         headers = loads(payload).get("headers")
-    except (ValueError, TypeError, AttributeError):
+    except (ValueError, TypeError, AttributeError, RecursionError):
         return {}
     return headers if isinstance(headers, dict) else {}
+
+
+def _dict(value: Any) -> dict[str, Any]:
+    """A part of a hostile envelope that should be an object: {} when it is not."""
+    return value if isinstance(value, dict) else {}
 
 
 def _body_reprs(message: dict[str, Any]) -> tuple[str, str]:

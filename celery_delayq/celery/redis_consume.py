@@ -20,6 +20,12 @@ in its socket) loses the message for good. Here:
   redis_restore.py); once the lease is gone, any worker's restore puts its messages back
   at the head of their queues (``return_landed.lua``).
 
+- A message the worker cannot read (not kombu's JSON envelope, or one kombu cannot turn
+  into a message) never stops the worker and is never dropped: ``consume.lua`` hands an
+  unreadable message back to its list and says why, and the consumer moves it to the dead
+  letters of its queue (core/dead_letters.py: ``celery delayq dead``) with the reason,
+  logged at WARNING. A message kombu can deliver is delivered, as on kombu's own path.
+
 Everything else is kombu's: the same lists, order and prefetch, ``basic_get``, the
 ``unacked`` hash and its restores (which stock kombu workers run on our entries too),
 acks, rejects and requeues. ``delayq_reliable_consume = False`` gives kombu's BRPOP path.
@@ -28,6 +34,7 @@ acks, rejects and requeues. ``delayq_reliable_consume = False`` gives kombu's BR
 from __future__ import annotations
 
 import dataclasses
+import logging
 import uuid
 from dataclasses import dataclass
 from functools import cached_property, partial
@@ -40,10 +47,13 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 from redis.commands.core import Script
-from redis.exceptions import NoScriptError
+from redis.exceptions import NoScriptError, ResponseError
 
+from ..core.record import Record, message_key
 from ..core.scripts import read_lua, register_all
 from .redis_restore import LeasingPoller
+
+logger = logging.getLogger(__name__)
 
 #: The poller's event type of a landing wait, followed by its kombu list.
 WAIT_TYPE = "BLMOVE "
@@ -68,6 +78,54 @@ SOURCES = {
 }
 
 
+class UnreadableMessage(Exception):
+    """kombu cannot turn a message taken off a queue into a message (the reason)."""
+
+
+class CheckedMessage(virtual.Message):  # type: ignore[misc]
+    """kombu's message, whose construction failing (no delivery tag, a body that does not
+    decode...) is told apart from errors of the consumer that receives it."""
+
+    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
+        try:
+            super().__init__(payload, channel=channel, **kwargs)
+        except Exception as exc:  # anything a hostile envelope makes kombu raise
+            raise UnreadableMessage(f"kombu cannot read it: {exc!r}"[:300]) from exc
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A message consume.lua replied with: taken (recorded under ``tag`` unless it is
+    empty), or, with a ``reason``, left in its list because it cannot be read."""
+
+    message: bytes
+    tag: str
+    reason: str
+
+    @classmethod
+    def of(cls, reply: list[Any]) -> Taken:
+        _, message, tag, reason = reply
+        return cls(message, bytes_to_str(tag), bytes_to_str(reason))
+
+
+def read_payload(message: bytes) -> dict[str, Any]:
+    """The envelope of a taken message, as kombu reads it; UnreadableMessage if it is not
+    a JSON object (Python's JSON may refuse what Redis's accepted: deep nesting, say, or
+    one of kombu's typed values, ``{"__type__": ..., "__value__": ...}``, that does not
+    decode)."""
+    try:
+        payload = loads(bytes_to_str(message))
+    except Exception as exc:  # anything hostile JSON makes kombu's decoder raise
+        raise UnreadableMessage(f"not JSON kombu reads: {exc!r}"[:300]) from None
+    if not isinstance(payload, dict):
+        raise UnreadableMessage("not a JSON object")
+    parts = payload.get("headers"), (payload.get("properties") or {}).get("delivery_info")
+    if any(part is not None and not isinstance(part, dict) for part in parts):
+        # kombu's restore writes "redelivered" into both; Redis's cjson reads [] as {}
+        raise UnreadableMessage('its "headers" or "delivery_info" would make its restore fail')
+    return payload
+
+
 @dataclass
 class LandingWait:
     """One connection waiting (BLMOVE) for a message on one kombu list."""
@@ -81,6 +139,8 @@ class LandingWait:
     sent_at: float = 0.0
     #: An error left it unknown whether a message landed: give the landing back first.
     unsure: bool = False
+    #: When Redis last refused it (the key is not a list, say): not sent again for a while.
+    refused_at: float = float("-inf")
 
     @property
     def event_type(self) -> str:
@@ -89,6 +149,9 @@ class LandingWait:
 
 class AtomicConsumeMixin:
     """kombu Redis channel methods replaced by the atomic consume path (see the module)."""
+
+    #: kombu builds the messages it delivers with this class.
+    Message = CheckedMessage
 
     # Provided by kombu's Redis Channel and the delayq channel mixin.
     client: Any
@@ -107,6 +170,7 @@ class AtomicConsumeMixin:
     _in_poll: Any
     _brpop_sent_at: Any
     delayq_config: Any
+    delayed_store: Any
     qos: Any
     real_key: Any  # redis_channel.DelayedPublishMixin: kombu's global_keyprefix applied
 
@@ -181,8 +245,8 @@ class AtomicConsumeMixin:
     def consume_call(self, lists: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
         """KEYS and ARGV of consume.lua taking from these lists."""
         keys = self.unacked_keys() + [self.real_key(kombu_list) for kombu_list, _ in lists]
-        flags = ["0" if queue in self.noack_queues else "1" for _, queue in lists]
-        return keys, [repr(time()), *flags]
+        record_as = ["" if queue in self.noack_queues else queue for _, queue in lists]
+        return keys, [repr(time()), *record_as]
 
     # -- consuming from the event loop: kombu's BRPOP start and read, replaced --
 
@@ -219,12 +283,17 @@ class AtomicConsumeMixin:
             except self.connection_errors:
                 connection.disconnect()
                 raise
+            except ResponseError as exc:  # Redis refused the call: wait (BLMOVE), look again
+                self.warn_refused(exc)
+                self.consume_waits = True
+                raise virtual.Empty() from None
             if reply is None:
                 self.consume_waits = True
                 raise virtual.Empty()
-            index, message = reply
-            kombu_list, queue = self._consume_sent[index - 1]
-            self.deliver_taken(queue, message, recorded=queue not in self.noack_queues)
+            kombu_list, queue = self._consume_sent[reply[0] - 1]
+            source = self.real_key(kombu_list)
+            if not self.deliver_taken(queue, source, source, Taken.of(reply)):
+                raise virtual.Empty()
             return True
         finally:
             self._in_poll = None
@@ -232,13 +301,64 @@ class AtomicConsumeMixin:
             if flush_reauth is not None:
                 flush_reauth()
 
-    def deliver_taken(self, queue: str, message: bytes, recorded: bool) -> None:
-        """Hand a message consume.lua took to kombu's consumer callback, as BRPOP's reply."""
-        payload = loads(bytes_to_str(message))
-        if recorded:
-            self.recorded_tags.add(payload["properties"]["delivery_tag"])
+    #: When the last warning of a call Redis refused was logged (monotonic seconds).
+    _refused_warned_at = float("-inf")
+
+    def warn_refused(self, exc: ResponseError) -> None:
+        """Log, at most once a minute, that Redis refused a consume call or a wait (a queue
+        key that is not a list, say): the consumer goes on with the other lists."""
+        if monotonic() - self._refused_warned_at >= 60:
+            self._refused_warned_at = monotonic()
+            logger.warning(
+                "Redis refused to hand over messages (retried; other lists go on): %s", exc
+            )
+
+    def deliver_taken(self, queue: str, source: str, taken_from: str, taken: Taken) -> bool:
+        """Hand a message consume.lua took to kombu's consumer callback, as BRPOP's reply;
+        False when it went to the dead letters instead. ``source`` is the Redis key of
+        its queue list, ``taken_from`` the list it was read from (source, or a landing)."""
         self._queue_cycle.rotate(queue)
-        self.connection._deliver(payload, queue)
+        try:
+            if taken.reason:  # not taken: still the last element of its list
+                raise UnreadableMessage(taken.reason)
+            payload = read_payload(taken.message)
+            if taken.tag:
+                self.recorded_tags.add(taken.tag)
+            self.connection._deliver(payload, queue)
+        except UnreadableMessage as exc:
+            self.dead_letter(queue, source, taken_from, taken, str(exc))
+            return False
+        return True
+
+    def dead_letter(
+        self, queue: str, source: str, taken_from: str, taken: Taken, reason: str
+    ) -> None:
+        """Move a message this consumer cannot read to the dead letters of its queue,
+        with the reason (core/dead_letters.py); resent, it goes back to ``source``.
+
+        The dead letter is written first, then the message leaves the list it is still in
+        (only if it is still its last element) or its unacked entry: a consumer killed in
+        between leaves a second copy, never none."""
+        key = message_key(None, f"unreadable:{uuid.uuid4().hex}")
+        record = Record(0, source, taken.message)
+        self.delayed_store.dead.add(queue, key, record, reason)
+        if taken.reason:
+            self.plain_client.transaction(
+                partial(_pop_if_last, taken_from, taken.message), taken_from
+            )
+        elif taken.tag:
+            self.recorded_tags.discard(taken.tag)
+            entries, index = self.unacked_keys()
+            with self.plain_client.pipeline() as pipe:
+                pipe.zrem(index, taken.tag)
+                pipe.hdel(entries, taken.tag)
+                pipe.execute()
+        logger.warning(
+            "A message of queue %r cannot be read and went to the dead letters "
+            "(`celery delayq dead`): %s",
+            queue,
+            reason,
+        )
 
     # -- waiting: one BLMOVE per list --
 
@@ -247,7 +367,7 @@ class AtomicConsumeMixin:
         cycle = self.connection.cycle
         for kombu_list, queue in lists:
             wait = self.landing_waits.get(kombu_list) or self.new_wait(kombu_list, queue)
-            if wait.waiting:
+            if wait.waiting or monotonic() - wait.refused_at < max(timeout, 1.0):
                 continue
             if wait.unsure:
                 self.give_back(wait)
@@ -292,17 +412,27 @@ class AtomicConsumeMixin:
             wait.unsure = True
             wait.client.connection.disconnect()
             raise
+        except ResponseError as exc:  # nothing moved; sent again after its timeout
+            self.warn_refused(exc)
+            wait.refused_at = monotonic()
+            raise virtual.Empty() from None
         if landed is None:
             raise virtual.Empty()
         if not self.qos.can_consume() or wait.queue not in self.active_queues:
             self.give_back(wait)
             raise virtual.Empty()
-        recorded = wait.queue not in self.noack_queues
+        record_as = "" if wait.queue in self.noack_queues else wait.queue
         keys = [*self.unacked_keys(), wait.landing]
-        taken = self.consume_scripts.consume(keys, [repr(time()), "1" if recorded else "0"])
-        if taken is None:  # this consumer's lease ran out and a restore returned it
+        try:
+            reply = self.consume_scripts.consume(keys, [repr(time()), record_as])
+        except ResponseError as exc:  # Redis refused the call: nothing was taken
+            self.warn_refused(exc)
+            self.give_back(wait)
+            raise virtual.Empty() from None
+        if reply is None:  # this consumer's lease ran out and a restore returned it
             raise virtual.Empty()
-        self.deliver_taken(wait.queue, taken[1], recorded)
+        if not self.deliver_taken(wait.queue, wait.source, wait.landing, Taken.of(reply)):
+            raise virtual.Empty()
         return True
 
     def give_back(self, wait: LandingWait) -> None:
@@ -370,20 +500,35 @@ class AtomicConsumeMixin:
         lists = self.consume_lists([queue])
         keys, args = self.consume_call(lists)
         if no_ack:
-            args = [args[0]] + ["0"] * len(lists)
-        taken = self.consume_scripts.consume(keys, args)
+            args = [args[0]] + [""] * len(lists)
+        reply = self.consume_scripts.consume(keys, args)
         refresh_expiry = getattr(self, "_maybe_update_queues_expire", None)  # kombu >= 5.6
         if refresh_expiry is not None:  # a get counts as use of a queue with x-expires
             with self.conn_or_acquire() as client:  # type: ignore[attr-defined]
                 refresh_expiry(client, queue)
-        if taken is None:
+        if reply is None:
             return None
-        payload = loads(bytes_to_str(taken[1]))
-        message = self.Message(payload, channel=self)  # type: ignore[attr-defined]
+        taken = Taken.of(reply)
+        source = self.real_key(lists[reply[0] - 1][0])
+        try:
+            if taken.reason:
+                raise UnreadableMessage(taken.reason)
+            message = self.Message(read_payload(taken.message), channel=self)
+        except UnreadableMessage as exc:
+            self.dead_letter(queue, source, source, taken, str(exc))
+            return None
         if not no_ack:
             self.recorded_tags.add(message.delivery_tag)
             self.qos.append(message, message.delivery_tag)
         return message
+
+
+def _pop_if_last(key: str, message: bytes, pipe: Any) -> None:
+    """In a WATCH transaction on ``key``: take its last element if it is ``message``."""
+    last = pipe.lindex(key, -1)
+    pipe.multi()
+    if last == message:
+        pipe.rpop(key)
 
 
 class ConsumingPoller(LeasingPoller):

@@ -169,6 +169,6 @@ def count_redelivery(payload: dict[str, Any]) -> None:
     if isinstance(headers, dict):
         try:
             seen = int(headers.get(REDELIVERIES_HEADER) or 0)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # a hostile count: start over
             seen = 0
         headers[REDELIVERIES_HEADER] = seen + 1

@@ -1,4 +1,5 @@
-"""``celery delayq dead``: messages that kept failing to reach the broker."""
+"""``celery delayq dead``: messages that kept failing to reach the broker, or that a worker
+could not read off its queue."""
 
 from __future__ import annotations
 
@@ -33,7 +34,8 @@ def dead_table(letters: list[dict[str, Any]]) -> str:
 
 @click.group()
 def dead() -> None:
-    """Dead letters: messages the broker kept refusing (list them with `list --dead`)."""
+    """Dead letters: messages the broker kept refusing, or a worker could not read (list
+    them with `list --dead`)."""
 
 
 def _selection(task_ids: tuple[str, ...], all_: bool) -> list[str] | None:

@@ -35,7 +35,7 @@ STRANDED_WARNING = (
 )
 
 
-DEAD_NOTE = "{dead} dead letter(s) the broker kept refusing: `celery delayq list --dead`"
+DEAD_NOTE = "{dead} dead letter(s) with their reason: `celery delayq list --dead`"
 
 
 @click.command()

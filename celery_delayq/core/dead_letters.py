@@ -1,7 +1,8 @@
-"""Messages that kept failing to reach a broker in another system (lua/handover.lua).
+"""Messages that kept failing to reach a broker in another system (lua/handover.lua),
+and messages a worker could not read off its queue (celery/redis_consume.py).
 
-They leave the schedule with the reason, so nothing is dropped silently; an operator
-lists them, sends them again once the cause is fixed, or drops them.
+They leave the schedule (or the queue) with the reason, so nothing is dropped silently;
+an operator lists them, sends them again once the cause is fixed, or drops them.
 """
 
 from __future__ import annotations
@@ -36,6 +37,20 @@ class DeadLetters:
                     record = Record.decode_or_raw(raw, keys.own_list, 0)
                     found.append(DeadLetter(name, key, record, dead_at, tries, reason))
         return sorted(found, key=lambda letter: letter.dead_at)
+
+    def add(self, queue: str, key: bytes, record: Record, reason: str) -> None:
+        """Keep a message that never entered the schedule as a dead letter of ``queue``
+        (a message a worker could not read off the queue's list), with the reason; it is
+        listed, resent and dropped like the others (resent, it goes to the record's
+        destination). Counted in the queue's ``dead`` statistic, as handover.lua counts."""
+        keys = self.store.keys.shard_of(queue, key)
+        now_ms = self.store.server_time_ms()
+        self.store.client.sadd(self.store.keys.queues, queue)  # where ``list`` looks
+        with self.store.client.pipeline(transaction=not self.store.cluster) as pipe:
+            pipe.hset(keys.dead, key, record.encode(keys.own_list))
+            pipe.hset(keys.dead_reasons, key, f"{now_ms} 0 {reason}")
+            pipe.hincrby(keys.stats, "dead", 1)
+            pipe.execute()
 
     def resend(self, queue: str, message_keys: Sequence[bytes]) -> int:
         """Schedule these dead letters of ``queue`` again, due now; how many. Each shard

@@ -216,6 +216,22 @@ def test_consuming_goes_on_after_redis_forgets_the_scripts(app, redis_client) ->
         assert [m.payload for m in received] == [{"n": 1}, {"n": 2}]
 
 
+def test_a_queue_key_that_is_not_a_list_stops_only_itself(app, redis_client, caplog) -> None:
+    """Redis refuses the consume call and the wait on it (WRONGTYPE): the consumer logs it
+    and goes on taking the other queue's messages, before and after it waits."""
+    with channel_of(app) as channel:
+        publish(channel, "q", {"n": 1})
+        with consuming(channel, ["bad", "q"]) as received:
+            redis_client.set("bad", "not a list")  # after kombu's declare, which reads it
+            assert drain(channel)  # taken by a wait: the consume call reached "bad" first
+            assert not drain(channel, timeout=0.3)
+            with channel_of(app) as producer:
+                publish(producer, "q", {"n": 2})
+            assert drain(channel)
+        assert [m.payload for m in received] == [{"n": 1}, {"n": 2}]
+    assert "WRONGTYPE" in caplog.text and redis_client.get("bad") == b"not a list"
+
+
 def test_the_setting_off_gives_kombus_brpop(make_app, redis_client) -> None:
     app = make_app(delayq_reliable_consume=False)
     with channel_of(app) as channel, consuming(channel, ["q"]):
