@@ -84,7 +84,12 @@ class DelayedPublishMixin(VirtualChannelMixin):
             client, queue_lists=self.real_queue_lists, ahead_ms=round(config.move_ahead * 1000)
         )
         return DelayedStore(
-            client, keys, config.move_batch_size, handover, wait_for=config.replica_wait
+            client,
+            keys,
+            config.move_batch_size,
+            handover,
+            wait_for=config.replica_wait,
+            move_call_budget=config.move_call_budget,
         )
 
     def delayed(

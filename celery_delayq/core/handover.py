@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -83,6 +84,7 @@ class SameRedisMove:
 
     def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult:
         lists = self.queue_lists(queue.queue) if self.queue_lists else [queue.own_list]
+        started = time.perf_counter()
         moved, next_due, now, missing, max_late = self.scripts.move_due(
             keys=queue.as_list(),
             args=[
@@ -96,8 +98,9 @@ class SameRedisMove:
                 *LATENESS_BUCKETS_MS,
             ],
         )
+        seconds = time.perf_counter() - started
         next_due_ms = None if next_due < 0 else int(next_due)
-        return MoveResult(int(moved), next_due_ms, int(now), int(missing), int(max_late))
+        return MoveResult(int(moved), next_due_ms, int(now), int(missing), int(max_late), seconds)
 
 
 @dataclass(frozen=True)
@@ -199,6 +202,7 @@ class ClaimPublishAck:
     def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult:
         owner = uuid.uuid4().hex
         policy = self.policy
+        started = time.perf_counter()
         reply = self.scripts.claim_due(
             keys=queue.handover_keys(),
             args=[
@@ -212,6 +216,7 @@ class ClaimPublishAck:
                 CLAIMER_HOLD_MS,
             ],
         )
+        seconds = time.perf_counter() - started
         now, next_due, missing, given_back, dead, held_for = (int(value) for value in reply[:6])
         if held_for:  # another mover claims from this shard: look again once its hold ends
             retry_at = now + held_for
@@ -238,7 +243,8 @@ class ClaimPublishAck:
         # A refused message is due again after its back-off, at the earliest this soon.
         retry_at = now + policy.retry_backoff_ms if report.refused else -1
         due_times = [t for t in (next_due, retry_at) if t >= 0]
-        return MoveResult(moved, min(due_times) if due_times else None, now, missing, max_late)
+        next_due_ms = min(due_times) if due_times else None
+        return MoveResult(moved, next_due_ms, now, missing, max_late, seconds)
 
     def _ack(self, queue: QueueKeys, owner: str, confirmed: list[bytes]) -> tuple[int, int]:
         if not confirmed:

@@ -180,6 +180,8 @@ class Mover:
                 "last_move": self._last_move_ms / 1000 if self._last_move_ms else None,
                 "moved": self.moved_total,
                 "passes": self.passes_total,
+                # the move batch size the store's calls have settled on (batching.py)
+                "batch": store.batch.size,
             },
         )
 

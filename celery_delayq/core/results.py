@@ -16,6 +16,9 @@ class MoveResult:
     now_ms: int
     missing: int = 0
     max_lateness_ms: int = 0
+    #: Wall time (s) of the script call whose work grows with the batch, as the client
+    #: timed it (0: not timed); sizes the next batch (batching.py).
+    call_seconds: float = 0.0
 
     def seconds_until_next(self) -> float | None:
         if self.next_due_ms is None:

@@ -21,6 +21,7 @@ import redis
 from redis.client import PubSub
 from redis.commands.core import Script
 
+from .batching import BatchSizer
 from .dead_letters import DeadLetters
 from .handover import HandOver, SameRedisMove
 from .health import reread_layout
@@ -106,10 +107,14 @@ class DelayedStore:
         handover: HandOver | None = None,
         cluster: bool = False,
         wait_for: ReplicaWait | None = None,
+        move_call_budget: float = 0.0,
     ) -> None:
         self.client = client
         self.keys = keys
         self.move_batch_size = move_batch_size
+        #: Sizes each move's batch (at most ``move_batch_size``) so that one call keeps
+        #: Redis busy for at most ``move_call_budget`` seconds (0: always the full size).
+        self.batch = BatchSizer(move_batch_size, move_call_budget)
         self.cluster = cluster
         #: Schedules wait for this many replicas (None: they do not wait).
         self.wait_for = wait_for
@@ -273,10 +278,7 @@ class DelayedStore:
 
     def move_due(self, queue: str) -> MoveResult:
         """Deliver at most one batch of this queue's due messages from each shard."""
-        results = [
-            self.handover.deliver_due(shard, self.move_batch_size)
-            for shard in self.keys.shards_of(queue)
-        ]
+        results = [self._deliver(shard) for shard in self.keys.shards_of(queue)]
         if len(results) == 1:
             return results[0]
         next_due = [r.next_due_ms for r in results if r.next_due_ms is not None]
@@ -314,10 +316,17 @@ class DelayedStore:
 
     def _try_move(self, shard: QueueKeys) -> MoveResult | None:
         try:
-            return self.handover.deliver_due(shard, self.move_batch_size)
+            return self._deliver(shard)
         except redis.ResponseError as exc:
             logger.warning("celery-delayq: cannot move queue %r: %s", shard.label, exc)
             return None
+
+    def _deliver(self, shard: QueueKeys) -> MoveResult:
+        """One batch, sized by the time the calls before it took (batching.py)."""
+        limit = self.batch.size
+        result = self.handover.deliver_due(shard, limit)
+        self.batch.observe(limit, result.moved + result.missing, result.call_seconds)
+        return result
 
     # -- changing pending messages
 

@@ -15,6 +15,7 @@ from contextlib import contextmanager
 import pytest
 import redis
 
+from celery_delayq.core.batching import FIRST, LEAST
 from celery_delayq.core.handover import SameRedisMove
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.mover import MIN_PASS_SECONDS, Mover, MoverThread
@@ -180,3 +181,42 @@ def test_a_mover_warns_when_it_delivers_far_behind_the_due_time(redis_server, re
     assert "moved 3 due messages (0 unreadable), latest 6" in caplog.text
     assert "delivered messages up to 6." in caplog.text
     assert [m["name"] for m in store.movers.all()] == ["mover"]  # the heartbeat
+
+
+def batches_moved(client: redis.Redis, most: int, budget: float) -> tuple[list[int], int]:
+    """Move 4,000 due messages one batch at a time with a store whose batches are sized
+    within ``budget`` seconds per call, up to ``most``; the size of each batch moved, and
+    the size the store settled on."""
+    store = DelayedStore(client, KeySpace(), most, move_call_budget=budget)
+    schedule_numbered(store, "q", 4000, store.server_time_ms() - 1)
+    sizes = []
+    while moved := store.move_due("q").moved:
+        sizes.append(moved)
+    assert delivered_numbers(client, "q") == list(range(4000))  # each once, whatever the sizes
+    return sizes, store.batch.size
+
+
+def test_batches_shrink_while_calls_take_longer_than_the_budget(redis_client):
+    """Given a budget no call can meet (1 us), the batches halve call by call down to the
+    least size, and stay there."""
+    sizes, settled = batches_moved(redis_client, most=1000, budget=1e-6)
+
+    assert sizes[:3] == [FIRST, FIRST // 2, FIRST // 4]
+    assert set(sizes[3:-1]) == {LEAST}
+    assert settled == LEAST
+
+
+def test_batches_grow_to_the_batch_size_while_calls_are_within_the_budget(redis_client):
+    """Given a budget every call meets (1 s), full batches double call by call up to
+    ``delayq_move_batch_size``, which bounds them."""
+    sizes, settled = batches_moved(redis_client, most=1000, budget=1.0)
+
+    assert sizes[:5] == [FIRST, 2 * FIRST, 4 * FIRST, 8 * FIRST, 1000]
+    assert settled == 1000
+
+
+def test_without_a_budget_every_batch_is_the_batch_size(redis_client):
+    sizes, settled = batches_moved(redis_client, most=300, budget=0)
+
+    assert sizes == [300] * 13 + [100]
+    assert settled == 300
