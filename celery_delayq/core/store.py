@@ -597,6 +597,7 @@ class _MoveTotals:
     def __init__(self) -> None:
         self.moved = self.missing = self.max_late = self.now = 0
         self.next_due: int | None = None
+        self.next_lead = 0  # the extra lead of the instant that makes next_due
 
     def add(self, result: MoveResult) -> None:
         self.moved += result.moved
@@ -604,11 +605,15 @@ class _MoveTotals:
         self.max_late = max(self.max_late, result.max_lateness_ms)
         self.now = max(self.now, result.now_ms)
         if result.next_due_ms is not None and not result.more_due:
-            self.next_due = min(result.next_due_ms, self.next_due or result.next_due_ms)
+            wake = result.next_due_ms - result.next_lead_ms
+            if self.next_due is None or wake < self.next_due - self.next_lead:
+                self.next_due, self.next_lead = result.next_due_ms, result.next_lead_ms
 
     def result(self, server_time_ms: Callable[[], int]) -> MoveResult:
         now = self.now or server_time_ms()
-        return MoveResult(self.moved, self.next_due, now, self.missing, self.max_late)
+        return MoveResult(
+            self.moved, self.next_due, now, self.missing, self.max_late, 0.0, self.next_lead
+        )
 
 
 def _seconds(due_ms: int) -> float | None:

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from celery_delayq.core.batching import FIRST, LEAST
-from celery_delayq.core.handover import SameRedisMove
+from celery_delayq.core.handover import BURST_FETCH_US, SameRedisMove
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.mover import MIN_PASS_SECONDS, Mover, MoverThread
 from celery_delayq.core.results import MoveResult
@@ -220,3 +220,52 @@ def test_without_a_budget_every_batch_is_the_batch_size(redis_client):
 
     assert sizes == [300] * 13 + [100]
     assert settled == 300
+
+
+def burst_store(client: redis.Redis, burst_ahead_ms: int = 2000) -> DelayedStore:
+    """A store that moves 20 ms ahead, and a dense instant up to ``burst_ahead_ms`` more."""
+    move = SameRedisMove(client, ahead_ms=20, burst_ahead_ms=burst_ahead_ms)
+    return DelayedStore(client, KeySpace(), 5000, handover=move)
+
+
+@pytest.mark.parametrize(
+    ("count", "look_ahead_ms"),
+    [
+        (5, 20),  # 5 x BURST_FETCH_US is less than move-ahead: move-ahead alone
+        (200, 200 * BURST_FETCH_US // 1000),  # in proportion to the instant's size
+        (3000, 20 + 2000),  # bounded: move-ahead plus burst_ahead_ms at most
+    ],
+)
+def test_a_dense_instant_is_moved_ahead_in_proportion_to_its_size(
+    redis_client, count, look_ahead_ms
+):
+    """Given a message due now and ``count`` messages due together 30 s from now, a pass
+    moves the first and plans the next pass the look-ahead before the instant; a pass
+    once they are within that look-ahead moves them all, judged due by the Redis time
+    plus the look-ahead."""
+    store = burst_store(redis_client)
+    due = store.server_time_ms() + 30_000
+    schedule_numbered(store, "q", 1, store.server_time_ms() - 1, first=count)
+    schedule_numbered(store, "q", count, due)
+
+    first = store.move_due("q")
+
+    assert (first.moved, first.next_due_ms) == (1, due)
+    assert first.next_lead_ms == look_ahead_ms - 20  # beyond the 20 ms this pass judged by
+
+    schedule_numbered(store, "q2", count, store.server_time_ms() + look_ahead_ms - 10)
+    before = store.server_time_ms()
+    moved = store.move_due("q2")
+
+    assert delivered_numbers(redis_client, "q2") == list(range(count))
+    assert moved.now_ms >= before + look_ahead_ms  # judged by Redis time + look-ahead
+
+
+def test_burst_lead_is_off_with_burst_ahead_zero(redis_client):
+    store = burst_store(redis_client, burst_ahead_ms=0)
+    schedule_numbered(store, "q", 3000, store.server_time_ms() + 30_000)
+
+    result = store.move_due("q")
+
+    assert (result.moved, result.next_lead_ms) == (0, 0)
+    assert result.now_ms <= store.server_time_ms() + 20  # judged by the move-ahead alone
