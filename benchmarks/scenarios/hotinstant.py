@@ -62,6 +62,7 @@ class HotInstant:
                 MetricSpec(f"p99_{n}", f"{n:,} tasks: lateness p99", "ms", ratio, on_ratio=True),
                 MetricSpec(f"max_{n}", f"{n:,} tasks: lateness max", "ms"),
                 MetricSpec(f"min_{n}", f"{n:,} tasks: least start - own ETA", "ms", never_early),
+                MetricSpec(f"spread_{n}", f"{n:,} tasks: ETAs, first to last", "ms"),
             ]
         return tuple(rows)
 
