@@ -12,15 +12,17 @@ on Valkey 8 and Redis 7.4, and Redis 7.0 has no ``os.clock`` in scripts.
 
 The controller is proportional with bounds: a call that moved a full batch, or took
 longer than the budget, tells the time per message; the next batch is the size that
-would take ``AIM`` of the budget at that rate, changed by at most a factor ``STEP`` per
-call so that one call slowed by something else (a busy machine) halves the batch, not
-more, and the next normal call restores it. A call that moved less than its limit within
-the budget says nothing about bigger batches and leaves the size alone. Aiming below
-the budget leaves room for the spread between calls, so the longest call, not the
-average, stays within it.
+would take ``AIM`` of the budget at the least time per message of the last ``WINDOW``
+such calls, changed by at most a factor ``STEP`` per call. The least, because on a busy
+machine a call is only ever slowed (Redis or the mover waiting for a CPU), never sped
+up, and a smaller batch would not shorten such a wait: it would only cost rate. A call
+that moved less than its limit within the budget says nothing about bigger batches and
+leaves the size alone. Aiming below the budget leaves room for the spread between calls.
 """
 
 from __future__ import annotations
+
+from collections import deque
 
 #: Fewest messages a move call is asked for, however slow the calls.
 LEAST = 10
@@ -30,6 +32,8 @@ FIRST = 64
 STEP = 2.0
 #: The share of the budget the calls aim at.
 AIM = 0.8
+#: How many of the latest informative calls the time per message is the least of.
+WINDOW = 8
 
 
 class BatchSizer:
@@ -46,6 +50,7 @@ class BatchSizer:
         #: Longest call observed (seconds) and calls observed, for stats and tests.
         self.longest = 0.0
         self.calls = 0
+        self._per_message: deque[float] = deque(maxlen=WINDOW)
 
     def observe(self, limit: int, taken: int, seconds: float) -> None:
         """Learn from one call that was asked for ``limit`` messages, took ``taken`` of
@@ -56,6 +61,7 @@ class BatchSizer:
             return
         if taken < limit and seconds <= self.budget:
             return  # not a full batch and quick: no evidence about bigger ones
-        wanted = taken * self.budget * AIM / seconds
+        self._per_message.append(seconds / taken)
+        wanted = self.budget * AIM / min(self._per_message)
         bounded = min(limit * STEP, max(limit / STEP, wanted))
         self.size = min(self.most, max(LEAST, round(bounded)))
