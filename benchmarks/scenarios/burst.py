@@ -98,7 +98,11 @@ class Burst:
             if size != DEFAULT_BATCH:
                 rows.append(
                     MetricSpec(
-                        f"longest_{size}", f"longest script call, batch {size}", "ms", call, 2
+                        f"longest_{size}",
+                        f"longest script call, batch {size} (sized)",
+                        "ms",
+                        within,
+                        2,
                     )
                 )
                 rows.append(
