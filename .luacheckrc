@@ -56,7 +56,7 @@ files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"},
                                   "prelude.lua and helpers.lua")
 files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram", "collect_due",
                                       "drop_taken", "call_chunked", "head", "forget_duplicate",
-                                      "release_key"},
+                                      "release_key", "PAGES", "PAGE_PREFIX"},
                                      "prelude.lua and helpers.lua")
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
                                       "hold_key_again", "with_due"},

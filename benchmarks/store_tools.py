@@ -24,9 +24,12 @@ from celery_delayq.core.store import DelayedStore, Scheduled
 _PAD = "x" * 820
 
 
-def make_store(url: str, batch_size: int = 500) -> DelayedStore:
-    """A store with the default key layout, as a worker with default settings sees it."""
-    return DelayedStore(redis.Redis.from_url(url), KeySpace(), batch_size)
+def make_store(url: str, batch_size: int = 500, call_budget: float = 0.0) -> DelayedStore:
+    """A store with the default key layout; batches of exactly ``batch_size`` unless a
+    ``call_budget`` (``delayq_move_call_budget``, seconds) sizes them by time."""
+    return DelayedStore(
+        redis.Redis.from_url(url), KeySpace(), batch_size, move_call_budget=call_budget
+    )
 
 
 def payload(index: int, size: int | None = None, lead: bytes = b"") -> bytes:

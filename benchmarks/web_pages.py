@@ -41,6 +41,7 @@ from celery_delayq.ops.browse import Cursor
 from celery_delayq.testing import RedisServer, free_port
 from celery_delayq.web.app import make_web_server
 
+from .report import server_version
 from .standalone import parse_options, publish
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS-web.md"
@@ -129,7 +130,7 @@ def render(rows: list[tuple[str, list[float]]], doctor_ms: float, count: int, fi
         "",
         f"`python -m benchmarks.web_pages`: {count:,} tasks pending (filled in {fill_s:.0f} s "
         f"with `schedule_many`), each page fetched {FETCHES} times over HTTP from the "
-        f"dashboard's own server; target: under {TARGET_MS:.0f} ms.",
+        f"dashboard's own server; target: under {TARGET_MS:.0f} ms. {server_version()}.",
         "",
         "| page | median | slowest | target |",
         "|---|---:|---:|---|",

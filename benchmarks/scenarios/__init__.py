@@ -17,6 +17,7 @@ from ..runconfig import SIDES, Side
 from .burst import Burst
 from .consume import Consume
 from .duplicates import Duplicates
+from .hotinstant import HotInstant
 from .lateness import Lateness
 from .longtasks import LongTasks
 from .memory import WorkerMemory
@@ -54,6 +55,7 @@ SCENARIO_KEYS = (
     "lateness",
     "stream",
     "together",
+    "hotinstant",
     "burst",
     "producer",
     "storecost",
@@ -85,6 +87,9 @@ def build(profile: Profile, keys: tuple[str, ...] = SCENARIO_KEYS) -> list[Scena
         "lateness": Lateness(profile.lateness_tasks, profile.lateness_countdowns),
         "stream": SteadyStream(profile.stream_rate, profile.stream_window),
         "together": DueTogether(profile.together_tasks, profile.together_rounds),
+        "hotinstant": HotInstant(
+            profile.hot_instant_sizes, profile.hot_instant_lead, profile.hot_instant_rounds
+        ),
         "burst": Burst(profile.burst_messages, profile.burst_batch_sizes),
         "producer": ProducerCost(profile.producer_tasks, profile.producer_script_calls),
         "storecost": StoreCost(profile.store_cost_sizes),

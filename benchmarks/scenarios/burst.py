@@ -8,7 +8,10 @@ sleeps until then, as in a worker. Measured: the time from the due instant until
 every message is in its queue list (LLEN polled every millisecond), the move rate,
 the store's move-lateness histogram, and the longest single script call Redis ran
 during the burst (SLOWLOG), at each batch size (``delayq_move_batch_size``), after one
-unmeasured warm-up burst.
+unmeasured warm-up burst. Batches are sized by time within the default
+``delayq_move_call_budget`` (the batch size is their upper bound), as in a worker; one
+more burst at the default size with sizing off (fixed batches, the behaviour before the
+budget) shows what the budget costs in rate and saves in call length, in the same run.
 
 SLOWLOG threshold: with ``slowlog-log-slower-than 0`` Redis 7 also logs every
 command a script runs (five per moved message), so the log overflows; a 1 ms
@@ -21,6 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from celery_delayq.celery.settings import DelayqConfig
+
 from .. import plots
 from ..harness import Run, log
 from ..movers import start_mover, stop
@@ -31,11 +36,19 @@ from .stream import move_lateness
 DEFAULT_BATCH = 500
 TARGET_RATE = 200_000
 TARGET_CALL_MS = 5.0
+#: ``delayq_move_call_budget``'s default (seconds): the longest call should stay within it.
+CALL_BUDGET = DelayqConfig.move_call_budget
 SLOWLOG_THRESHOLD_US = 1_000
 #: Seconds between filling the store and the due instant, so the mover is asleep.
 LEAD_SECONDS = 2.0
 #: Filling is estimated from a probe fill of 5%; this margin covers a busier machine.
 FILL_MARGIN = 1.5
+
+
+def evalsha_calls(client: Any) -> int:
+    """EVALSHA calls the server has run so far (INFO commandstats)."""
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0))
 
 
 class Burst:
@@ -55,19 +68,41 @@ class Burst:
     def specs(self) -> tuple[MetricSpec, ...]:
         rate = Target(f">= {TARGET_RATE:,}/s", lambda v: v >= TARGET_RATE)
         call = Target(f"<= {TARGET_CALL_MS:g} ms", lambda v: v <= TARGET_CALL_MS)
+        budget_ms = CALL_BUDGET * 1000
+        within = Target(f"<= {budget_ms:g} ms (budget)", lambda v: v <= budget_ms)
         rows = [
             MetricSpec("all_moved", "due instant -> every message in its list", "ms"),
             MetricSpec("rate", "move rate, one mover (messages/s)", "", rate, digits=0),
             MetricSpec("move_p99", "move lateness p99 (histogram bucket bound)", "ms"),
             MetricSpec("move_mean", "move lateness mean (histogram)", "ms"),
-            MetricSpec("longest", f"longest script call, batch {DEFAULT_BATCH}", "ms", call, 2),
+            MetricSpec(
+                "longest", f"longest script call, batch {DEFAULT_BATCH} (sized)", "ms", within, 2
+            ),
             MetricSpec("calls", f"script calls over {SLOWLOG_THRESHOLD_US} us", "", digits=0),
+            MetricSpec("over_budget", f"script calls over {budget_ms:g} ms (budget)", "%", None, 2),
+            MetricSpec(
+                "longest_fixed", f"longest script call, fixed batch {DEFAULT_BATCH}", "ms", call, 2
+            ),
+            MetricSpec(
+                "rate_fixed", f"move rate, fixed batch {DEFAULT_BATCH} (messages/s)", "", digits=0
+            ),
+            MetricSpec(
+                "over_budget_fixed",
+                f"script calls over {budget_ms:g} ms, fixed batch {DEFAULT_BATCH}",
+                "%",
+                None,
+                2,
+            ),
         ]
         for size in self.batch_sizes:
             if size != DEFAULT_BATCH:
                 rows.append(
                     MetricSpec(
-                        f"longest_{size}", f"longest script call, batch {size}", "ms", call, 2
+                        f"longest_{size}",
+                        f"longest script call, batch {size} (sized)",
+                        "ms",
+                        within,
+                        2,
                     )
                 )
                 rows.append(
@@ -86,6 +121,10 @@ class Burst:
         # One unmeasured burst first: Redis's first touch of the burst's memory (page
         # faults as jemalloc grows) would otherwise be charged to whichever size ran first.
         log(f"  warm-up: {self._burst(run, DEFAULT_BATCH)}")
+        fixed = self._burst(run, DEFAULT_BATCH, call_budget=0.0)
+        log(f"  fixed batch {DEFAULT_BATCH}: {fixed}")
+        values["longest_fixed"], values["rate_fixed"] = fixed["longest"], fixed["rate"]
+        values["over_budget_fixed"] = fixed["over_budget"]
         for size in self.batch_sizes:
             result = self._burst(run, size)
             log(f"  batch {size}: {result}")
@@ -97,9 +136,12 @@ class Burst:
                 values[f"rate_{size}"] = result["rate"]
         return values
 
-    def _burst(self, run: Run, batch_size: int) -> dict[str, float | None]:
-        client, url, queue = run.client, run.config.broker_url, f"{run.config.queue}.{batch_size}"
-        mover = start_mover(url, batch_size)
+    def _burst(
+        self, run: Run, batch_size: int, call_budget: float = CALL_BUDGET
+    ) -> dict[str, float | None]:
+        client, url = run.client, run.config.broker_url
+        queue = f"{run.config.queue}.{batch_size}.{call_budget:g}"
+        mover = start_mover(url, batch_size, call_budget)
         try:
             estimate = self._fill_seconds(url, f"{queue}.probe") * FILL_MARGIN
             due_ms = server_time_ms(client) + int((estimate + LEAD_SECONDS) * 1000)
@@ -109,8 +151,10 @@ class Burst:
             client.config_set("slowlog-log-slower-than", SLOWLOG_THRESHOLD_US)
             client.config_set("slowlog-max-len", 10_000)
             client.slowlog_reset()
+            calls_before = evalsha_calls(client)
             first, last = self._watch(run, queue, due_ms)
             slow = client.slowlog_get(10_000)
+            calls = evalsha_calls(client) - calls_before
             client.config_set("slowlog-log-slower-than", 10_000)
         finally:
             stop(mover)
@@ -121,6 +165,9 @@ class Burst:
             "rate": self.messages / max(last - first, 1e-3),
             "longest": max(scripts, default=None),
             "calls": float(len(scripts)),
+            # the share of all script calls (the mover's move_due.lua, one per batch)
+            # that ran longer than the budget, by SLOWLOG and INFO commandstats
+            "over_budget": 100 * sum(s > CALL_BUDGET * 1000 for s in scripts) / max(calls, 1),
         }
         result.update(move_lateness(url, queue))
         client.delete(queue)

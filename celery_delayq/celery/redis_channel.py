@@ -81,10 +81,18 @@ class DelayedPublishMixin(VirtualChannelMixin):
         client = redis.Redis(connection_pool=self.pool)
         keys = KeySpace(self.global_keyprefix, config.key_prefix, config.store_shards)
         handover = SameRedisMove(
-            client, queue_lists=self.real_queue_lists, ahead_ms=round(config.move_ahead * 1000)
+            client,
+            queue_lists=self.real_queue_lists,
+            ahead_ms=round(config.move_ahead * 1000),
+            burst_ahead_ms=round(config.burst_ahead * 1000),
         )
         return DelayedStore(
-            client, keys, config.move_batch_size, handover, wait_for=config.replica_wait
+            client,
+            keys,
+            config.move_batch_size,
+            handover,
+            wait_for=config.replica_wait,
+            move_call_budget=config.move_call_budget,
         )
 
     def delayed(

@@ -91,4 +91,5 @@ def separate_store(config: DelayqConfig, make_publisher: Callable[[], Publisher]
         handover,
         cluster=config.store_is_cluster,
         wait_for=config.replica_wait,
+        move_call_budget=config.move_call_budget,
     )

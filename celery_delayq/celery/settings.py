@@ -59,12 +59,19 @@ class DelayqConfig:
     reliable_consume: bool = True
     #: Most messages one atomic move call delivers; bounds how long Redis is busy per call.
     move_batch_size: int = 500
+    #: Longest one move call should keep Redis busy (seconds): batches are sized by the
+    #: time the calls take, up to ``move_batch_size`` (core/batching.py); 0: fixed size.
+    move_call_budget: float = 0.002
     #: Longest a mover sleeps without a wake-up, a safety net for a missed notification.
     mover_max_sleep: float = 5.0
     #: On a Redis broker, how long before its ETA a message is moved into its queue: the
     #: worker's own timer then starts it at the ETA, as vanilla Celery's does, instead of
     #: the move, the fetch and the worker's message handling all coming after it.
     move_ahead: float = 0.02
+    #: Most seconds a dense instant (many messages due together) is moved ahead beyond
+    #: ``move_ahead``, in proportion to its size, so that workers have fetched it by its
+    #: ETA as vanilla Celery's would hold it (core/lua/move_due.lua); 0: off.
+    burst_ahead: float = 5.0
     #: Longest back-off between retries while Redis is unreachable.
     mover_retry_max: float = 10.0
     #: Serve Prometheus metrics on this port from each worker and beat (needs the
@@ -176,6 +183,14 @@ class DelayqConfig:
             and 0 <= self.move_ahead <= 1,
             f"delayq_move_ahead must be a number of seconds from 0 to 1, got {self.move_ahead!r}",
         )
+        for name, most in (("move_call_budget", 1), ("burst_ahead", 60)):
+            value = getattr(self, name)
+            _check(
+                isinstance(value, (int, float))
+                and not isinstance(value, bool)
+                and 0 <= value <= most,
+                f"delayq_{name} must be a number of seconds from 0 to {most}, got {value!r}",
+            )
 
     def __repr__(self) -> str:
         """The settings as ``dataclass`` shows them, with the store URL's passwords masked

@@ -12,6 +12,7 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
@@ -32,6 +33,13 @@ logger = logging.getLogger(__name__)
 #: even when messages are large.
 MOVE_BATCH_BYTES = 1 << 20
 
+#: A dense instant is moved this long ahead per message in it (us) when that exceeds the
+#: move-ahead: about what a busy solo worker takes to fetch and hold one ETA message, so
+#: two or more workers have fetched the instant by its ETA (move_due.lua).
+BURST_FETCH_US = 2000
+#: Messages due within this long (ms) of the earliest count as one instant.
+BURST_INSTANT_MS = 100
+
 #: How long a queue (shard) stays its last claimer's (ms): other movers leave it alone
 #: meanwhile, so one mover at a time publishes a shard's messages, in due order; a
 #: claimer that died is replaced this soon.
@@ -44,6 +52,8 @@ class HandOver(Protocol):
     #: How long before their due time messages are delivered (MoveResult.now_ms is the
     #: Redis time plus this: the time messages are judged due by).
     ahead_ms: int
+    #: The most a dense instant is delivered ahead beyond ``ahead_ms`` (0: never).
+    burst_ahead_ms: int
 
     def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult: ...
 
@@ -65,6 +75,12 @@ class SameRedisMove:
     a message until its ``eta`` header), so that the fetch and the worker's handling of
     the message happen before the ETA, not after it. The MoveResult's ``now_ms`` is then
     the Redis time plus ``ahead_ms``: the time by which messages were judged due.
+
+    ``burst_ahead_ms``: an instant of many messages due together is moved further ahead,
+    ``BURST_FETCH_US`` per message, up to this much beyond ``ahead_ms``: vanilla's workers
+    hold such an instant in memory before it is due, and fetching it only at the instant
+    would make the last of it late. Still no task starts early: the worker's timer starts
+    each at its ETA. With ``ahead_ms`` 0 (consumers that do not wait for the ETA) it is off.
     """
 
     def __init__(
@@ -73,17 +89,20 @@ class SameRedisMove:
         scripts: StoreScripts | None = None,
         queue_lists: Callable[[str], list[str]] | None = None,
         ahead_ms: int = 0,
+        burst_ahead_ms: int = 0,
     ) -> None:
         self.scripts = scripts or StoreScripts.register(client)
         self.queue_lists = queue_lists
         self.ahead_ms = ahead_ms
+        self.burst_ahead_ms = burst_ahead_ms
 
     def close(self) -> None:
         """Nothing to release: the move runs on the store's own connection."""
 
     def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult:
         lists = self.queue_lists(queue.queue) if self.queue_lists else [queue.own_list]
-        moved, next_due, now, missing, max_late = self.scripts.move_due(
+        started = time.perf_counter()
+        moved, next_due, now, missing, max_late, further = self.scripts.move_due(
             keys=queue.as_list(),
             args=[
                 *queue.page_args(),
@@ -91,13 +110,19 @@ class SameRedisMove:
                 MOVE_BATCH_BYTES,
                 queue.own_list,
                 self.ahead_ms,
+                self.burst_ahead_ms,
+                BURST_FETCH_US,
+                BURST_INSTANT_MS,
                 len(lists),
                 *lists,
                 *LATENESS_BUCKETS_MS,
             ],
         )
+        seconds = time.perf_counter() - started
         next_due_ms = None if next_due < 0 else int(next_due)
-        return MoveResult(int(moved), next_due_ms, int(now), int(missing), int(max_late))
+        return MoveResult(
+            int(moved), next_due_ms, int(now), int(missing), int(max_late), seconds, int(further)
+        )
 
 
 @dataclass(frozen=True)
@@ -167,6 +192,7 @@ class ClaimPublishAck:
     #: Claimed messages go out when due: the AMQP hand-over renames their ``eta`` header
     #: (amqp_envelope.py), so a worker would start one moved ahead at once.
     ahead_ms = 0
+    burst_ahead_ms = 0
 
     def __init__(
         self,
@@ -199,6 +225,7 @@ class ClaimPublishAck:
     def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult:
         owner = uuid.uuid4().hex
         policy = self.policy
+        started = time.perf_counter()
         reply = self.scripts.claim_due(
             keys=queue.handover_keys(),
             args=[
@@ -212,6 +239,7 @@ class ClaimPublishAck:
                 CLAIMER_HOLD_MS,
             ],
         )
+        seconds = time.perf_counter() - started
         now, next_due, missing, given_back, dead, held_for = (int(value) for value in reply[:6])
         if held_for:  # another mover claims from this shard: look again once its hold ends
             retry_at = now + held_for
@@ -238,7 +266,8 @@ class ClaimPublishAck:
         # A refused message is due again after its back-off, at the earliest this soon.
         retry_at = now + policy.retry_backoff_ms if report.refused else -1
         due_times = [t for t in (next_due, retry_at) if t >= 0]
-        return MoveResult(moved, min(due_times) if due_times else None, now, missing, max_late)
+        next_due_ms = min(due_times) if due_times else None
+        return MoveResult(moved, next_due_ms, now, missing, max_late, seconds)
 
     def _ack(self, queue: QueueKeys, owner: str, confirmed: list[bytes]) -> tuple[int, int]:
         if not confirmed:

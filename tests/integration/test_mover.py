@@ -15,7 +15,8 @@ from contextlib import contextmanager
 import pytest
 import redis
 
-from celery_delayq.core.handover import SameRedisMove
+from celery_delayq.core.batching import FIRST, LEAST
+from celery_delayq.core.handover import BURST_FETCH_US, SameRedisMove
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.mover import MIN_PASS_SECONDS, Mover, MoverThread
 from celery_delayq.core.results import MoveResult
@@ -180,3 +181,91 @@ def test_a_mover_warns_when_it_delivers_far_behind_the_due_time(redis_server, re
     assert "moved 3 due messages (0 unreadable), latest 6" in caplog.text
     assert "delivered messages up to 6." in caplog.text
     assert [m["name"] for m in store.movers.all()] == ["mover"]  # the heartbeat
+
+
+def batches_moved(client: redis.Redis, most: int, budget: float) -> tuple[list[int], int]:
+    """Move 4,000 due messages one batch at a time with a store whose batches are sized
+    within ``budget`` seconds per call, up to ``most``; the size of each batch moved, and
+    the size the store settled on."""
+    store = DelayedStore(client, KeySpace(), most, move_call_budget=budget)
+    schedule_numbered(store, "q", 4000, store.server_time_ms() - 1)
+    sizes = []
+    while moved := store.move_due("q").moved:
+        sizes.append(moved)
+    assert delivered_numbers(client, "q") == list(range(4000))  # each once, whatever the sizes
+    return sizes, store.batch.size
+
+
+def test_batches_shrink_while_calls_take_longer_than_the_budget(redis_client):
+    """Given a budget no call can meet (1 us), the batches halve call by call down to the
+    least size, and stay there."""
+    sizes, settled = batches_moved(redis_client, most=1000, budget=1e-6)
+
+    assert sizes[:3] == [FIRST, FIRST // 2, FIRST // 4]
+    assert set(sizes[3:-1]) == {LEAST}
+    assert settled == LEAST
+
+
+def test_batches_grow_to_the_batch_size_while_calls_are_within_the_budget(redis_client):
+    """Given a budget every call meets (1 s), full batches double call by call up to
+    ``delayq_move_batch_size``, which bounds them."""
+    sizes, settled = batches_moved(redis_client, most=1000, budget=1.0)
+
+    assert sizes[:5] == [FIRST, 2 * FIRST, 4 * FIRST, 8 * FIRST, 1000]
+    assert settled == 1000
+
+
+def test_without_a_budget_every_batch_is_the_batch_size(redis_client):
+    sizes, settled = batches_moved(redis_client, most=300, budget=0)
+
+    assert sizes == [300] * 13 + [100]
+    assert settled == 300
+
+
+def burst_store(client: redis.Redis, burst_ahead_ms: int = 2000) -> DelayedStore:
+    """A store that moves 20 ms ahead, and a dense instant up to ``burst_ahead_ms`` more."""
+    move = SameRedisMove(client, ahead_ms=20, burst_ahead_ms=burst_ahead_ms)
+    return DelayedStore(client, KeySpace(), 5000, handover=move)
+
+
+@pytest.mark.parametrize(
+    ("count", "look_ahead_ms"),
+    [
+        (5, 20),  # 5 x BURST_FETCH_US is less than move-ahead: move-ahead alone
+        (200, 200 * BURST_FETCH_US // 1000),  # in proportion to the instant's size
+        (3000, 20 + 2000),  # bounded: move-ahead plus burst_ahead_ms at most
+    ],
+)
+def test_a_dense_instant_is_moved_ahead_in_proportion_to_its_size(
+    redis_client, count, look_ahead_ms
+):
+    """Given a message due now and ``count`` messages due together 30 s from now, a pass
+    moves the first and plans the next pass the look-ahead before the instant; a pass
+    once they are within that look-ahead moves them all, judged due by the Redis time
+    plus the look-ahead."""
+    store = burst_store(redis_client)
+    due = store.server_time_ms() + 30_000
+    schedule_numbered(store, "q", 1, store.server_time_ms() - 1, first=count)
+    schedule_numbered(store, "q", count, due)
+
+    first = store.move_due("q")
+
+    assert (first.moved, first.next_due_ms) == (1, due)
+    assert first.next_lead_ms == look_ahead_ms - 20  # beyond the 20 ms this pass judged by
+
+    schedule_numbered(store, "q2", count, store.server_time_ms() + look_ahead_ms - 10)
+    before = store.server_time_ms()
+    moved = store.move_due("q2")
+
+    assert delivered_numbers(redis_client, "q2") == list(range(count))
+    assert moved.now_ms >= before + look_ahead_ms  # judged by Redis time + look-ahead
+
+
+def test_burst_lead_is_off_with_burst_ahead_zero(redis_client):
+    store = burst_store(redis_client, burst_ahead_ms=0)
+    schedule_numbered(store, "q", 3000, store.server_time_ms() + 30_000)
+
+    result = store.move_due("q")
+
+    assert (result.moved, result.next_lead_ms) == (0, 0)
+    assert result.now_ms <= store.server_time_ms() + 20  # judged by the move-ahead alone

@@ -13,23 +13,54 @@
 -- ARGV[6]  ahead (ms): messages due up to this long from now are moved too (a worker
 --          holds a message until the ETA in its header; moving ahead lets its fetch
 --          happen before that ETA rather than after it)
--- ARGV[7]  n, how many kombu lists the queue has (its own and its priority sub-lists)
--- ARGV[8..7+n] those lists: when a moved record carries the queue's x-expires, their
+-- ARGV[7]  burst lead (ms): most a dense instant is moved ahead beyond ARGV[6] (0: off)
+-- ARGV[8]  fetch time per message (us): the earliest instant, n messages due within
+--          ARGV[9] ms of the earliest one, is moved n times this ahead when that is more
+--          than ARGV[6] (at most ARGV[6] + ARGV[7]): workers fetch it while they wait, as
+--          vanilla's hold it, and their timers still start each at its ETA
+-- ARGV[9]  instant (ms): how close to the earliest due time a message counts in it
+-- ARGV[10] n, how many kombu lists the queue has (its own and its priority sub-lists)
+-- ARGV[11..10+n] those lists: when a moved record carries the queue's x-expires, their
 --          expiry is refreshed after the push, as kombu's own publish refreshes it
--- ARGV[8+n..] upper bounds (ms) of the lateness histogram buckets, ascending
+-- ARGV[11+n..] upper bounds (ms) of the lateness histogram buckets, ascending
 -- Returns  {moved, next due time in ms or -1 when the queue is empty, server time plus
---           ahead in ms (the time messages were judged due by),
+--           the look-ahead in ms (the time messages were judged due by),
 --           due entries whose record was missing or unreadable (dropped from the schedule;
 --           an unreadable record stays in KEYS[1] for `doctor`),
---           greatest lateness (now - due, ms) among the moved messages}
+--           greatest lateness (now - due, ms) among the moved messages,
+--           how much further ahead (ms) than this call the next instant is to be moved}
 -- Errors   when a due message's destination holds something other than a list; then
 --          nothing at all was written, and the queue's messages wait for the key to be fixed
 
 local now = server_now()
 local limit, budget, own_list = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-local judged = now + tonumber(ARGV[6])
-local last_list = 7 + tonumber(ARGV[7])
+local ahead, most_lead = tonumber(ARGV[6]), tonumber(ARGV[7])
+local fetch_us, instant = tonumber(ARGV[8]), tonumber(ARGV[9])
+local last_list = 10 + tonumber(ARGV[10])
 local lateness = lateness_histogram(last_list + 1)
+-- Pages counted at most for the look-ahead: an instant's messages share few pages (one
+-- due time is never split), so this bounds the count's cost, not its reach.
+local MOST_PAGES = 32
+
+-- How far ahead of now the earliest instant is moved: ahead, or more when it holds more
+-- messages than the workers can fetch in that time (counted only as far as it matters).
+local function look_ahead()
+  if most_lead <= 0 or ahead <= 0 then return ahead end
+  local _, earliest = head()
+  if not earliest then return ahead end
+  local last = tonumber(earliest) + instant
+  local enough = math.ceil((ahead + most_lead) * 1000 / fetch_us)
+  local n = 0
+  local pages = redis.call('ZRANGEBYSCORE', PAGES, '-inf', last, 'LIMIT', 0, MOST_PAGES)
+  for _, page in ipairs(pages) do
+    n = n + redis.call('ZCOUNT', PAGE_PREFIX .. page, '-inf', last)
+    if n >= enough then break end
+  end
+  return math.max(ahead, math.min(ahead + most_lead, math.floor(n * fetch_us / 1000)))
+end
+
+local lead = look_ahead()
+local judged = now + lead
 
 -- Read first, write last: a destination that is not a list is refused before anything
 -- changes (Redis does not undo a script's earlier writes when a later command fails).
@@ -60,7 +91,7 @@ for _, destination in ipairs(destinations) do
   call_chunked('LPUSH', destination, payloads[destination])
 end
 if expires then
-  for i = 8, last_list do redis.call('PEXPIRE', ARGV[i], expires) end
+  for i = 11, last_list do redis.call('PEXPIRE', ARGV[i], expires) end
 end
 call_chunked('HDEL', MSG, found.key)
 for i = 1, found.n do
@@ -72,4 +103,5 @@ drop_taken(taken_from)
 lateness.write()
 
 local _, next_due = head()
-return {found.n, next_due and tonumber(next_due) or -1, judged, missing, lateness.max}
+local further = next_due and math.max(0, look_ahead() - lead) or 0
+return {found.n, next_due and tonumber(next_due) or -1, judged, missing, lateness.max, further}

@@ -1,0 +1,67 @@
+"""Move batches sized by time: one move call keeps Redis busy for at most a budget.
+
+A fixed count does not bound time: the same 500 messages took 3 ms on one machine and
+Redis version and 18 ms on another, and every other client of that Redis waits that
+long. So the batch size is steered by how long the calls take.
+
+The measure is the client's wall time around the one script call whose work grows
+with the batch (``move_due.lua``, or ``claim_due.lua`` for a broker elsewhere). It
+over-states Redis's own time by a round trip, which errs on the safe side, and it costs
+nothing. Timing inside the script cannot replace it: ``TIME`` is frozen during a script
+on Valkey 8 and Redis 7.4, and Redis 7.0 has no ``os.clock`` in scripts.
+
+The controller is proportional with bounds: a call that moved a full batch, or took
+longer than the budget, tells the time per message; the next batch is the size that
+would take ``AIM`` of the budget at the least time per message of the last ``WINDOW``
+such calls, changed by at most a factor ``STEP`` per call. The least, because on a busy
+machine a call is only ever slowed (Redis or the mover waiting for a CPU), never sped
+up, and a smaller batch would not shorten such a wait: it would only cost rate. A call
+that moved less than its limit within the budget says nothing about bigger batches and
+leaves the size alone. Aiming below the budget leaves room for the spread between calls.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+#: Fewest messages a move call is asked for, however slow the calls.
+LEAST = 10
+#: The size before any call was timed: small, so the first call is short everywhere.
+FIRST = 64
+#: Most the size changes by in one step (a factor, either way).
+STEP = 2.0
+#: The share of the budget the calls aim at.
+AIM = 0.8
+#: How many of the latest informative calls the time per message is the least of.
+WINDOW = 8
+
+
+class BatchSizer:
+    """The batch size for the next move call, from the timing of the calls before it.
+
+    ``most`` is ``delayq_move_batch_size``; ``budget`` (seconds) is
+    ``delayq_move_call_budget``, and 0 turns sizing off (every batch is ``most``).
+    """
+
+    def __init__(self, most: int, budget: float) -> None:
+        self.most = most
+        self.budget = budget
+        self.size = most if budget <= 0 else min(most, FIRST)
+        #: Longest call observed (seconds) and calls observed, for stats and tests.
+        self.longest = 0.0
+        self.calls = 0
+        self._per_message: deque[float] = deque(maxlen=WINDOW)
+
+    def observe(self, limit: int, taken: int, seconds: float) -> None:
+        """Learn from one call that was asked for ``limit`` messages, took ``taken`` of
+        them (moved or dropped as unreadable) and lasted ``seconds``."""
+        self.calls += 1
+        self.longest = max(self.longest, seconds)
+        if self.budget <= 0 or taken <= 0 or seconds <= 0:
+            return
+        if taken < limit and seconds <= self.budget:
+            return  # not a full batch and quick: no evidence about bigger ones
+        self._per_message.append(seconds / taken)
+        wanted = self.budget * AIM / min(self._per_message)
+        bounded = min(limit * STEP, max(limit / STEP, wanted))
+        self.size = min(self.most, max(LEAST, round(bounded)))
