@@ -386,8 +386,10 @@ class DelayedStore:
 
     def repair(self, keys: QueueKeys, key: bytes, seen_page: bytes | None) -> bool:
         """Schedule a message at its record's due time, dropping its entry from
-        ``seen_page`` (if any); False when it has no readable record (nothing left)."""
-        return bool(self._run(self.scripts.repair, keys, key, seen_page or ""))
+        ``seen_page`` (if any); False when it has no readable record (nothing left: an
+        unreadable record goes to the dead letters)."""
+        args = [*keys.page_args(), key, seen_page or ""]
+        return bool(self.scripts.repair(keys=keys.move_keys(), args=args))
 
     # -- reading
 

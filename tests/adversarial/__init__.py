@@ -1,0 +1,1 @@
+"""Adversarial tests: hostile input against real servers and processes (issue 25)."""
