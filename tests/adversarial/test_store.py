@@ -5,6 +5,7 @@ that would break the key space."""
 from __future__ import annotations
 
 import logging
+import math
 import random
 
 import pytest
@@ -347,3 +348,32 @@ def test_hostile_queue_names_each_get_exactly_their_own_messages(redis_client, s
         got = sorted(int(raw.rpartition(b":")[2]) for raw in redis_client.lrange(queue, 0, -1))
         assert got == list(range(40)), queue
     assert sum(store.pending_counts(names).values()) == 0
+
+
+def test_counts_read_in_bounded_calls_add_up_exactly(redis_client, monkeypatch):
+    monkeypatch.setattr("celery_delayq.core.store.COUNT_PAGES", 2)
+    store = make_store(redis_client, shards=2)
+    now = store.server_time_ms()
+    store.schedule_many(message(n, now - 1000 + 7 * n) for n in range(1500))
+    pages = sum(redis_client.zcard(keys.pages) for keys in store.keys.shards_of("q"))
+    assert pages > 2 * 2 * 2  # several bounded calls per shard
+
+    (backlog,) = store.backlog()
+    timeline = store.timeline([-math.inf, (now + 2000) / 1000, math.inf])
+
+    read_at = round(backlog.server_time * 1000)
+    overdue = sum(1 for n in range(1500) if now - 1000 + 7 * n <= read_at)
+    assert (backlog.pending, backlog.overdue) == (1500, overdue)
+    assert timeline == {"q": [sum(1 for n in range(1500) if 7 * n < 3000), 1500 - 429]}
+
+
+def test_doctor_reads_a_hot_page_in_bounded_reads_and_finds_it_whole(redis_client, monkeypatch):
+    monkeypatch.setattr("celery_delayq.core.store.PAGE_READ", 7)
+    store = make_store(redis_client)
+    hot = store.server_time_ms() + HOUR_MS
+    store.schedule_many(message(n, hot) for n in range(PAGE_SIZE + 50))
+
+    entries = store.page_entries(store.keys.for_queue("q"))
+
+    assert len(entries) == PAGE_SIZE + 50
+    assert [f.level for f in consistency_findings(store)] == [OK]
