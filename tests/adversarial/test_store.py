@@ -270,6 +270,38 @@ def test_an_unreadable_record_goes_to_the_dead_letters_with_a_warning(redis_clie
     check_pages(redis_client, keys)
 
 
+@settings(FIXTURE_SETTINGS, max_examples=50)
+@given(st.lists(RECORDS, min_size=1, max_size=8))
+def test_a_move_delivers_every_readable_record_and_dead_letters_the_rest(redis_client, records):
+    redis_client.flushall()
+    store = make_store(redis_client)
+    keys = store.keys.for_queue("q")
+    now = store.server_time_ms()
+    store.schedule(message(0, now + HOUR_MS))  # a page to put the entries in
+    expected: dict[bytes, list[bytes]] = {}
+    unreadable = 0
+    for n, raw in enumerate(records):
+        key = task_key(f"raw{n}")
+        redis_client.hset(keys.messages, key, raw)
+        redis_client.zadd(keys.page(1), {key: now - 1 - n})
+        try:
+            record = Record.decode(raw, "q")
+        except ValueError:
+            unreadable += 1
+            continue
+        destination = record.destination.encode("utf-8", "surrogateescape")
+        delivered = raw if raw.startswith(INLINE_PREFIX) else record.payload
+        expected.setdefault(destination, []).insert(0, delivered)
+    redis_client.zadd(keys.pages, {1: now - len(records)})
+
+    store.move_all_due()
+
+    assert redis_client.hlen(keys.messages) == 1
+    assert len(store.dead.list("q")) == unreadable
+    for destination, payloads in expected.items():
+        assert redis_client.lrange(destination, 0, -1) == payloads
+
+
 def test_doctor_repair_moves_unreadable_records_to_the_dead_letters(redis_client):
     store = make_store(redis_client)
     keys = store.keys.for_queue("q")
@@ -324,6 +356,22 @@ def test_no_two_queue_shards_share_a_key_and_each_stays_in_one_slot(first, secon
         for other, other_keys in names.items():
             if other != (queue, shard):
                 assert not keys & other_keys, f"{(queue, shard)} and {other} share keys"
+
+
+@settings(FIXTURE_SETTINGS, max_examples=40)
+@given(st.lists(NAMES, min_size=1, max_size=4, unique=True))
+def test_any_queue_names_each_get_exactly_their_own_messages(redis_client, names):
+    redis_client.flushall()
+    store = make_store(redis_client, shards=2)
+    now = store.server_time_ms()
+    for queue in names:
+        for n in range(3):
+            store.schedule(Scheduled(queue, f"m{n}", f"{queue}/{n}", now - 1, queue, b"%d" % n))
+
+    store.move_all_due()
+
+    for queue in names:
+        assert sorted(redis_client.lrange(queue, 0, -1)) == [b"0", b"1", b"2"], queue
 
 
 def test_ordinary_queue_names_keep_their_keys():
