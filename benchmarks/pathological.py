@@ -16,11 +16,12 @@ the instant's page. The drain stops at ``--max-seconds`` if it has not finished.
 
 Every command's Redis time is read from SLOWLOG, with ``slowlog-log-slower-than`` set to
 0 (every call logged; drained after each round of calls), and grouped per script by its
-SHA; INFO commandstats gives the total ``EVALSHA`` time of each phase, and the count of
-calls over 5 ms and 10 ms. The goal: every script call at most 5 ms, no SLOWLOG entry over
-10 ms. It imports only the store's stable API, so the same file measures older code: run
-it from a checkout of that code. Writes benchmarks/RESULTS-pathological.md on a full run
-unless ``--output`` says otherwise.
+SHA; INFO commandstats gives the total ``EVALSHA`` time of each phase. The goal: every
+script call at most 5 ms, no SLOWLOG entry over 10 ms. ``TIME`` calls (one per round)
+are listed as a control: an O(1) command, so any long one is time the redis-server
+process waited for a core, not work. It imports only the store's stable API, so the same
+file measures older code: run it from a checkout of that code. Writes
+benchmarks/RESULTS-pathological.md on a full run unless ``--output`` says otherwise.
 """
 
 from __future__ import annotations
@@ -120,6 +121,7 @@ def load(store: DelayedStore, slowlog: SlowLog, count: int, instants: int, due: 
             )
             for i in range(low, min(low + LOAD_CHUNK, count))
         )
+        server_time_ms(client)  # a control: what an O(1) command takes on this box now
         slowlog.drain(phase)
     return measured(client, slowlog, phase, began)
 
@@ -187,10 +189,11 @@ def quantile(values: list[int], q: float) -> int:
 def phase_rows(shape: str, phase_name: str, phase: Phase) -> list[str]:
     rows = []
     for name, values in sorted(phase.calls_us.items()):
-        if not name.endswith(".lua"):
+        if not name.endswith(".lua") and name != "TIME":
             continue
+        label = f"`{name}`" if name != "TIME" else "`TIME` (control: O(1), no script)"
         rows.append(
-            f"| {shape} | {phase_name} | `{name}` | {len(values):,} | "
+            f"| {shape} | {phase_name} | {label} | {len(values):,} | "
             f"{statistics.median(values):,.0f} | {quantile(values, 0.99):,} | {max(values):,} | "
             f"{sum(v > GOAL_SCRIPT_US for v in values):,} |"
         )
