@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import math
 import random
+from collections.abc import Sequence
 
 import pytest
 import redis
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from celery_delayq.core.consistency import consistency_findings
+from celery_delayq.core.handover import ClaimPublishAck, Outgoing, PublishReport
 from celery_delayq.core.health import OK
 from celery_delayq.core.keys import PAGE_SIZE, KeySpace, QueueKeys
 from celery_delayq.core.record import INLINE_PREFIX, Record, task_key
@@ -302,6 +304,39 @@ def test_a_move_delivers_every_readable_record_and_dead_letters_the_rest(redis_c
     assert len(store.dead.list("q")) == unreadable
     for destination, payloads in expected.items():
         assert redis_client.lrange(destination, 0, -1) == payloads
+
+
+class ConfirmingPublisher:
+    """Stands in for the other broker of the claim path: confirms every message."""
+
+    def __init__(self) -> None:
+        self.published: list[Outgoing] = []
+
+    def publish(self, messages: Sequence[Outgoing]) -> PublishReport:
+        self.published.extend(messages)
+        return PublishReport(confirmed=[m.key for m in messages])
+
+    def close(self) -> None:
+        pass
+
+
+def test_the_claim_path_dead_letters_an_unreadable_record_too(redis_client, caplog):
+    publisher = ConfirmingPublisher()
+    handover = ClaimPublishAck(redis_client, lambda: publisher)
+    store = DelayedStore(redis_client, KeySpace(), 500, handover=handover)
+    keys = store.keys.for_queue("q")
+    now = store.server_time_ms()
+    store.schedule(message(1, now - 1))
+    key = unreadable_in_schedule(redis_client, keys, b"%dk-1:p" % (now - 2), now - 2)
+
+    with caplog.at_level(logging.WARNING, logger="celery_delayq"):
+        store.move_all_due()
+
+    assert [m.payload for m in publisher.published] == [b'{"n": 1}']
+    (letter,) = store.dead.list("q")
+    assert (letter.key, letter.reason) == (key, "unreadable record: bad delay key")
+    assert "had a missing or unreadable record" in caplog.text
+    assert redis_client.hlen(keys.messages) == 0
 
 
 def test_doctor_repair_moves_unreadable_records_to_the_dead_letters(redis_client):
