@@ -23,7 +23,7 @@ local prelude_exports = {
 -- schedule_many.lua).
 local helpers_exports = {
   "parse", "remove_entry", "head", "duplicate_of", "forget_duplicate", "message_keys",
-  "collect_due", "drop_taken", "lateness_histogram", "server_now", "call_chunked",
+  "collect_due", "drop_taken", "bury", "bury_unreadable", "lateness_histogram", "server_now", "call_chunked",
   "index_field", "key_holder", "release_key", "hold_key_again", "remove_message", "with_due",
 }
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
@@ -56,7 +56,7 @@ files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"},
                                   "prelude.lua and helpers.lua")
 files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram", "collect_due",
                                       "drop_taken", "call_chunked", "head", "forget_duplicate",
-                                      "release_key", "PAGES", "PAGE_PREFIX"},
+                                       "release_key", "PAGES", "PAGE_PREFIX", "bury_unreadable"},
                                      "prelude.lua and helpers.lua")
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
                                       "hold_key_again", "with_due"},
@@ -64,7 +64,8 @@ files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "for
 files[lua .. "handover.lua"].ignore = {"211/unclaim", "211/failed_once", "211/CLAIMER"}
 files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_due", "drop_taken",
                                        "head", "INFLIGHT", "CLAIMS", "CLAIMER", "unclaim",
-                                       "failed_once", "release_key"},
+                                       "failed_once", "release_key", "bury_unreadable",
+                                       "DEAD", "DEAD_WHY"},
                                       "prelude.lua, helpers.lua and handover.lua")
 files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                          "lateness_histogram", "unclaim", "forget_duplicate"},
@@ -80,7 +81,8 @@ files[lua .. "pending.lua"] = reads({"PAGES", "PAGE_PREFIX"}, "prelude.lua and h
 files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX"},
                                   "prelude.lua and helpers.lua")
 files[lua .. "repair.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "parse", "add_entry",
-                                    "remove_entry", "duplicate_of", "forget_duplicate"},
+                                    "remove_entry", "duplicate_of", "forget_duplicate", "bury",
+                                    "server_now"},
                                    "prelude.lua and helpers.lua")
 files[lua .. "replace.lua"] = reads({"MSG", "parse", "add_entry", "remove_entry", "head"},
                                     "prelude.lua and helpers.lua")

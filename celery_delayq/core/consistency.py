@@ -22,7 +22,8 @@ def consistency_findings(store: DelayedStore, repair: bool = False) -> list[Find
     Repairs, each re-checked atomically in Redis so running movers are never undone: a
     page entry without a record is dropped (nothing to deliver); a record without a page
     entry, or with one at another time, is scheduled at the due time in the record; a
-    duplicate's listing is made to match its record. Unreadable records are only reported.
+    duplicate's listing is made to match its record; an unreadable record goes to the dead
+    letters with the reason (``celery delayq dead`` lists them).
     """
     findings = []
     for queue in store.queues():
@@ -48,7 +49,7 @@ class QueueScan:
     unscheduled: list[bytes] = field(default_factory=list)  # records without a page entry
     mistimed: list[bytes] = field(default_factory=list)  # page entry at another due time
     misfiled: set[bytes] = field(default_factory=set)  # duplicate listings out of date
-    unreadable: int = 0
+    unreadable: list[bytes] = field(default_factory=list)  # records outside the grammar
 
     def problems(self) -> list[str]:
         counts = (
@@ -56,12 +57,12 @@ class QueueScan:
             (len(self.unscheduled), "records without a schedule entry"),
             (len(self.mistimed), "scheduled at another time than their record says"),
             (len(self.misfiled), "duplicate listings out of date"),
-            (self.unreadable, "unreadable records (left in place)"),
+            (len(self.unreadable), "unreadable records (to the dead letters on repair)"),
         )
         return [f"{count} {what}" for count, what in counts if count]
 
     def to_repair(self) -> set[bytes]:
-        return {*self.ghosts, *self.unscheduled, *self.mistimed, *self.misfiled}
+        return {*self.ghosts, *self.unscheduled, *self.mistimed, *self.misfiled, *self.unreadable}
 
 
 def _shard_consistency(store: DelayedStore, keys: QueueKeys, repair: bool) -> list[str]:
@@ -80,8 +81,9 @@ def scan_shard(store: DelayedStore, keys: QueueKeys) -> QueueScan:
         try:
             records[key] = Record.decode(raw, keys.own_list).due_ms
         except ValueError:
-            scan.unreadable += 1
-    scan.ghosts = [key for key in scan.entries if key not in records]
+            scan.unreadable.append(key)
+    unreadable = set(scan.unreadable)
+    scan.ghosts = [key for key in scan.entries if key not in records and key not in unreadable]
     scan.unscheduled = [key for key in records if key not in scan.entries]
     scan.mistimed = [
         key for key, due in records.items() if scan.entries.get(key, (b"", due))[1] != due

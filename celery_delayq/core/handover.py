@@ -103,7 +103,7 @@ class SameRedisMove:
         lists = self.queue_lists(queue.queue) if self.queue_lists else [queue.own_list]
         started = time.perf_counter()
         moved, next_due, now, missing, max_late, further = self.scripts.move_due(
-            keys=queue.as_list(),
+            keys=queue.move_keys(),
             args=[
                 *queue.page_args(),
                 limit,
@@ -120,8 +120,22 @@ class SameRedisMove:
         )
         seconds = time.perf_counter() - started
         next_due_ms = None if next_due < 0 else int(next_due)
+        log_unreadable(queue, int(missing))
         return MoveResult(
             int(moved), next_due_ms, int(now), int(missing), int(max_late), seconds, int(further)
+        )
+
+
+def log_unreadable(queue: QueueKeys, missing: int) -> None:
+    """Say that due entries had no readable record (the scripts dead-letter an unreadable
+    record with its reason, and drop an entry without a record)."""
+    if missing:
+        logger.warning(
+            "celery-delayq: %d due message(s) of queue %r had a missing or unreadable record:"
+            " unreadable records are in the dead letters with the reason (`celery delayq"
+            " dead`), entries without a record were dropped",
+            missing,
+            queue.label,
         )
 
 
@@ -252,6 +266,7 @@ class ClaimPublishAck:
                 queue.queue,
             )
         self._log_dead(queue, dead, "their claims kept expiring")
+        log_unreadable(queue, missing)
         messages = [
             Outgoing.from_record(key, raw, queue.own_list) for key, raw in _pairs(reply[6:])
         ]

@@ -260,7 +260,8 @@ def mover_finding(
 
 
 def dead_letter_finding(backlog: list[QueueBacklog]) -> Finding:
-    """Messages that kept failing to reach the broker wait for an operator."""
+    """Messages that kept failing to reach the broker, or whose record was unreadable,
+    wait for an operator."""
     dead = {b.queue: b.dead for b in backlog if b.dead}
     if not dead:
         return Finding("dead letters", OK, "none")
@@ -268,7 +269,8 @@ def dead_letter_finding(backlog: list[QueueBacklog]) -> Finding:
     return Finding(
         "dead letters",
         WARN,
-        f"{sum(dead.values())} message(s) the broker kept refusing: {where}",
+        f"{sum(dead.values())} message(s) the broker kept refusing or whose record was "
+        f"unreadable: {where}",
         "see `celery delayq list --dead`, fix the cause, then `celery delayq dead resend --all` "
         "(or `dead drop`)",
     )

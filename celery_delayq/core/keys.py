@@ -38,7 +38,15 @@ formed inside the Lua scripts from the page prefix, under the same tag.
 
 Shards (``delayq_store_shards`` > 1): a queue's messages are spread over that many
 independent copies of the per-queue keys, shard ``s`` under the tag ``{Q|s}`` (shard 0
-keeps ``{Q}``, so a queue scheduled before sharding was turned on is still shard 0). A
+keeps ``{Q}``, so a queue scheduled before sharding was turned on is still shard 0).
+
+Queue names that cannot serve as a hash tag as they are (``tag_of``) are escaped, not
+refused, so every Celery queue name stays usable: the empty name and one starting with
+``}`` would give an empty tag (Redis then hashes each whole key: one queue's keys on
+several cluster slots), and a name ending in ``|<digits>`` would share keys with a shard
+of another queue (``a|1`` shard 0 and ``a`` shard 1). Such a name is spelled
+``|<hex of its UTF-8>``; no name kept as it is starts with ``|``, so the two spellings
+never meet. Every other name keeps the keys it always had. A
 message's shard is fixed by its task id (``shard_of``), so cancel, reschedule and show
 go to one shard; on a Redis Cluster the shards of one busy queue hash to different
 slots, and so to different nodes.
@@ -47,6 +55,7 @@ slots, and so to different nodes.
 from __future__ import annotations
 
 import functools
+import re
 import zlib
 from dataclasses import dataclass
 from typing import Any
@@ -54,6 +63,18 @@ from typing import Any
 #: Entries per page of due times; below Redis's default zset-max-listpack-entries (128),
 #: so pages keep the compact encoding.
 PAGE_SIZE = 120
+
+
+#: A shard's suffix to a queue's tag: a name ending like it would share a shard's keys.
+_SHARD_SUFFIX = re.compile(r"\|[0-9]+\Z")
+
+
+def tag_of(queue: str) -> str:
+    """The hash-tag text of a queue's keys: its name, or ``|<hex of its UTF-8>`` for a
+    name that would give an empty tag or share another queue's shard keys (see above)."""
+    if queue and queue[0] not in "}|" and not _SHARD_SUFFIX.search(queue):
+        return queue
+    return "|" + queue.encode("utf-8", "surrogatepass").hex()
 
 
 @dataclass(frozen=True)
@@ -91,6 +112,10 @@ class QueueKeys:
     @property
     def dead_reasons(self) -> str:
         return f"{self.tagged}:dead:why"
+
+    def move_keys(self) -> list[str]:
+        """KEYS[1..6] of ``lua/move_due.lua``: an unreadable record goes to the dead letters."""
+        return [*self.as_list(), self.dead, self.dead_reasons]
 
     def handover_keys(self) -> list[str]:
         """KEYS[1..10] of the claim -> publish -> ack scripts (lua/handover.lua)."""
@@ -151,7 +176,8 @@ class KeySpace:
     def for_queue(self, queue: str, shard: int = 0) -> QueueKeys:
         """The keys of one shard of a queue (shard 0: the whole queue when unsharded);
         cached: every schedule asks."""
-        tagged = self._tagged(queue if shard == 0 else f"{queue}|{shard}")
+        tag = tag_of(queue)
+        tagged = self._tagged(tag if shard == 0 else f"{tag}|{shard}")
         return QueueKeys(
             queue=queue,
             messages=f"{tagged}:msg",
@@ -167,11 +193,11 @@ class KeySpace:
 
     def inspect_claim(self, queue: str, ticket: str) -> str:
         """Who lists ``queue``'s delayed messages in the replies to one request."""
-        return f"{self._tagged(queue)}:inspect:{ticket}"
+        return f"{self._tagged(tag_of(queue))}:inspect:{ticket}"
 
-    def _tagged(self, queue: str) -> str:
-        """The start of every key of one queue, with the queue's hash tag."""
-        return f"{self.base}:{{{queue}}}"
+    def _tagged(self, tag: str) -> str:
+        """The start of every key of one queue shard, with its hash tag (``tag_of``)."""
+        return f"{self.base}:{{{tag}}}"
 
     def destination(self, kombu_list: str) -> str:
         """The real key of a kombu queue list (kombu prefixes it the same way)."""

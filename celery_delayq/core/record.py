@@ -16,7 +16,10 @@ A record has one of two forms:
   The mover cuts the prefix off and pushes the payload.
 
 Either way no JSON is ever decoded inside Redis, and ``decode`` gives back the payload
-that was stored.
+that was stored. ``decode`` and the Lua ``parse`` (lua/helpers.lua) read records by one
+grammar: every number is 1 to ``MAX_DIGITS`` ASCII digits (no sign, exponent, hex or
+space), a counted field's bytes lie within the record, and a destination is never empty.
+A record outside it is unreadable; a move dead-letters it with the reason.
 
 Records are keyed by the Celery task id, packed small because every pending message
 carries its key twice (record hash and page of due times): a canonical uuid becomes its
@@ -41,6 +44,9 @@ NOT_UUID = b"\x02"
 NO_TASK_ID = b"\x03"
 DUPLICATE = b"\xff"
 KEY_INDEX = b"\x04"
+#: Most digits of a number in a record (``MAX_DIGITS`` in lua/helpers.lua): Lua's
+#: doubles hold every such number exactly.
+MAX_DIGITS = 15
 #: How an inline record starts, before its due time (``INLINE`` in lua/helpers.lua).
 INLINE_PREFIX = b'{"delayq":'
 #: The due-time key a payload may already carry: a moved message's envelope, stored
@@ -126,7 +132,7 @@ class Record:
             return b"%s%d,%s" % (INLINE_PREFIX, self.due_ms, rest)
         record = b"%d" % self.due_ms
         if self.destination != own_list:
-            destination = self.destination.encode()
+            destination = self.destination.encode("utf-8", "surrogateescape")
             record += b"d%d:%s" % (len(destination), destination)
         if self.expires_ms is not None:
             record += b"x%d" % self.expires_ms
@@ -146,7 +152,9 @@ class Record:
         destination, expires, delay_key = own_list, None, None
         if raw[pos : pos + 1] == b"d":
             value, pos = _counted(raw, pos + 1)
-            destination = value.decode()
+            if not value:
+                raise ValueError(f"not a delayed-message record (empty destination): {raw[:40]!r}")
+            destination = value.decode("utf-8", "surrogateescape")
         if raw[pos : pos + 1] == b"x":
             expires, pos = _digits(raw, pos + 1)
         if raw[pos : pos + 1] == b"k":
@@ -173,10 +181,11 @@ def _counted(raw: bytes, start: int) -> tuple[bytes, int]:
 
 
 def _digits(raw: bytes, start: int) -> tuple[int, int]:
-    """The decimal number at ``start`` and the index after it; ValueError if none."""
+    """The decimal number at ``start`` (1 to MAX_DIGITS ASCII digits) and the index
+    after it; ValueError if none."""
     end = start
-    while raw[end : end + 1].isdigit():
+    while raw[end : end + 1].isdigit():  # bytes.isdigit: ASCII digits only
         end += 1
-    if end == start:
+    if end == start or end - start > MAX_DIGITS:
         raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
     return int(raw[start:end]), end

@@ -52,6 +52,10 @@ LISTING_CLAIM_MS = 60_000
 #: Schedule calls per pipeline round trip in ``schedule_many``: large enough to hide the
 #: round trip, small enough that one reply stays small.
 SCHEDULE_CHUNK = 2_000
+#: Most pages one ``count.lua`` call reads (a few ms at most; see _shard_counts).
+COUNT_PAGES = 500
+#: Most entries one read of a page returns (page_entries).
+PAGE_READ = 10_000
 
 #: Seconds after which a cluster producer adds its queues to the registry again.
 REGISTRY_REFRESH = 60.0
@@ -395,8 +399,10 @@ class DelayedStore:
 
     def repair(self, keys: QueueKeys, key: bytes, seen_page: bytes | None) -> bool:
         """Schedule a message at its record's due time, dropping its entry from
-        ``seen_page`` (if any); False when it has no readable record (nothing left)."""
-        return bool(self._run(self.scripts.repair, keys, key, seen_page or ""))
+        ``seen_page`` (if any); False when it has no readable record (nothing left: an
+        unreadable record goes to the dead letters)."""
+        args = [*keys.page_args(), key, seen_page or ""]
+        return bool(self.scripts.repair(keys=keys.move_keys(), args=args))
 
     # -- reading
 
@@ -431,19 +437,39 @@ class DelayedStore:
 
     def _counts(self, queues: list[str], edges_ms: list[Any]) -> list[list[int]]:
         """Per queue: next due ms (-1 if none), then counts in [edges[i], edges[i + 1])."""
-        shards = self._all_shards(queues)
-        calls = [
-            (self.scripts.count, keys.as_list(), [*keys.page_args(), *edges_ms]) for keys in shards
-        ]
         totals: dict[str, list[int]] = {}
-        for keys, reply in zip(shards, run_pipelined(self.client, calls)):
-            counts = [int(n) for n in reply]
+        for keys, counts in self._shard_counts(self._all_shards(queues), edges_ms):
             total = totals.setdefault(keys.queue, counts)
             if total is not counts:
                 dues = [due for due in (total[0], counts[0]) if due >= 0]
                 total[0] = min(dues) if dues else -1
                 total[1:] = [a + b for a, b in zip(total[1:], counts[1:])]
         return [totals[queue] for queue in queues]
+
+    def _shard_counts(
+        self, shards: list[QueueKeys], edges_ms: list[Any]
+    ) -> list[tuple[QueueKeys, list[int]]]:
+        """``count.lua``'s reply per shard, each read in calls of at most COUNT_PAGES pages
+        (pipelined over the shards), so that no call's work grows with the store."""
+        counts: dict[int, list[int]] = {}
+        cursors: dict[int, Any] = dict.fromkeys(range(len(shards)), "-inf")
+        while cursors:
+            calls: list[ScriptCall] = [
+                (
+                    self.scripts.count,
+                    shards[i].as_list(),
+                    [*shards[i].page_args(), cursor, COUNT_PAGES, *edges_ms],
+                )
+                for i, cursor in cursors.items()
+            ]
+            replies = run_pipelined(self.client, calls)
+            for i, (next_due, last, *part) in zip(list(cursors), replies):
+                total = counts.setdefault(i, [int(next_due), *(0 for _ in part)])
+                total[1:] = [a + int(b) for a, b in zip(total[1:], part)]
+                cursors[i] = b"(" + last
+                if not last:
+                    del cursors[i]
+        return [(shards[i], counts[i]) for i in range(len(shards))]
 
     def _all_shards(self, queues: Iterable[str]) -> list[QueueKeys]:
         return [keys for queue in queues for keys in self.keys.shards_of(queue)]
@@ -561,9 +587,17 @@ class DelayedStore:
         pages: list[bytes] = self.client.zrange(keys.pages, 0, -1)  # type: ignore[assignment]
         with self.client.pipeline(transaction=False) as pipe:  # one round trip, not one a page
             for page in pages:
-                pipe.zrange(keys.page(page), 0, -1, withscores=True)
+                pipe.zrange(keys.page(page), 0, PAGE_READ - 1, withscores=True)
             for page, page_entries in zip(pages, pipe.execute()):
-                entries.update((key, (page, int(due))) for key, due in page_entries)
+                read = 0
+                while True:  # a page of one instant may be huge: the rest in bounded reads
+                    entries.update((key, (page, int(due))) for key, due in page_entries)
+                    read += PAGE_READ
+                    if len(page_entries) < PAGE_READ:
+                        break
+                    page_entries = self.client.zrange(
+                        keys.page(page), read, read + PAGE_READ - 1, withscores=True
+                    )
         return entries
 
     def queues(self) -> list[str]:

@@ -236,7 +236,7 @@ def test_an_eta_in_year_9999_is_stored_and_listed(redis_client):
     assert (backlog.pending, backlog.overdue, backlog.next_due) == (1, 0, 253_402_300_799.0)
 
 
-def test_an_unreadable_record_does_not_block_the_queue(redis_client):
+def test_an_unreadable_record_does_not_block_the_queue_and_is_dead_lettered(redis_client):
     store = make_store(redis_client)
     now = store.server_time_ms()
     keys = store.keys.for_queue("q")
@@ -249,7 +249,10 @@ def test_an_unreadable_record_does_not_block_the_queue(redis_client):
 
     assert (result.moved, result.missing) == (1, 2)
     assert redis_client.lrange("q", 0, -1) == [b'{"delayq":%d,"n": 1}' % (now - 1)]
-    assert redis_client.hget(keys.messages, task_key("t0")) == b"not a record"  # for doctor
+    assert redis_client.hget(keys.messages, task_key("t0")) is None
+    (letter,) = store.dead.list("q")
+    assert (letter.key, letter.record.payload) == (task_key("t0"), b"not a record")
+    assert letter.reason == "unreadable record: bad due time"
 
 
 def test_scripts_are_reloaded_after_noscript(redis_client):

@@ -11,7 +11,8 @@
 --          claimer at a time keeps a shard's publishes in due order, and a mover that
 --          died is replaced this soon
 -- Returns  {server time in ms, next due time in ms or -1, due entries whose record was
---           missing or unreadable, expired claims given back, messages dead-lettered,
+--           missing or unreadable (an unreadable one is dead-lettered with the reason),
+--           expired claims given back, messages dead-lettered,
 --           ms until another mover's hold ends (0: the claim was ours to make),
 --           then key, record for every claimed message, in due order}
 
@@ -42,6 +43,7 @@ end
 
 local found, taken_from, missing = collect_due(now, limit, budget)
 drop_taken(taken_from)
+bury_unreadable(found, DEAD, DEAD_WHY, now)
 local _, next_due = head()
 local reply = {now, next_due and tonumber(next_due) or -1, missing, given_back, dead, 0}
 if found.n > 0 then redis.call('SET', CLAIMER, claimer, 'PX', hold) end

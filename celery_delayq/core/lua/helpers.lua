@@ -2,12 +2,26 @@
 -- messages, duplicates, delay keys, and collecting due messages. scripts.py puts it after
 -- prelude.lua in every store script but schedule.lua and schedule_many.lua.
 
+-- Records are read by one grammar, here and in record.py alike (tests/adversarial
+-- compares the two): every number is 1 to MAX_DIGITS ASCII digits (no sign, exponent,
+-- hex or space; at most 15 digits, so Lua's doubles hold it exactly), a counted field's
+-- bytes lie within the record, and a destination is never empty.
+local MAX_DIGITS = 15
+
+-- The digits at pos and the index after them; nil when there are none or too many.
+local function digits_at(record, pos)
+  local text = string.match(record, '^%d+', pos)
+  if not text or #text > MAX_DIGITS then return nil end
+  return text, pos + #text
+end
+
 -- A "<len>:<bytes>" field of a record at pos: the bytes and the index after them.
 local function counted(record, pos)
-  local colon = string.find(record, ':', pos, true)
-  local len = colon and tonumber(string.sub(record, pos, colon - 1))
-  if not len then return nil end
-  return string.sub(record, colon + 1, colon + len), colon + len + 1
+  local len, colon = digits_at(record, pos)
+  if not len or string.byte(record, colon) ~= 58 then return nil end  -- 58: ':'
+  local last = colon + tonumber(len)
+  if last > #record then return nil end
+  return string.sub(record, colon + 1, last), last + 1
 end
 
 -- How an inline record starts, before its due time (record.py's INLINE_PREFIX), and the
@@ -15,36 +29,44 @@ end
 local INLINE = '{"delayq":'
 local INLINE_DUE = '^' .. INLINE .. '(%d+),'  -- none of INLINE's characters is magic
 
--- A record's due time, destination (nil: the queue's own list), the index of the first
--- byte to deliver (1: an inline record is delivered whole), the queue's x-expires in ms
--- (nil: none) and its delay key (nil: none); nil for a record this store did not write.
--- Records (record.py): inline '{"delayq":<due>,<rest of the envelope>', or prefixed
--- "<due>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>".
-local function parse(record)
-  local inline_due = string.match(record, INLINE_DUE)
-  if inline_due then return inline_due, nil, 1, nil, nil end
-  local plain_due, plain_start = string.match(record, '^(%d+):()')
-  if plain_due then return plain_due, nil, plain_start, nil, nil end  -- no fields
-  local due_end = string.find(record, '[^0-9]')
-  if not due_end or due_end == 1 then return nil end
-  local due, destination, expires, delay_key = string.sub(record, 1, due_end - 1), nil, nil, nil
-  local pos = due_end
+-- The optional fields of a prefixed record after its due time, at pos: the index of the
+-- payload's first byte, then destination, x-expires and delay key; nil and a reason
+-- when unreadable.
+local function prefixed_fields(record, pos)
+  local destination, expires, delay_key
   if string.sub(record, pos, pos) == 'd' then
     destination, pos = counted(record, pos + 1)
-    if not destination then return nil end
+    if not destination or destination == '' then return nil, 'bad destination' end
   end
   if string.sub(record, pos, pos) == 'x' then
-    local expires_end = string.find(record, '[^0-9]', pos + 1)
-    if not expires_end or expires_end == pos + 1 then return nil end
-    expires = string.sub(record, pos + 1, expires_end - 1)
-    pos = expires_end
+    expires, pos = digits_at(record, pos + 1)
+    if not expires then return nil, 'bad x-expires' end
   end
   if string.sub(record, pos, pos) == 'k' then
     delay_key, pos = counted(record, pos + 1)
-    if not delay_key then return nil end
+    if not delay_key then return nil, 'bad delay key' end
   end
-  if string.sub(record, pos, pos) ~= ':' then return nil end
-  return due, destination, pos + 1, expires, delay_key
+  if string.sub(record, pos, pos) ~= ':' then return nil, 'no payload separator' end
+  return pos + 1, destination, expires, delay_key
+end
+
+-- A record's due time, destination (nil: the queue's own list), the index of the first
+-- byte to deliver (1: an inline record is delivered whole), the queue's x-expires in ms
+-- (nil: none) and its delay key (nil: none); nil and the reason for a record this store
+-- did not write. Records (record.py): inline '{"delayq":<due>,<rest of the envelope>',
+-- or prefixed "<due>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>".
+local function parse(record)
+  local inline_due = string.match(record, INLINE_DUE)
+  if inline_due then
+    if #inline_due > MAX_DIGITS then return nil, 'bad due time' end
+    return inline_due, nil, 1, nil, nil
+  end
+  local due, pos = digits_at(record, 1)
+  if not due then return nil, 'bad due time' end
+  if string.byte(record, pos) == 58 then return due, nil, pos + 1, nil, nil end  -- no fields
+  local start, destination, expires, delay_key = prefixed_fields(record, pos)
+  if not start then return nil, destination end  -- destination: the reason
+  return due, destination, start, expires, delay_key
 end
 
 -- The record with its due time (`old_due`, as parse read it) changed to `due`.
@@ -167,14 +189,15 @@ end
 
 -- Due messages, in due order, up to `limit` of them and `budget` payload bytes, read
 -- without writing anything; the pages read (for drop_taken); and how many due entries
--- had a missing or unreadable record (their entries are dropped with the others; an
--- unreadable record stays in MSG). The messages come as parallel arrays, message i at
--- index i of each (one table per field, not one per message: a batch is hundreds):
--- found.n, found.key, .record, .due (ms), .destination (nil: the queue's own list),
--- .start (first byte to deliver, as parse), .expires (x-expires ms or nil), .delay_key.
+-- had a missing or unreadable record (their entries are dropped with the others; the
+-- caller hands the unreadable records to bury_unreadable). The messages come as parallel
+-- arrays, message i at index i of each (one table per field, not one per message: a
+-- batch is hundreds): found.n, found.key, .record, .due (ms), .destination (nil: the
+-- queue's own list), .start (first byte to deliver, as parse), .expires (x-expires ms or
+-- nil), .delay_key; the unreadable ones in found.bad_key, .bad_record, .bad_reason.
 local function collect_due(now, limit, budget)
   local found = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
-                 expires = {}, delay_key = {}}
+                 expires = {}, delay_key = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
   local taken_from, missing, bytes, page_index = {}, 0, 0, 0
   while limit > 0 and bytes < budget do
     local page = redis.call('ZRANGE', PAGES, page_index, page_index, 'WITHSCORES')
@@ -191,7 +214,12 @@ local function collect_due(now, limit, budget)
         local record = records[i]
         local due, destination, start, expires, delay_key
         if record then due, destination, start, expires, delay_key = parse(record) end
-        if start then
+        if record and not start then
+          local bad = #found.bad_key + 1
+          found.bad_key[bad], found.bad_record[bad] = key, record
+          found.bad_reason[bad] = destination  -- parse's second value: the reason
+          missing = missing + 1
+        elseif start then
           local n = found.n + 1
           found.n = n
           found.key[n], found.record[n], found.due[n] = key, record, tonumber(due)
@@ -213,6 +241,23 @@ local function collect_due(now, limit, budget)
     page_index = page_index + 1
   end
   return found, taken_from, missing
+end
+
+-- Move an unreadable record out of the schedule into the dead letters (hashes `dead` and
+-- `dead_why`, as handover.lua's dead_letter does), with the reason parse gave.
+local function bury(key, record, reason, dead, dead_why, now)
+  redis.call('HSET', dead, key, record)
+  redis.call('HSET', dead_why, key, now .. ' 0 unreadable record: ' .. reason)
+  redis.call('HDEL', MSG, key)
+  forget_duplicate(key)
+  redis.call('HINCRBY', STATS, 'dead', 1)
+end
+
+-- Bury the unreadable records collect_due found.
+local function bury_unreadable(found, dead, dead_why, now)
+  for i = 1, #found.bad_key do
+    bury(found.bad_key[i], found.bad_record[i], found.bad_reason[i], dead, dead_why, now)
+  end
 end
 
 -- Remove from their pages the entries collect_due took (a page left empty goes).

@@ -7,6 +7,8 @@
 -- as stored (an inline record whole, its due-time key included; record.py); they are
 -- never decoded here.
 --
+-- KEYS[5]  P:{Q}:dead      hash  message key -> record: an unreadable record goes there
+-- KEYS[6]  P:{Q}:dead:why  hash  message key -> "<ms when> 0 unreadable record: <reason>"
 -- ARGV[3]  most messages to move in this call
 -- ARGV[4]  payload bytes after which this call stops (keeps calls short for big messages)
 -- ARGV[5]  the queue's own list (destination of records that name none)
@@ -26,7 +28,7 @@
 -- Returns  {moved, next due time in ms or -1 when the queue is empty, server time plus
 --           the look-ahead in ms (the time messages were judged due by),
 --           due entries whose record was missing or unreadable (dropped from the schedule;
---           an unreadable record stays in KEYS[1] for `doctor`),
+--           an unreadable record goes to the dead letters, KEYS[5] and KEYS[6]),
 --           greatest lateness (now - due, ms) among the moved messages,
 --           how much further ahead (ms) than this call the next instant is to be moved}
 -- Errors   when a due message's destination holds something other than a list; then
@@ -94,6 +96,7 @@ if expires then
   for i = 11, last_list do redis.call('PEXPIRE', ARGV[i], expires) end
 end
 call_chunked('HDEL', MSG, found.key)
+bury_unreadable(found, KEYS[5], KEYS[6], now)
 for i = 1, found.n do
   local key = found.key[i]
   if #key ~= 16 then forget_duplicate(key) end  -- a packed task id is no duplicate's key

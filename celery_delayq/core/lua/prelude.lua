@@ -23,15 +23,23 @@
 --          so pages stay in Redis's compact listpack encoding)
 --
 -- Why pages: a sorted-set entry in a big zset costs ~100 bytes of skiplist and hashtable;
--- in a listpack page it costs the key and the due time. Every due time in page n is below
--- the start of page n+1, so the first page holds the earliest messages, and a due time is
--- never split across two pages. Page keys share the queue's {Q} hash tag.
+-- in a listpack page it costs the key and the due time. Page keys share the queue's {Q}
+-- hash tag. The pages keep these invariants:
 --
--- The first page's start is kept at its earliest due time (helpers.lua settles it after
--- entries leave the page), so a message is its queue's earliest exactly when no page
--- starts at or before its due time: the page lookup a schedule makes anyway tells it
--- whether to wake the movers, with no read of the head.
---
+-- 1. Order: every due time in page n is below the start of page n+1, and a page's start
+--    is at or below each of its due times; so the first page holds the earliest
+--    messages, a due time is never split across two pages, and no two pages start alike.
+-- 2. The first page's start is its earliest due time (helpers.lua settles it after
+--    entries leave the page), so a message is its queue's earliest exactly when no page
+--    starts at or before its due time: the page lookup a schedule makes anyway tells it
+--    whether to wake the movers, with no read of the head.
+-- 3. Bounded work: a page of more than PAGE_MAX entries holds one single due time (a
+--    "hot" page: many messages due at one instant, "every reminder at 09:00"). It only
+--    ever grows by that due time; a message due at another time beside it goes to a
+--    page of its own (page_for), and a hot page is never split or copied. Any other page
+--    is split when it passes PAGE_MAX, moving its smaller side. So no call copies more
+--    than PAGE_MAX / 2 entries, whatever the store's size or one instant's.
+
 -- Message key: the task id packed by record.py (16 bytes for a uuid, and only then), or,
 -- for a second message of the same task id, "\255<seq>:<task key>" (prefixed with "\2"
 -- if that is 16 bytes long), listed under the task key in KEYS[3].
@@ -45,24 +53,64 @@ local function new_page(start)
   return tostring(n)
 end
 
--- The page a due time goes to: the last page starting at or before it; below the first
--- page, the first page (whose start is lowered). Second: true when the due time is below
--- every pending message's (no page starts at or before it).
-local function page_for(due)
-  local found = redis.call('ZREVRANGEBYSCORE', PAGES, due, '-inf', 'LIMIT', 0, 1)
-  if found[1] then return found[1], false end
-  found = redis.call('ZRANGE', PAGES, 0, 0)
-  if found[1] then
-    redis.call('ZADD', PAGES, due, found[1])
-    return found[1], true
-  end
-  return new_page(due), true
+-- The single due time of a hot page (invariant 3), else nil; `size` is its ZCARD.
+local function hot_due(page_key, size)
+  if size < PAGE_MAX then return nil end
+  local first = redis.call('ZRANGE', page_key, 0, 0, 'WITHSCORES')[2]
+  local last = redis.call('ZRANGE', page_key, -1, -1, 'WITHSCORES')[2]
+  if first == last then return tonumber(first) end
 end
 
--- Split a full page where the due time changes, nearest its middle, in O(log n) reads:
--- a flood of messages due in the same millisecond must not cost a full read per add. A
--- page of one single due time is left to grow (correct, only less compact).
-local function split(page_key, size)
+-- The page for a due time other than hot page `page`'s own (`hot`), which the lookup
+-- found: below it, a new page, the hot page's start raised to its due time so the new
+-- one comes first; above it, the next page when that one is not hot (its start lowered
+-- to the due time), else a new page.
+local function beside_hot(page, hot, due)
+  if due < hot then
+    redis.call('ZADD', PAGES, hot, page)
+    return new_page(due)
+  end
+  local next_page = redis.call('ZRANGEBYSCORE', PAGES, '(' .. due, '+inf', 'LIMIT', 0, 1)[1]
+  if next_page then
+    local next_key = PAGE_PREFIX .. next_page
+    if not hot_due(next_key, redis.call('ZCARD', next_key)) then
+      redis.call('ZADD', PAGES, due, next_page)
+      return next_page
+    end
+  end
+  return new_page(due)
+end
+
+-- The page a due time goes to: the last page starting at or before it; below the first
+-- page, the first page (whose start is lowered); either way, when that page is hot and
+-- the due time is not its own, a page beside it. Second: true when the due time is below
+-- every pending message's (no page starts at or before it). Third: the page's size (-1
+-- for a hot page of this very due time: it is never split).
+local function page_for(due)
+  local earliest = false
+  local page = redis.call('ZREVRANGEBYSCORE', PAGES, due, '-inf', 'LIMIT', 0, 1)[1]
+  if not page then
+    page = redis.call('ZRANGE', PAGES, 0, 0)[1]
+    if not page then return new_page(due), true, 0 end
+    earliest = true
+  end
+  local size = redis.call('ZCARD', PAGE_PREFIX .. page)
+  local hot = hot_due(PAGE_PREFIX .. page, size)
+  if hot then
+    if hot == tonumber(due) then return page, earliest, -1 end
+    page = beside_hot(page, hot, tonumber(due))
+    return page, earliest, redis.call('ZCARD', PAGE_PREFIX .. page)
+  end
+  if earliest then redis.call('ZADD', PAGES, due, page) end
+  return page, earliest, size
+end
+
+-- Split a full page where the due time changes, nearest its middle, in O(log n) reads,
+-- moving the smaller side to a new page (at most PAGE_MAX / 2 entries: only a page of
+-- at most PAGE_MAX + 1 entries is split). A page of one single due time is left to grow
+-- (a hot page, invariant 3).
+local function split(page, size)
+  local page_key = PAGE_PREFIX .. page
   local middle = redis.call('ZRANGE', page_key, math.floor(size / 2), math.floor(size / 2),
                             'WITHSCORES')[2]
   local below = redis.call('ZCOUNT', page_key, '-inf', '(' .. middle)  -- rank of its first
@@ -72,26 +120,37 @@ local function split(page_key, size)
     cut = through
   end
   if cut == 0 or cut == size then return end
-  local entries = redis.call('ZRANGE', page_key, cut, -1, 'WITHSCORES')
-  local upper_key = PAGE_PREFIX .. new_page(entries[2])
-  for first = 1, #entries, 1000 do  -- in chunks: Lua's unpack has a limit
-    local chunk = {}
-    for i = first, math.min(first + 998, #entries), 2 do
-      chunk[#chunk + 1] = entries[i + 1]
-      chunk[#chunk + 1] = entries[i]
-    end
-    redis.call('ZADD', upper_key, unpack(chunk))
+  local lower = cut <= size - cut
+  local entries
+  if lower then
+    entries = redis.call('ZRANGE', page_key, 0, cut - 1, 'WITHSCORES')
+    local upper_start = redis.call('ZRANGE', page_key, cut, cut, 'WITHSCORES')[2]
+    local start = redis.call('ZSCORE', PAGES, page)
+    redis.call('ZADD', PAGES, upper_start, page)  -- raised first: starts stay distinct
+    page_key = PAGE_PREFIX .. new_page(start)
+  else
+    entries = redis.call('ZRANGE', page_key, cut, -1, 'WITHSCORES')
+    page_key = PAGE_PREFIX .. new_page(entries[2])
   end
-  redis.call('ZREMRANGEBYRANK', page_key, cut, -1)
+  local chunk = {}
+  for i = 1, #entries, 2 do
+    chunk[#chunk + 1] = entries[i + 1]
+    chunk[#chunk + 1] = entries[i]
+  end
+  redis.call('ZADD', page_key, unpack(chunk))  -- at most PAGE_MAX entries: one call
+  if lower then
+    redis.call('ZREMRANGEBYRANK', PAGE_PREFIX .. page, 0, cut - 1)
+  else
+    redis.call('ZREMRANGEBYRANK', PAGE_PREFIX .. page, cut, -1)
+  end
 end
 
 -- Add a message key to its page; true when it is now its queue's earliest.
 local function add_entry(key, due)
-  local page, earliest = page_for(due)
-  local page_key = PAGE_PREFIX .. page
-  redis.call('ZADD', page_key, due, key)
-  local size = redis.call('ZCARD', page_key)
-  if size > PAGE_MAX then split(page_key, size) end
+  local page, earliest, size = page_for(due)
+  if redis.call('ZADD', PAGE_PREFIX .. page, due, key) == 1 and size >= PAGE_MAX then
+    split(page, size + 1)
+  end
   return earliest
 end
 

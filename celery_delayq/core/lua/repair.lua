@@ -2,15 +2,19 @@
 -- inside the script so a concurrent move, cancel or schedule is never undone (used by
 -- `doctor --repair`; after prelude.lua).
 --
+-- KEYS[5]  P:{Q}:dead      hash  an unreadable record goes there (the dead letters)
+-- KEYS[6]  P:{Q}:dead:why  hash  message key -> "<ms when> 0 unreadable record: <reason>"
 -- ARGV[3]  message key
 -- ARGV[4]  number of a page where an entry for it was seen that may be wrong, or ''
 --          (the entry may break the page order, so it is removed from that very page)
 -- Returns  1 when the message is now scheduled at its record's due time; 0 when it has
---          no readable record (and then no page entry or duplicate listing either)
+--          no readable record (and then no page entry or duplicate listing either: an
+--          unreadable record is moved to the dead letters with the reason)
 
 local key, seen_page = ARGV[3], ARGV[4]
 local record = redis.call('HGET', MSG, key)
-local due = record and parse(record)
+local due, reason
+if record then due, reason = parse(record) end
 if seen_page ~= '' then
   redis.call('ZREM', PAGE_PREFIX .. seen_page, key)
   if redis.call('EXISTS', PAGE_PREFIX .. seen_page) == 0 then
@@ -18,6 +22,9 @@ if seen_page ~= '' then
   end
 end
 if not due then
+  if record then
+    bury(key, record, reason, KEYS[5], KEYS[6], server_now())
+  end
   forget_duplicate(key)
   return 0
 end

@@ -1,0 +1,291 @@
+"""``python -m benchmarks.pathological [--quick] [--count N] [--output PATH]``: Redis time
+per store script call when many messages share one due instant.
+
+"Send every reminder at 09:00" puts a million messages at one instant. Two shapes, each
+on a fresh private redis-server:
+
+- **one instant**: ``count`` messages due at one instant T;
+- **100 instants**: the same number spread over 100 instants one second apart.
+
+Each shape is loaded (``DelayedStore.schedule_many``: pipelined ``schedule.lua`` calls),
+then drained by one mover (``DelayedStore.move_due``, one batch a call, judging the
+instants due at once by moving ahead to them) while one message due before T and one due
+after the last instant are published (``DelayedStore.schedule``) between any two moves:
+once the mover has emptied the first page, every message due earlier lands in front of
+the instant's page. The drain stops at ``--max-seconds`` if it has not finished.
+
+Every command's Redis time is read from SLOWLOG, with ``slowlog-log-slower-than`` set to
+0 (every call logged; drained after each round of calls), and grouped per script by its
+SHA; INFO commandstats gives the total ``EVALSHA`` time of each phase. The goal: every
+script call at most 5 ms, no SLOWLOG entry over 10 ms. ``TIME`` calls (one per round)
+are listed as a control: an O(1) command, so any long one is time the redis-server
+process waited for a core, not work. It imports only the store's stable API, so the same
+file measures older code: run it from a checkout of that code. Writes
+benchmarks/RESULTS-pathological.md on a full run unless ``--output`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import platform
+import random
+import statistics
+import subprocess
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import redis
+
+import celery_delayq
+from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.scripts import StoreScripts
+from celery_delayq.core.store import DelayedStore, Scheduled
+from celery_delayq.testing import RedisServer
+
+from .store_tools import payload, server_time_ms, task_id
+
+DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS-pathological.md"
+QUEUE = "bench"
+#: Messages per schedule_many call while loading (the SLOWLOG is drained after each).
+LOAD_CHUNK = 10_000
+#: Rounds (a move and two publishes) between two reads of the SLOWLOG.
+DRAIN_EVERY = 500
+GOAL_SCRIPT_US, GOAL_SLOWLOG_US = 5_000, 10_000
+SHAPES = {"one instant": 1, "100 instants": 100}
+
+
+@dataclass
+class Phase:
+    """The Redis time of every call of one phase, by script (or command) name."""
+
+    calls_us: dict[str, list[int]] = field(default_factory=lambda: defaultdict(list))
+    evalsha_calls: int = 0
+    evalsha_usec: int = 0
+    seconds: float = 0.0
+    note: str = ""
+
+
+class SlowLog:
+    """Reads every logged command's duration, named by script where it is one."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+        scripts = StoreScripts.register(client)
+        self.names = {}
+        for script_field in dataclasses.fields(scripts):
+            script = getattr(scripts, script_field.name)
+            client.script_load(script.script)  # no NOSCRIPT round in what is measured
+            self.names[script.sha] = f"{script_field.name}.lua"
+        client.config_set("slowlog-max-len", 1_000_000)
+        client.config_set("slowlog-log-slower-than", 0)
+        client.slowlog_reset()
+
+    def drain(self, phase: Phase) -> None:
+        entries = self.client.slowlog_get(-1)
+        self.client.slowlog_reset()
+        for entry in entries:
+            words = entry["command"].split()
+            name = words[0].decode().upper() if words else "?"
+            if name in ("EVALSHA", "EVAL") and len(words) > 1:
+                name = self.names.get(words[1].decode(), "other script")
+            if name in ("SLOWLOG", "CONFIG", "INFO"):
+                continue  # the benchmark's own reading
+            phase.calls_us[name].append(int(entry["duration"]))
+
+
+def commandstats(client: redis.Redis) -> tuple[int, int]:
+    stats = client.info("commandstats").get("cmdstat_evalsha", {})
+    return int(stats.get("calls", 0)), int(stats.get("usec", 0))
+
+
+def measured(client: redis.Redis, slowlog: SlowLog, phase: Phase, began: float) -> Phase:
+    slowlog.drain(phase)
+    phase.evalsha_calls, phase.evalsha_usec = commandstats(client)
+    phase.seconds = time.perf_counter() - began
+    return phase
+
+
+def load(store: DelayedStore, slowlog: SlowLog, count: int, instants: int, due: int) -> Phase:
+    """Schedule ``count`` messages over ``instants`` instants a second apart from ``due``."""
+    client, phase, began = store.client, Phase(), time.perf_counter()
+    client.config_resetstat()
+    for low in range(0, count, LOAD_CHUNK):
+        store.schedule_many(
+            Scheduled(
+                QUEUE, f"m{i}", task_id(i), due + (i % instants) * 1000, QUEUE, payload(i, 200)
+            )
+            for i in range(low, min(low + LOAD_CHUNK, count))
+        )
+        server_time_ms(client)  # a control: what an O(1) command takes on this box now
+        slowlog.drain(phase)
+    return measured(client, slowlog, phase, began)
+
+
+def drain(
+    store: DelayedStore, slowlog: SlowLog, count: int, instants: int, due: int, max_seconds: float
+) -> Phase:
+    """Move until every message up to the last instant is gone, publishing one message due
+    earlier and one due later between any two moves; stop after ``max_seconds``."""
+    client, phase, began = store.client, Phase(), time.perf_counter()
+    last = due + (instants - 1) * 1000
+    rng = random.Random(25)
+    client.config_resetstat()
+    moved = published = rounds = 0
+    while True:
+        store.handover.ahead_ms = last - server_time_ms(client)  # every instant is due
+        result = store.move_due(QUEUE)
+        moved += result.moved
+        client.delete(QUEUE)  # the delivered messages: they are counted, not kept
+        if result.next_due_ms is None or result.next_due_ms > last:
+            break
+        for eta in (due - rng.randint(1, 600_000), last + rng.randint(1, 600_000)):
+            index = count + published
+            store.schedule(
+                Scheduled(QUEUE, f"m{index}", task_id(index), eta, QUEUE, payload(index, 200))
+            )
+            published += 1
+        rounds += 1
+        if rounds % DRAIN_EVERY == 0:
+            slowlog.drain(phase)
+        if time.perf_counter() - began > max_seconds:
+            phase.note = f"stopped after {max_seconds:.0f} s"
+            break
+    pending = sum(store.pending_counts([QUEUE]).values())
+    if moved + pending != count + published:
+        raise SystemExit(f"lost messages: moved {moved} + pending {pending} != {count + published}")
+    phase.note = (
+        f"{phase.note + ': ' if phase.note else ''}{rounds:,} rounds, {moved:,} moved, "
+        f"{published:,} published, {pending:,} left pending"
+    )
+    return measured(client, slowlog, phase, began)
+
+
+def run_shape(
+    count: int, instants: int, max_seconds: float, batch: int
+) -> tuple[Phase, Phase, str]:
+    with RedisServer() as server:
+        client = server.client()
+        version = str(client.info("server")["redis_version"])
+        # a long timeout: a call that takes seconds is what this measures, not an error
+        client = redis.Redis.from_url(server.url, socket_timeout=600)
+        store = DelayedStore(client, KeySpace(), batch)
+        slowlog = SlowLog(client)
+        due = server_time_ms(client) + 3_600_000
+        loaded = load(store, slowlog, count, instants, due)
+        print(f"  loaded {count:,} in {loaded.seconds:.0f} s", flush=True)
+        drained = drain(store, slowlog, count, instants, due, max_seconds)
+        print(f"  drained in {drained.seconds:.0f} s: {drained.note}", flush=True)
+        store.close()
+    return loaded, drained, version
+
+
+def quantile(values: list[int], q: float) -> int:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+def phase_rows(shape: str, phase_name: str, phase: Phase) -> list[str]:
+    rows = []
+    for name, values in sorted(phase.calls_us.items()):
+        if not name.endswith(".lua") and name != "TIME":
+            continue
+        label = f"`{name}`" if name != "TIME" else "`TIME` (control: O(1), no script)"
+        rows.append(
+            f"| {shape} | {phase_name} | {label} | {len(values):,} | "
+            f"{statistics.median(values):,.0f} | {quantile(values, 0.99):,} | {max(values):,} | "
+            f"{sum(v > GOAL_SCRIPT_US for v in values):,} |"
+        )
+    return rows
+
+
+def verdict(phases: list[Phase]) -> str:
+    scripts = [
+        v for p in phases for name, vs in p.calls_us.items() if name.endswith(".lua") for v in vs
+    ]
+    every = [v for p in phases for vs in p.calls_us.values() for v in vs]
+    worst_script, worst_any = max(scripts, default=0), max(every, default=0)
+    met = worst_script <= GOAL_SCRIPT_US and worst_any <= GOAL_SLOWLOG_US
+    return (
+        f"{'met' if met else 'NOT met'}: longest script call {worst_script:,} us, longest "
+        f"SLOWLOG entry {worst_any:,} us, {sum(v > GOAL_SLOWLOG_US for v in every):,} "
+        f"entries over 10 ms"
+    )
+
+
+def code_version() -> str:
+    here = Path(celery_delayq.__file__).resolve().parent.parent
+    try:
+        rev = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        rev = "not a git checkout"
+    return f"celery_delayq from {here} ({rev})"
+
+
+def parse_options() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="20,000 messages, no report file")
+    parser.add_argument("--count", type=int, help="messages per shape (default 1,000,000)")
+    parser.add_argument("--max-seconds", type=float, default=900.0, help="drain time limit")
+    parser.add_argument("--batch", type=int, default=500, help="most messages a move takes")
+    parser.add_argument("--output", type=Path)
+    return parser.parse_args()
+
+
+def main() -> None:
+    options = parse_options()
+    count = options.count or (20_000 if options.quick else 1_000_000)
+    started, results, version = time.time(), {}, "?"
+    for shape, instants in SHAPES.items():
+        print(f"{shape}: {count:,} messages", flush=True)
+        *phases, version = run_shape(count, instants, options.max_seconds, options.batch)
+        results[shape] = phases
+    report = render(results, count, options.batch, version, time.time() - started)
+    print(report)
+    output = options.output or (None if options.quick else DEFAULT_OUTPUT)
+    if output:
+        output.write_text(report)
+    failed = [shape for shape, phases in results.items() if verdict(phases).startswith("NOT")]
+    if failed and os.environ.get("DELAYQ_BENCH_STRICT"):
+        raise SystemExit(f"goal not met: {', '.join(failed)}")
+
+
+def render(
+    results: dict[str, list[Phase]], count: int, batch: int, version: str, took: float
+) -> str:
+    lines = [
+        "# Redis time per store script call, many messages due at one instant",
+        "",
+        f"Generated by `python -m benchmarks.pathological` on "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC ({took:.0f} s); {count:,} messages "
+        f"per shape; moves of at most {batch}; Redis {version}; {code_version()}; "
+        f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}.",
+        "",
+        "| shape | phase | script | calls | p50 us | p99 us | max us | calls > 5 ms |",
+        "|---|---|---|---:|---:|---:|---:|---:|",
+    ]
+    for shape, (loaded, drained) in results.items():
+        lines += phase_rows(shape, "load", loaded) + phase_rows(shape, "drain", drained)
+    lines += [""]
+    for shape, phases in results.items():
+        loaded, drained = phases
+        lines.append(
+            f"- {shape}: {verdict(phases)}. Load {loaded.seconds:.0f} s; drain "
+            f"{drained.seconds:.0f} s ({drained.note}); EVALSHA mean "
+            f"{drained.evalsha_usec / max(drained.evalsha_calls, 1):,.0f} us over "
+            f"{drained.evalsha_calls:,} drain calls (INFO commandstats)."
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
