@@ -10,6 +10,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -337,3 +338,12 @@ def channel_of(app_or_url: Any, **options: Any) -> Iterator[Any]:
         connection = app_or_url.connection_for_write()
     with connection:
         yield connection.default_channel
+
+
+def drain(channel: Any, timeout: float = 5.0) -> bool:
+    """One delivery (True), or none within ``timeout`` (False)."""
+    try:
+        channel.connection.client.drain_events(timeout=timeout)
+    except socket.timeout:
+        return False
+    return True

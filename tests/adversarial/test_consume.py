@@ -9,7 +9,6 @@ exception ever escapes the consumer. A message kombu's own path can deliver is d
 from __future__ import annotations
 
 import json
-import socket
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -27,7 +26,7 @@ from kombu.utils.json import loads
 from celery_delayq.ops import api
 from celery_delayq.testing import wait_until
 
-from ..helpers import celery_process, channel_of, invoke, remember, runs
+from ..helpers import celery_process, channel_of, drain, invoke, remember, runs
 from ..integration.test_consume import publish
 
 #: Seconds a taken message stays taken where no restore is wanted.
@@ -82,14 +81,6 @@ def consuming(channel: Any, queue: str) -> Iterator[list[Any]]:
     received: list[Any] = []
     with Consumer(channel, [Queue(queue, Exchange(queue), queue)], on_message=received.append):
         yield received
-
-
-def drain(channel: Any, timeout: float = 5.0) -> bool:
-    try:
-        channel.connection.client.drain_events(timeout=timeout)
-    except socket.timeout:
-        return False
-    return True
 
 
 def dead_payloads(app: Celery) -> list[tuple[bytes, str]]:

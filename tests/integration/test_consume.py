@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +19,7 @@ from kombu.utils.json import loads
 from celery_delayq.celery.redis_consume import SOURCES
 from celery_delayq.testing import wait_until as wait_for
 
-from ..helpers import VISIBILITY, channel_of
+from ..helpers import VISIBILITY, channel_of, drain
 
 
 def publish(channel: Any, queue: str, body: Any, **options: Any) -> None:
@@ -37,15 +36,6 @@ def consuming(channel: Any, queues: list[str], **options: Any) -> Iterator[list[
     declared = [Queue(name, Exchange(name), routing_key=name) for name in queues]
     with Consumer(channel, declared, callbacks=[lambda _, m: received.append(m)], **options):
         yield received
-
-
-def drain(channel: Any, timeout: float = 5.0) -> bool:
-    """One delivery (True), or none within ``timeout`` (False)."""
-    try:
-        channel.connection.client.drain_events(timeout=timeout)
-    except socket.timeout:
-        return False
-    return True
 
 
 def blocked_on(client: redis.Redis, command: str) -> int:
