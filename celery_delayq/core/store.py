@@ -292,6 +292,9 @@ class DelayedStore:
             max(r.now_ms for r in results),
             sum(r.missing for r in results),
             max(r.max_lateness_ms for r in results),
+            sum(r.call_seconds for r in results),
+            # the earliest shard's instant may be the dense one: wake for the largest lead
+            max(r.next_lead_ms for r in results),
         )
 
     def move_all_due(self) -> MoveResult:
