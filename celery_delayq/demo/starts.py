@@ -16,7 +16,7 @@ from typing import cast
 
 import redis
 
-KEY_PREFIX = "example_project:starts:"
+KEY_PREFIX = "delayq-demo:starts:"
 TTL_SECONDS = 3600
 
 
