@@ -36,6 +36,7 @@ import redis
 from celery import Celery, Task
 
 import celery_delayq
+from celery_delayq.core.urls import sanitize_url
 from celery_delayq.testing import RedisServer, WaitAborted, redis_server_binary, wait_until
 
 from . import starts
@@ -256,7 +257,7 @@ def redis_url() -> Iterator[str]:
     """``REDIS_URL`` from the environment, else a throw-away Redis for the demo's lifetime."""
     url = os.environ.get("REDIS_URL")
     if url:
-        print(f"using Redis at {url}")
+        print(f"using Redis at {sanitize_url(url)}")
         yield url
         return
     try:
@@ -401,7 +402,8 @@ def main(argv: list[str] | None = None, project: Project = PACKAGED) -> int:
             app.conf.demo_redis_url = url
             if app.conf.broker_url.startswith("amqp"):
                 app.conf.delayq_store_url = url
-                print(f"broker: {app.conf.broker_url} (delayed tasks wait in that Redis)")
+                broker = sanitize_url(app.conf.broker_url)
+                print(f"broker: {broker} (delayed tasks wait in that Redis)")
             else:
                 app.conf.broker_url = url
             with running_worker(project, url, args.pool) as worker:
