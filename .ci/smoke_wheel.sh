@@ -3,7 +3,8 @@
 # 1. build the sdist and, from it, the wheel;
 # 2. check both as the package index would (`twine check --strict`, with the Markdown
 #    renderer, so the README is really rendered) and the wheel's long description for
-#    links and images that would be dead there (.ci/smoke/check_long_description.py);
+#    links and images that would be dead there, and its classifiers against the index's
+#    list (.ci/smoke/check_metadata.py);
 # 3. install only that wheel (and the dependencies it declares, from PyPI; no extras) into
 #    a new virtualenv; then, from a directory outside the checkout, import it, run its CLI
 #    and push one delayed task through a real worker (.ci/smoke/check_wheel.py);
@@ -40,10 +41,10 @@ wheels=("$work"/dist/*.whl)
 sdists=("$work"/dist/*.tar.gz)
 echo "built ${wheels[*]##*/} and ${sdists[*]##*/}"
 
-echo "-- twine check --strict, the long description's links"
-new_venv "$work/tools" twine "readme-renderer[md]"
+echo "-- twine check --strict; the classifiers and the long description's links"
+new_venv "$work/tools" twine "readme-renderer[md]" trove-classifiers
 "$work/tools/bin/twine" check --strict "${wheels[0]}" "${sdists[0]}"
-"$work/tools/bin/python" "$repo/.ci/smoke/check_long_description.py" "${wheels[0]}"
+"$work/tools/bin/python" "$repo/.ci/smoke/check_metadata.py" "${wheels[0]}"
 
 echo "-- the wheel alone: import, CLI, one delayed task through a worker"
 new_venv "$work/venv" "${wheels[0]}"
