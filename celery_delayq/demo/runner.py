@@ -1,4 +1,4 @@
-"""The demo's story: countdown and ETA tasks wait in Redis, then start on time in a real worker.
+"""Demo: countdown and ETA tasks wait in Redis, then start on time in a real worker.
 
 It starts a worker subprocess (prefork with concurrency 2 unless ``--pool solo``, and
 celery-delayq's mover thread), sends a spread of delayed tasks, cancels one and
@@ -384,7 +384,13 @@ def _raise_terminated(_signum: int, _frame: Any) -> None:
 
 
 def parse_args(prog: str, argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog=prog,
+        description=__doc__.split("\n")[0],
+        epilog="Environment: REDIS_URL=redis://host:port/db uses that Redis instead of a "
+        "private one; BROKER_URL=amqp://... puts the queue on RabbitMQ (delayed tasks wait "
+        "in the Redis).",
+    )
     parser.add_argument(
         "--pool", choices=["prefork", "solo"], default="prefork", help="worker pool"
     )
