@@ -40,8 +40,14 @@ def span_record(span: ReadableSpan) -> dict[str, Any]:
 
 @worker_process_init.connect(weak=False)
 def start_tracing(**_: Any) -> None:
-    """Export each span as it ends (SimpleSpanProcessor: no batching thread to lose)."""
-    out = open(os.environ[SPANS_FILE], "a", encoding="utf-8")  # noqa: SIM115 - the process's
+    """Export each span as it ends (SimpleSpanProcessor: no batching thread to lose).
+
+    Nothing without ``DELAYQ_TEST_SPANS_FILE``: the test process imports this module too
+    (``span_record``), and other tests run solo workers in their own process."""
+    path = os.environ.get(SPANS_FILE)
+    if not path:
+        return
+    out = open(path, "a", encoding="utf-8")  # noqa: SIM115 - open while the process lives
     exporter = ConsoleSpanExporter(out=out, formatter=lambda s: json.dumps(span_record(s)) + "\n")
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
