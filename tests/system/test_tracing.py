@@ -18,6 +18,8 @@ from typing import Any
 
 import pytest
 
+import celery_delayq
+
 pytest.importorskip(
     "opentelemetry.instrumentation.celery",
     reason="needs opentelemetry-instrumentation-celery (the test extra)",
@@ -35,7 +37,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 from celery_delayq.celery.connect import open_store  # noqa: E402
 from celery_delayq.testing import publish, wait_until  # noqa: E402
 
-from ..helpers import REMEMBER, WatchedProcess, celery_process  # noqa: E402
+from ..helpers import REMEMBER, WatchedProcess, celery_process, runs  # noqa: E402
 from .tracing_worker import SPANS_FILE, span_record  # noqa: E402
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -75,10 +77,22 @@ def send_delayed(app: Celery) -> datetime:
     return eta
 
 
-def read_spans(path: Path) -> list[dict[str, Any]]:
+def known_to_the_producer(app: Celery) -> Any:
+    """``tests.worker_app.remember`` as a task of ``app`` (for ``debounce``)."""
+
+    @app.task(name=REMEMBER, shared=False)
+    def remember(label: str = "") -> None:
+        """Run by the worker only (tests.worker_app)."""
+
+    return remember
+
+
+def run_spans(path: Path) -> list[dict[str, Any]]:
+    """The ``run`` spans the worker exported so far, oldest first."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    spans = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [span for span in spans if span["name"] == f"run/{REMEMBER}"]
 
 
 def assert_run_continues_the_trace(
@@ -96,7 +110,7 @@ def assert_run_continues_the_trace(
         if span.name == f"apply_async/{REMEMBER}"
     ]
     [run] = wait_until(
-        lambda: [s for s in read_spans(worker_spans) if s["name"] == f"run/{REMEMBER}"],
+        lambda: run_spans(worker_spans),
         timeout=30,
         what="the worker's run span",
         abort=worker.exited,
@@ -110,11 +124,25 @@ def assert_run_continues_the_trace(
 
 
 def test_redis_broker_run_span_continues_the_producers_trace(
-    make_app, redis_server, producer_spans, worker_spans
+    make_app, redis_server, redis_client, producer_spans, worker_spans
 ):
+    """Also for a debounced task: the run continues the trace of the call whose
+    message the store kept (with ``replace``, the last one)."""
     app = make_app()
     with celery_process("worker", redis_server.url, TRACED, "-P", "solo") as worker:
         assert_run_continues_the_trace(app, worker, producer_spans, worker_spans)
+
+        producer_spans.clear()
+        task = known_to_the_producer(app)
+        for label in ("first", "last"):
+            celery_delayq.debounce(task, (label,), key="k", countdown=DELAY)
+        first, last = [span_record(span) for span in producer_spans.get_finished_spans()]
+        wait_until(lambda: len(runs(redis_client)) == 2, timeout=30, abort=worker.exited)
+        run = wait_until(lambda: run_spans(worker_spans)[1:], timeout=10)[0]
+
+    assert [r["label"] for r in runs(redis_client)] == ["traced", "last"]
+    assert first["trace_id"] != last["trace_id"]
+    assert (run["trace_id"], run["parent_id"]) == (last["trace_id"], last["span_id"])
 
 
 def test_rabbitmq_handover_run_span_continues_the_producers_trace(
