@@ -302,7 +302,9 @@ class DelayqConfig:
         """
         conf = app.conf
         known = set(SETTINGS)
-        namespace = (getattr(conf, "prefix", None) or "").lower()
+        # app.namespace, not conf.prefix: the latter is None until the settings are read.
+        namespace = (app.namespace or "").rstrip("_").lower()
+        namespace = namespace + "_" if namespace else ""
         for key in list(conf):
             name = key.lower()
             if namespace and name.startswith(namespace):

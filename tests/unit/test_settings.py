@@ -3,14 +3,18 @@ point at an address where no server listens."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
+from typing import Any
 
 import pytest
+from celery import Celery
 
 from celery_delayq import ConfigurationError
+from celery_delayq.celery.settings import WEB_PREFIX, WEB_SETTINGS, DelayqConfig, WebConfig
 
-from ..helpers import noop_task
+from ..helpers import NOWHERE, noop_task
 
 
 def test_a_non_redis_broker_url_is_refused_at_start(app_factory):
@@ -81,9 +85,54 @@ def test_celerys_list_form_of_failover_broker_urls_is_checked_part_by_part(app_f
 
 
 def test_the_settings_show_the_store_url_with_its_passwords_masked():
-    from celery_delayq.celery.settings import DelayqConfig
-
     shown = repr(DelayqConfig(store_url="redis://:one@a:1/0;redis://:two@b:2/0"))
     assert "store_url='redis://:**@a:1/0;redis://:**@b:2/0'" in shown
     assert "metrics_addr='127.0.0.1'" in shown
     assert "store_url=None" in repr(DelayqConfig())
+
+
+class NamespacedSettings:
+    """Settings as Django keeps them: every Celery name in capitals after ``CELERY_``."""
+
+    CELERY_BROKER_URL = NOWHERE
+    CELERY_BROKER_TRANSPORT = "celery_delayq.transport:Transport"
+    CELERY_DELAYQ_MOVE_AHEAD = 0.05
+    CELERY_DELAYQ_KEY_PREFIX = "shop"
+    CELERY_DELAYQ_WEB_TOKEN = "a-long-Token-9876"
+
+
+def namespaced_app(**extra: Any) -> Celery:
+    settings = type("Settings", (NamespacedSettings,), extra)
+    app = Celery("namespaced", set_as_current=False)
+    app.config_from_object(settings, namespace="CELERY")
+    return app
+
+
+def test_celery_delayq_names_in_the_celery_namespace_are_the_delayq_settings():
+    app = namespaced_app()
+    config = DelayqConfig.from_app(app)
+    assert (config.move_ahead, config.key_prefix) == (0.05, "shop")
+    assert WebConfig.from_app(app, environ={}).token == "a-long-Token-9876"
+
+
+def test_a_misspelt_name_in_the_celery_namespace_is_refused():
+    with pytest.raises(ConfigurationError, match="unknown celery-delayq setting 'CELERY_DELAYQ_"):
+        DelayqConfig.from_app(namespaced_app(CELERY_DELAYQ_MOVE_AHAED=0.05))
+
+
+def test_every_web_setting_is_read_through_the_registry():
+    values = {
+        "delayq_web_username": "ops",
+        "delayq_web_password": "pw",
+        "delayq_web_token": "tok",
+        "delayq_web_secret_key": "key",
+        "delayq_web_secure_cookies": True,
+        "delayq_web_allowed_hosts": ["a.example"],
+    }
+    assert set(values) == WEB_SETTINGS
+    app = Celery("web", set_as_current=False)
+    app.conf.update(values)
+    read = dataclasses.asdict(WebConfig.from_app(app, environ={}))
+    assert {WEB_PREFIX + name: value for name, value in read.items()} == values
+    DelayqConfig.from_app(app)  # known names: no error
+    assert WebConfig.from_app(app, {"DELAYQ_WEB_TOKEN": "env"}).token == "env"
