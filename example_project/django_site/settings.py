@@ -72,11 +72,11 @@ CELERY_TIMEZONE = TIME_ZONE
 CELERY_TASK_IGNORE_RESULT = True
 
 # celery-delayq: each worker runs a mover (the default) that moves due tasks to their
-# queue; its keys start with this prefix.
+# queue; the keys of the delayed store start with this prefix.
 CELERY_DELAYQ_WORKER_MOVER = True
 CELERY_DELAYQ_KEY_PREFIX = "shop-delayq"
 
-# django-celery-beat: periodic tasks edited in the admin, sent by `celery beat`. A
-# periodic task sent with a countdown (its "expires"/"eta" options aside) waits in the
-# delayed store like any other; the workers' movers deliver it.
+# django-celery-beat: periodic tasks are edited in the admin and sent by `celery beat`
+# through the delayq transport, like any other task; the workers' movers deliver the
+# delayed ones.
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
