@@ -1,6 +1,7 @@
 """Every celery-delayq setting, the dashboard's among them, as the docs give them: a
-worker, beat and ``celery delayq web`` all start with them, and the dashboard asks for the
-credentials they set (401 without, 200 with)."""
+worker, beat, a standalone mover and ``celery delayq web`` all start with them, and the
+dashboard asks for the credentials they set (401, or the token's login page, without;
+200 with)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 from celery_delayq.celery.settings import SETTINGS
 from celery_delayq.testing import free_port, wait_until
 
-from ..helpers import celery_process, runs
+from ..helpers import celery_process, runs, standalone_mover
 
 pytestmark = pytest.mark.slow
 
@@ -55,7 +56,7 @@ def status(url: str, authorization: str | None = None) -> tuple[int, str]:
     ],
     ids=["username-password", "token"],
 )
-def test_worker_beat_and_web_start_with_the_web_settings(
+def test_worker_beat_mover_and_web_start_with_the_web_settings(
     redis_server, redis_client, credentials, authorization, refused
 ):
     settings = {
@@ -76,6 +77,8 @@ def test_worker_beat_and_web_start_with_the_web_settings(
         with celery_process("beat", redis_server.url, settings, ready="beat: Starting"):
             # beat's task waited a second in the store; the worker's mover delivered it.
             wait_until(lambda: runs(redis_client), timeout=30, abort=worker.exited)
+        with standalone_mover(redis_server.url, settings):
+            pass  # it started: it read the settings, and runs beside the worker's
         with celery_process(
             "delayq",
             redis_server.url,
