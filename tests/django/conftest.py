@@ -74,7 +74,10 @@ def site_app(redis_client: Any, redis_server: Any) -> Iterator[Any]:
     app, so it is left open."""
     from example_project.django_site.celery import app
 
-    app.conf.broker_url = redis_server.url
+    # The namespaced name: Celery before 5.7 looks it up (in Django's settings too)
+    # before the plain one, so a plain broker_url here would not win.
+    app.conf["CELERY_BROKER_URL"] = redis_server.url
+    assert app.conf.broker_url == redis_server.url
     current = _state._tls.current_app
     app.set_current()
     yield app
