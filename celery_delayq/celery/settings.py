@@ -30,10 +30,12 @@ SETTING_PREFIX = "delayq_"
 WEB_PREFIX = "delayq_web_"
 
 
-def setting(default: Any, doc: str, *, env: str | None = None) -> Any:
-    """A settings field: its default, and the ``doc`` the reference shows (and, for a web
-    setting, the environment variable that wins over it)."""
-    metadata = {"doc": doc} if env is None else {"doc": doc, "env": env}
+def setting(default: Any, doc: str, *, valid: str | None = None, env: str | None = None) -> Any:
+    """A settings field: its default and the ``doc`` the reference shows; what values are
+    ``valid`` (the words of the error that refuses any other), and for a web setting the
+    ``env`` variable that wins over it."""
+    extra = {"valid": valid, "env": env}
+    metadata = {"doc": doc, **{key: value for key, value in extra.items() if value}}
     return dataclasses.field(default=default, metadata=metadata)
 
 
@@ -55,10 +57,12 @@ class DelayqConfig:
     key_prefix: str = setting(
         "delayq",
         "Prefix of every key the delayed store writes (after kombu's ``global_keyprefix``).",
+        valid="a non-empty string",
     )
     worker_mover: bool = setting(
         True,
         "Run a mover thread in every worker that uses the transport.",
+        valid="True or False",
     )
     reliable_consume: bool = setting(
         True,
@@ -67,10 +71,12 @@ class DelayqConfig:
             "``unacked_mutex`` and count each redelivery in a header; False: kombu's own "
             "restore."
         ),
+        valid="True or False",
     )
     move_batch_size: int = setting(
         500,
         "Most messages one atomic move call delivers; bounds how long Redis is busy per call.",
+        valid="an integer from 1 to 10000",
     )
     move_call_budget: float = setting(
         0.002,
@@ -78,10 +84,12 @@ class DelayqConfig:
             "Longest one move call should keep Redis busy (seconds): batches are sized by the "
             "time the calls take, up to ``move_batch_size``; 0: fixed size."
         ),
+        valid="a number of seconds from 0 to 1",
     )
     mover_max_sleep: float = setting(
         5.0,
         "Longest a mover sleeps without a wake-up, a safety net for a missed notification.",
+        valid="a number of seconds above 0",
     )
     move_ahead: float = setting(
         0.02,
@@ -90,6 +98,7 @@ class DelayqConfig:
             "worker's own timer then starts it at the ETA, as vanilla Celery's does, instead of"
             " the move, the fetch and the worker's message handling all coming after it."
         ),
+        valid="a number of seconds from 0 to 1",
     )
     burst_ahead: float = setting(
         5.0,
@@ -98,10 +107,12 @@ class DelayqConfig:
             "``move_ahead``, in proportion to its size, so that workers have fetched it by its "
             "ETA as vanilla Celery's would hold it; 0: off."
         ),
+        valid="a number of seconds from 0 to 60",
     )
     mover_retry_max: float = setting(
         10.0,
         "Longest back-off between retries while Redis is unreachable.",
+        valid="a number of seconds above 0",
     )
     metrics_port: int | None = setting(
         None,
@@ -110,6 +121,7 @@ class DelayqConfig:
             "``prometheus`` extra); None: off. ``celery delayq exporter`` serves them "
             "standalone."
         ),
+        valid="a TCP port number or None",
     )
     metrics_addr: str = setting(
         "127.0.0.1",
@@ -124,6 +136,7 @@ class DelayqConfig:
             "Most delayed messages one worker adds to its reply to ``inspect scheduled`` (the "
             "earliest due); 0: add none."
         ),
+        valid="an integer from 0 to 100000",
     )
     store_url: str | None = setting(
         None,
@@ -133,6 +146,10 @@ class DelayqConfig:
             " with a broker that is not Redis (RabbitMQ...); with a Redis broker it keeps the "
             "schedule elsewhere. None: the broker's Redis."
         ),
+        valid=(
+            "a redis://, rediss://, unix://, sentinel:// or (for a Redis Cluster) "
+            "redis+cluster:// or rediss+cluster:// URL"
+        ),
     )
     store_shards: int = setting(
         1,
@@ -141,6 +158,7 @@ class DelayqConfig:
             "each shard is its own hash slot, so one busy queue spans nodes. A task's shard is "
             "fixed by its task id."
         ),
+        valid="an integer from 1 to 1024",
     )
     store_wait_replicas: int = setting(
         0,
@@ -149,10 +167,12 @@ class DelayqConfig:
             "failover cannot lose an acknowledged delayed task; 0: do not wait (replication is "
             "asynchronous). Costs a replication round trip per publish."
         ),
+        valid="an integer from 0 to 16",
     )
     store_wait_timeout: float = setting(
         1.0,
         "Longest that wait (seconds); a write not confirmed in time is logged, not failed.",
+        valid="a number of seconds above 0",
     )
     store_master_name: str | None = setting(
         None,
@@ -167,6 +187,7 @@ class DelayqConfig:
             "Seconds a mover may take to publish a claimed message to a broker in another "
             "system before its claim expires and the message is published again."
         ),
+        valid="a number of seconds above 0",
     )
     handover_tries: int = setting(
         5,
@@ -174,10 +195,12 @@ class DelayqConfig:
             "Failed hand-overs (refusals, expired claims) after which a message is moved to the"
             " dead letters (``celery delayq list --dead``)."
         ),
+        valid="an integer of at least 1",
     )
     handover_backoff: float = setting(
         1.0,
         "Seconds before a refused message is tried again; doubles with each refusal.",
+        valid="a number of seconds above 0",
     )
     #: Not a ``delayq_`` setting: Celery's own ``timezone``, used for naive ETAs as the
     #: worker would read them.
@@ -379,8 +402,9 @@ class WebConfig:
         return cls(**values)
 
 
-#: Every celery-delayq setting, by its Celery name: the field that defines it (its
-#: ``type``, ``default`` and ``metadata["doc"]``; web settings also ``metadata["env"]``).
+#: Every celery-delayq setting, by its Celery name: the field that defines it: its
+#: ``type`` (a string), ``default`` and ``metadata["doc"]``; where values are checked,
+#: ``metadata["valid"]``; for a web setting, ``metadata["env"]``.
 SETTINGS: dict[str, dataclasses.Field[Any]] = {
     **{
         SETTING_PREFIX + field.name: field

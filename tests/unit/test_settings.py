@@ -12,7 +12,13 @@ import pytest
 from celery import Celery
 
 from celery_delayq import ConfigurationError
-from celery_delayq.celery.settings import WEB_PREFIX, WEB_SETTINGS, DelayqConfig, WebConfig
+from celery_delayq.celery.settings import (
+    SETTINGS,
+    WEB_PREFIX,
+    WEB_SETTINGS,
+    DelayqConfig,
+    WebConfig,
+)
 
 from ..helpers import NOWHERE, noop_task
 
@@ -136,3 +142,38 @@ def test_every_web_setting_is_read_through_the_registry():
     assert {WEB_PREFIX + name: value for name, value in read.items()} == values
     DelayqConfig.from_app(app)  # known names: no error
     assert WebConfig.from_app(app, {"DELAYQ_WEB_TOKEN": "env"}).token == "env"
+
+
+#: A value each checked setting refuses.
+REFUSED = {
+    "delayq_key_prefix": " ",
+    "delayq_worker_mover": "yes",
+    "delayq_reliable_consume": 1,
+    "delayq_move_batch_size": 10_001,
+    "delayq_move_call_budget": 2,
+    "delayq_mover_max_sleep": 0,
+    "delayq_move_ahead": -1,
+    "delayq_burst_ahead": 61,
+    "delayq_mover_retry_max": "soon",
+    "delayq_metrics_port": 70_000,
+    "delayq_inspect_limit": -1,
+    "delayq_store_url": "amqp://x//",
+    "delayq_store_shards": 0,
+    "delayq_store_wait_replicas": 17,
+    "delayq_store_wait_timeout": -1,
+    "delayq_handover_lease": 0,
+    "delayq_handover_tries": 0,
+    "delayq_handover_backoff": True,
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_the_registry_says_what_the_check_refuses(app_factory, name):
+    """``metadata["valid"]`` (the settings reference shows it) is what the error says."""
+    valid = SETTINGS[name].metadata["valid"]
+    with pytest.raises(ConfigurationError, match=re.escape(f"{name} must be {valid}, got")):
+        DelayqConfig.from_app(app_factory(**{name: REFUSED[name]}))
+
+
+def test_every_checked_setting_is_tried():
+    assert {name for name, field in SETTINGS.items() if "valid" in field.metadata} == set(REFUSED)
