@@ -57,6 +57,7 @@ def dashboard_view(
     pages: list[Any] = []
 
     def dashboard(request: HttpRequest, path: str = "") -> HttpResponse:
+        request.get_host()  # ALLOWED_HOSTS, whatever the middleware (the pages allow any)
         user = getattr(request, "user", None)
         if user is None or not user.is_authenticated:
             return redirect_to_login(request.get_full_path())

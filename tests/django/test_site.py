@@ -108,6 +108,17 @@ def test_staff_see_the_dashboard_with_its_links_under_the_mount(staff, site_app)
     assert staff.get("/delayq/static/style.css").status_code == 200
 
 
+def test_under_a_script_name_the_links_keep_the_whole_prefix(staff, site_app):
+    """A site served under /site (a proxy's SCRIPT_NAME): the pages link below it."""
+    page = staff.get("/delayq/scheduled", SCRIPT_NAME="/site")
+    assert page.status_code == 200
+    assert 'href="/site/delayq/static/' in page.content.decode()
+
+
+def test_an_unknown_host_is_refused_by_django(staff, site_app):
+    assert staff.get("/delayq/scheduled", HTTP_HOST="attacker.example").status_code == 400
+
+
 def test_a_csrf_protected_action_works_through_django(staff, site_app):
     sent = site_app.send_task("shop.nothing", countdown=3600)
     body = staff.get("/delayq/scheduled").content.decode()
