@@ -1,15 +1,20 @@
-"""All celery-delayq settings, read once from a Celery app into one frozen object.
+"""All celery-delayq settings: one registry of names, read from a Celery app.
 
 Every option is an ordinary Celery setting named ``delayq_*`` (or ``CELERY_DELAYQ_*``
 with a Django-style namespace), so users switch behaviour in settings, never in code.
-``config_of(app)`` reads and validates them the first time and keeps the result with the
-app, as Celery keeps most of its own settings once read.
+``DelayqConfig`` holds the core's (``config_of(app)`` reads and validates them the first
+time and keeps the result with the app, as Celery keeps most of its own settings once
+read), ``WebConfig`` the dashboard's (``delayq_web_*``). ``SETTINGS`` names them all, each
+with its type, default and ``doc`` (the settings reference is generated from it), and
+``DelayqConfig.from_app`` refuses any other ``delayq_*`` name, so a typo fails loudly.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import weakref
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import Any
@@ -22,17 +27,17 @@ from ..core.urls import sanitize_url, url_parts
 from .errors import ConfigurationError
 
 SETTING_PREFIX = "delayq_"
-#: The web dashboard's settings (celery_delayq/web reads them): known names here too.
-WEB_SETTINGS = frozenset(
-    {
-        "delayq_web_username",
-        "delayq_web_password",
-        "delayq_web_token",
-        "delayq_web_secret_key",
-        "delayq_web_secure_cookies",
-        "delayq_web_allowed_hosts",
-    }
-)
+WEB_PREFIX = "delayq_web_"
+
+
+def setting(default: Any, doc: str, *, valid: str | None = None, env: str | None = None) -> Any:
+    """A settings field: its default and the ``doc`` the reference shows; what values are
+    ``valid`` (the words of the error that refuses any other), and for a web setting the
+    ``env`` variable that wins over it."""
+    extra = {"valid": valid, "env": env}
+    metadata = {"doc": doc, **{key: value for key, value in extra.items() if value}}
+    return dataclasses.field(default=default, metadata=metadata)
+
 
 #: URL schemes a Redis broker may be given with (``socket`` and ``unix`` are Unix sockets).
 REDIS_SCHEMES = frozenset({"redis", "rediss", "socket", "unix", "redis+socket"})
@@ -49,69 +54,157 @@ STORE_SCHEMES = frozenset({"redis", "rediss", "unix", "sentinel", *CLUSTER_SCHEM
 class DelayqConfig:
     """celery-delayq's settings; the field name plus ``delayq_`` is the Celery setting."""
 
-    #: Prefix of every key the delayed store writes (after kombu's ``global_keyprefix``).
-    key_prefix: str = "delayq"
-    #: Run a mover thread in every worker that uses the transport.
-    worker_mover: bool = True
-    #: On a Redis broker, restore unacknowledged messages without kombu's
-    #: ``unacked_mutex`` (redis_restore.py) and count each redelivery in a header; False:
-    #: kombu's own restore.
-    reliable_consume: bool = True
-    #: Most messages one atomic move call delivers; bounds how long Redis is busy per call.
-    move_batch_size: int = 500
-    #: Longest one move call should keep Redis busy (seconds): batches are sized by the
-    #: time the calls take, up to ``move_batch_size`` (core/batching.py); 0: fixed size.
-    move_call_budget: float = 0.002
-    #: Longest a mover sleeps without a wake-up, a safety net for a missed notification.
-    mover_max_sleep: float = 5.0
-    #: On a Redis broker, how long before its ETA a message is moved into its queue: the
-    #: worker's own timer then starts it at the ETA, as vanilla Celery's does, instead of
-    #: the move, the fetch and the worker's message handling all coming after it.
-    move_ahead: float = 0.02
-    #: Most seconds a dense instant (many messages due together) is moved ahead beyond
-    #: ``move_ahead``, in proportion to its size, so that workers have fetched it by its
-    #: ETA as vanilla Celery's would hold it (core/lua/move_due.lua); 0: off.
-    burst_ahead: float = 5.0
-    #: Longest back-off between retries while Redis is unreachable.
-    mover_retry_max: float = 10.0
-    #: Serve Prometheus metrics on this port from each worker and beat (needs the
-    #: ``prometheus`` extra); None: off. ``celery delayq exporter`` serves them standalone.
-    metrics_port: int | None = None
-    #: Address the metrics server listens on: this host only unless told otherwise
-    #: ("0.0.0.0" for every interface, e.g. for a Prometheus on another machine).
-    metrics_addr: str = "127.0.0.1"
-    #: Most delayed messages one worker adds to its reply to ``inspect scheduled`` (the
-    #: earliest due); 0: add none.
-    inspect_limit: int = 1000
-    #: Where delayed messages wait when they do not wait in the broker's own Redis: a
-    #: redis://, rediss://, sentinel:// or (a Redis Cluster) redis+cluster:// URL. Needed
-    #: with a broker that is not Redis (RabbitMQ...); with a Redis broker it keeps the
-    #: schedule elsewhere. None: the broker's Redis.
-    store_url: str | None = None
-    #: How many shards each queue's delayed messages are spread over; on a Redis Cluster
-    #: each shard is its own hash slot, so one busy queue spans nodes. A task's shard is
-    #: fixed by its task id.
-    store_shards: int = 1
-    #: After each schedule, wait until this many replicas have it (Redis's WAIT), so a
-    #: failover cannot lose an acknowledged delayed task; 0: do not wait (replication is
-    #: asynchronous). Costs a replication round trip per publish.
-    store_wait_replicas: int = 0
-    #: Longest that wait (seconds); a write not confirmed in time is logged, not failed.
-    store_wait_timeout: float = 1.0
-    #: With a ``sentinel://host:port[/db];sentinel://...`` store URL: the name of the
-    #: master the sentinels watch (as kombu's ``master_name`` transport option).
-    store_master_name: str | None = None
-    #: Seconds a mover may take to publish a claimed message to a broker in another
-    #: system before its claim expires and the message is published again.
-    handover_lease: float = 60.0
-    #: Failed hand-overs (refusals, expired claims) after which a message is moved to
-    #: the dead letters (``celery delayq list --dead``).
-    handover_tries: int = 5
-    #: Seconds before a refused message is tried again; doubles with each refusal.
-    handover_backoff: float = 1.0
+    key_prefix: str = setting(
+        "delayq",
+        "Prefix of every key the delayed store writes (after kombu's ``global_keyprefix``).",
+        valid="a non-empty string",
+    )
+    worker_mover: bool = setting(
+        True,
+        "Run a mover thread in every worker that uses the transport.",
+        valid="True or False",
+    )
+    reliable_consume: bool = setting(
+        True,
+        (
+            "On a Redis broker, restore unacknowledged messages without kombu's "
+            "``unacked_mutex`` and count each redelivery in a header; False: kombu's own "
+            "restore."
+        ),
+        valid="True or False",
+    )
+    move_batch_size: int = setting(
+        500,
+        "Most messages one atomic move call delivers; bounds how long Redis is busy per call.",
+        valid="an integer from 1 to 10000",
+    )
+    move_call_budget: float = setting(
+        0.002,
+        (
+            "Longest one move call should keep Redis busy (seconds): batches are sized by the "
+            "time the calls take, up to ``move_batch_size``; 0: fixed size."
+        ),
+        valid="a number of seconds from 0 to 1",
+    )
+    mover_max_sleep: float = setting(
+        5.0,
+        "Longest a mover sleeps without a wake-up, a safety net for a missed notification.",
+        valid="a number of seconds above 0",
+    )
+    move_ahead: float = setting(
+        0.02,
+        (
+            "On a Redis broker, how long before its ETA a message is moved into its queue: the "
+            "worker's own timer then starts it at the ETA, as vanilla Celery's does, instead of"
+            " the move, the fetch and the worker's message handling all coming after it."
+        ),
+        valid="a number of seconds from 0 to 1",
+    )
+    burst_ahead: float = setting(
+        5.0,
+        (
+            "Most seconds a dense instant (many messages due together) is moved ahead beyond "
+            "``move_ahead``, in proportion to its size, so that workers have fetched it by its "
+            "ETA as vanilla Celery's would hold it; 0: off."
+        ),
+        valid="a number of seconds from 0 to 60",
+    )
+    mover_retry_max: float = setting(
+        10.0,
+        "Longest back-off between retries while Redis is unreachable.",
+        valid="a number of seconds above 0",
+    )
+    metrics_port: int | None = setting(
+        None,
+        (
+            "Serve Prometheus metrics on this port from each worker and beat (needs the "
+            "``prometheus`` extra); None: off. ``celery delayq exporter`` serves them "
+            "standalone."
+        ),
+        valid="a TCP port number or None",
+    )
+    metrics_addr: str = setting(
+        "127.0.0.1",
+        (
+            "Address the metrics server listens on: this host only unless told otherwise "
+            '("0.0.0.0" for every interface, e.g. for a Prometheus on another machine).'
+        ),
+    )
+    inspect_limit: int = setting(
+        1000,
+        (
+            "Most delayed messages one worker adds to its reply to ``inspect scheduled`` (the "
+            "earliest due); 0: add none."
+        ),
+        valid="an integer from 0 to 100000",
+    )
+    store_url: str | None = setting(
+        None,
+        (
+            "Where delayed messages wait when they do not wait in the broker's own Redis: a "
+            "redis://, rediss://, sentinel:// or (a Redis Cluster) redis+cluster:// URL. Needed"
+            " with a broker that is not Redis (RabbitMQ...); with a Redis broker it keeps the "
+            "schedule elsewhere. None: the broker's Redis."
+        ),
+        valid=(
+            "a redis://, rediss://, unix://, sentinel:// or (for a Redis Cluster) "
+            "redis+cluster:// or rediss+cluster:// URL"
+        ),
+    )
+    store_shards: int = setting(
+        1,
+        (
+            "How many shards each queue's delayed messages are spread over; on a Redis Cluster "
+            "each shard is its own hash slot, so one busy queue spans nodes. A task's shard is "
+            "fixed by its task id."
+        ),
+        valid="an integer from 1 to 1024",
+    )
+    store_wait_replicas: int = setting(
+        0,
+        (
+            "After each schedule, wait until this many replicas have it (Redis's WAIT), so a "
+            "failover cannot lose an acknowledged delayed task; 0: do not wait (replication is "
+            "asynchronous). Costs a replication round trip per publish."
+        ),
+        valid="an integer from 0 to 16",
+    )
+    store_wait_timeout: float = setting(
+        1.0,
+        "Longest that wait (seconds); a write not confirmed in time is logged, not failed.",
+        valid="a number of seconds above 0",
+    )
+    store_master_name: str | None = setting(
+        None,
+        (
+            "With a ``sentinel://host:port[/db];sentinel://...`` store URL: the name of the "
+            "master the sentinels watch (as kombu's ``master_name`` transport option)."
+        ),
+    )
+    handover_lease: float = setting(
+        60.0,
+        (
+            "Seconds a mover may take to publish a claimed message to a broker in another "
+            "system before its claim expires and the message is published again."
+        ),
+        valid="a number of seconds above 0",
+    )
+    handover_tries: int = setting(
+        5,
+        (
+            "Failed hand-overs (refusals, expired claims) after which a message is moved to the"
+            " dead letters (``celery delayq list --dead``)."
+        ),
+        valid="an integer of at least 1",
+    )
+    handover_backoff: float = setting(
+        1.0,
+        "Seconds before a refused message is tried again; doubles with each refusal.",
+        valid="a number of seconds above 0",
+    )
     #: Not a ``delayq_`` setting: Celery's own ``timezone``, used for naive ETAs as the
     #: worker would read them.
-    timezone: tzinfo | None = dataclasses.field(default=None, compare=False)
+    timezone: tzinfo | None = dataclasses.field(default=None, compare=False, metadata={})
 
     def __post_init__(self) -> None:
         _check(
@@ -221,7 +314,7 @@ class DelayqConfig:
     @classmethod
     def setting_names(cls) -> list[str]:
         """The Celery setting names this object reads."""
-        return [SETTING_PREFIX + f.name for f in dataclasses.fields(cls) if f.name != "timezone"]
+        return [SETTING_PREFIX + f.name for f in dataclasses.fields(cls) if "doc" in f.metadata]
 
     @classmethod
     def from_app(cls, app: Celery) -> DelayqConfig:
@@ -231,8 +324,10 @@ class DelayqConfig:
         leave a default in force.
         """
         conf = app.conf
-        known = set(cls.setting_names()) | WEB_SETTINGS
-        namespace = (getattr(conf, "prefix", None) or "").lower()
+        known = set(SETTINGS)
+        # app.namespace, not conf.prefix: the latter is None until the settings are read.
+        namespace = (app.namespace or "").rstrip("_").lower()
+        namespace = namespace + "_" if namespace else ""
         for key in list(conf):
             name = key.lower()
             if namespace and name.startswith(namespace):
@@ -243,12 +338,83 @@ class DelayqConfig:
                 )
         values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
-            if field.name == "timezone":
+            if "doc" not in field.metadata:
                 continue
             value = conf.get(SETTING_PREFIX + field.name)
             if value is not None:
                 values[field.name] = value
         return cls(timezone=app.timezone, **values)
+
+
+@dataclass(frozen=True)
+class WebConfig:
+    """The web dashboard's settings; the field name plus ``delayq_web_`` is the Celery
+    setting, and an environment variable of that name in capitals wins over it."""
+
+    username: str | None = setting(
+        None,
+        "User name of the dashboard's HTTP basic auth, set with ``delayq_web_password``.",
+        env="DELAYQ_WEB_USERNAME",
+    )
+    password: str | None = setting(
+        None,
+        "Password of the dashboard's HTTP basic auth, set with ``delayq_web_username``. "
+        "Served beyond loopback it needs at least 16 characters, 8 of them different.",
+        env="DELAYQ_WEB_PASSWORD",
+    )
+    token: str | None = setting(
+        None,
+        "A token for the dashboard, sent as ``Authorization: Bearer <token>`` or typed once "
+        "into its login page (the session then keeps only an HMAC of it). Served beyond "
+        "loopback it needs at least 16 characters, 8 of them different.",
+        env="DELAYQ_WEB_TOKEN",
+    )
+    secret_key: str | None = setting(
+        None,
+        "Key that signs the dashboard's session cookie (CSRF tokens, a token login). "
+        "None: a random key per process, so a restart ends every session.",
+        env="DELAYQ_WEB_SECRET_KEY",
+    )
+    secure_cookies: bool = setting(
+        False,
+        "Send the session cookie as ``Secure`` even when the request came over plain HTTP: "
+        "for a proxy that ends TLS in front of the dashboard (over HTTPS it always is).",
+    )
+    allowed_hosts: Sequence[str] = setting(
+        (),
+        "Host names the dashboard answers besides loopback and its own address (against "
+        "DNS rebinding): a list, or a comma-separated string. ``*`` allows any host, for an "
+        "app that mounts the dashboard and checks the Host header itself.",
+        env="DELAYQ_WEB_ALLOWED_HOSTS",
+    )
+
+    @classmethod
+    def from_app(cls, app: Celery, environ: Mapping[str, str] | None = None) -> WebConfig:
+        """The ``delayq_web_*`` settings of ``app`` (plain or namespaced), each overridden
+        by its environment variable in ``environ`` (default: ``os.environ``)."""
+        environ = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for field in dataclasses.fields(cls):
+            env = field.metadata.get("env")
+            value = (environ.get(env) if env else None) or app.conf.get(WEB_PREFIX + field.name)
+            if value is not None:
+                values[field.name] = value
+        return cls(**values)
+
+
+#: Every celery-delayq setting, by its Celery name: the field that defines it: its
+#: ``type`` (a string), ``default`` and ``metadata["doc"]``; where values are checked,
+#: ``metadata["valid"]``; for a web setting, ``metadata["env"]``.
+SETTINGS: dict[str, dataclasses.Field[Any]] = {
+    **{
+        SETTING_PREFIX + field.name: field
+        for field in dataclasses.fields(DelayqConfig)
+        if "doc" in field.metadata
+    },
+    **{WEB_PREFIX + field.name: field for field in dataclasses.fields(WebConfig)},
+}
+#: The web dashboard's setting names (celery_delayq/web reads them through WebConfig).
+WEB_SETTINGS = frozenset(name for name in SETTINGS if name.startswith(WEB_PREFIX))
 
 
 _configs: weakref.WeakKeyDictionary[Celery, DelayqConfig] = weakref.WeakKeyDictionary()

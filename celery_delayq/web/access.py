@@ -23,7 +23,8 @@ from typing import Any
 
 from celery import Celery
 
-SETTINGS = ("delayq_web_username", "delayq_web_password", "delayq_web_token")
+from ..celery.settings import WebConfig
+
 MIN_SECRET_LENGTH = 16
 MIN_DISTINCT = 8
 
@@ -78,7 +79,8 @@ def _weak(secret: str) -> bool:
 
 def access_of(app: Celery, environ: Any = os.environ) -> Access:
     """The credentials configured for ``app``'s web pages."""
-    values = [environ.get(name.upper()) or app.conf.get(name) for name in SETTINGS]
+    config = WebConfig.from_app(app, environ)
+    values = (config.username, config.password, config.token)
     username, password, token = (str(v) if v else None for v in values)
     if bool(username) != bool(password):
         raise ValueError("set both delayq_web_username and delayq_web_password, or neither")

@@ -9,7 +9,6 @@ mounts anywhere WSGI does; Flask-WTF adds CSRF protection to every POST.
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import time
 from collections.abc import Iterable
@@ -25,6 +24,7 @@ from werkzeug.serving import BaseWSGIServer, make_server
 
 from ..celery.connect import open_store
 from ..celery.errors import STORE_OUTAGES, StoreUnavailable
+from ..celery.settings import WebConfig
 from ..ops.when import ago, iso
 from .access import Access, access_of, check_address
 from .actions import actions
@@ -75,17 +75,15 @@ def create_app(
             "cancel and run tasks; set delayq_web_token (or delayq_web_username and "
             "delayq_web_password)"
         )
+    settings = WebConfig.from_app(celery_app)
     flask = Flask(__name__)
     flask.session_interface = SessionCookies()
     flask.config.update(
-        SECRET_KEY=secret_key
-        or os.environ.get("DELAYQ_WEB_SECRET_KEY")
-        or celery_app.conf.get("delayq_web_secret_key")
-        or secrets.token_hex(32),
+        SECRET_KEY=secret_key or settings.secret_key or secrets.token_hex(32),
         WTF_CSRF_TIME_LIMIT=None,  # a page left open for a day still submits
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
-        SESSION_COOKIE_SECURE=bool(celery_app.conf.get("delayq_web_secure_cookies")),
+        SESSION_COOKIE_SECURE=bool(settings.secure_cookies),
         MAX_CONTENT_LENGTH=MAX_BODY,
     )
     CSRFProtect(flask)

@@ -22,7 +22,8 @@ from typing import Any
 
 from celery import Celery
 
-SETTING = "delayq_web_allowed_hosts"
+from ..celery.settings import WebConfig
+
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 #: host, [IPv6] host, then an optional port: nothing else is a Host header.
 HOST = re.compile(r"(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?::[0-9]{1,5})?")
@@ -30,7 +31,7 @@ HOST = re.compile(r"(?:\[(?P<v6>[0-9a-fA-F:.]+)\]|(?P<name>[A-Za-z0-9._-]+))(?::
 
 def allowed_hosts_of(app: Celery, environ: Any = os.environ) -> list[str]:
     """The extra host names configured for ``app``'s dashboard."""
-    value = environ.get(SETTING.upper()) or app.conf.get(SETTING) or []
+    value = WebConfig.from_app(app, environ).allowed_hosts or []
     names = value.split(",") if isinstance(value, str) else list(value)
     return [str(name).strip() for name in names if str(name).strip()]
 

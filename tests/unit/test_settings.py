@@ -3,14 +3,24 @@ point at an address where no server listens."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
+from typing import Any
 
 import pytest
+from celery import Celery
 
 from celery_delayq import ConfigurationError
+from celery_delayq.celery.settings import (
+    SETTINGS,
+    WEB_PREFIX,
+    WEB_SETTINGS,
+    DelayqConfig,
+    WebConfig,
+)
 
-from ..helpers import noop_task
+from ..helpers import NOWHERE, noop_task
 
 
 def test_a_non_redis_broker_url_is_refused_at_start(app_factory):
@@ -81,9 +91,89 @@ def test_celerys_list_form_of_failover_broker_urls_is_checked_part_by_part(app_f
 
 
 def test_the_settings_show_the_store_url_with_its_passwords_masked():
-    from celery_delayq.celery.settings import DelayqConfig
-
     shown = repr(DelayqConfig(store_url="redis://:one@a:1/0;redis://:two@b:2/0"))
     assert "store_url='redis://:**@a:1/0;redis://:**@b:2/0'" in shown
     assert "metrics_addr='127.0.0.1'" in shown
     assert "store_url=None" in repr(DelayqConfig())
+
+
+class NamespacedSettings:
+    """Settings as Django keeps them: every Celery name in capitals after ``CELERY_``."""
+
+    CELERY_BROKER_URL = NOWHERE
+    CELERY_BROKER_TRANSPORT = "celery_delayq.transport:Transport"
+    CELERY_DELAYQ_MOVE_AHEAD = 0.05
+    CELERY_DELAYQ_KEY_PREFIX = "shop"
+    CELERY_DELAYQ_WEB_TOKEN = "a-long-Token-9876"
+
+
+def namespaced_app(**extra: Any) -> Celery:
+    settings = type("Settings", (NamespacedSettings,), extra)
+    app = Celery("namespaced", set_as_current=False)
+    app.config_from_object(settings, namespace="CELERY")
+    return app
+
+
+def test_celery_delayq_names_in_the_celery_namespace_are_the_delayq_settings():
+    app = namespaced_app()
+    config = DelayqConfig.from_app(app)
+    assert (config.move_ahead, config.key_prefix) == (0.05, "shop")
+    assert WebConfig.from_app(app, environ={}).token == "a-long-Token-9876"
+
+
+def test_a_misspelt_name_in_the_celery_namespace_is_refused():
+    with pytest.raises(ConfigurationError, match="unknown celery-delayq setting 'CELERY_DELAYQ_"):
+        DelayqConfig.from_app(namespaced_app(CELERY_DELAYQ_MOVE_AHAED=0.05))
+
+
+def test_every_web_setting_is_read_through_the_registry():
+    values = {
+        "delayq_web_username": "ops",
+        "delayq_web_password": "pw",
+        "delayq_web_token": "tok",
+        "delayq_web_secret_key": "key",
+        "delayq_web_secure_cookies": True,
+        "delayq_web_allowed_hosts": ["a.example"],
+    }
+    assert set(values) == WEB_SETTINGS
+    app = Celery("web", set_as_current=False)
+    app.conf.update(values)
+    read = dataclasses.asdict(WebConfig.from_app(app, environ={}))
+    assert {WEB_PREFIX + name: value for name, value in read.items()} == values
+    DelayqConfig.from_app(app)  # known names: no error
+    assert WebConfig.from_app(app, {"DELAYQ_WEB_TOKEN": "env"}).token == "env"
+
+
+#: A value each checked setting refuses.
+REFUSED = {
+    "delayq_key_prefix": " ",
+    "delayq_worker_mover": "yes",
+    "delayq_reliable_consume": 1,
+    "delayq_move_batch_size": 10_001,
+    "delayq_move_call_budget": 2,
+    "delayq_mover_max_sleep": 0,
+    "delayq_move_ahead": -1,
+    "delayq_burst_ahead": 61,
+    "delayq_mover_retry_max": "soon",
+    "delayq_metrics_port": 70_000,
+    "delayq_inspect_limit": -1,
+    "delayq_store_url": "amqp://x//",
+    "delayq_store_shards": 0,
+    "delayq_store_wait_replicas": 17,
+    "delayq_store_wait_timeout": -1,
+    "delayq_handover_lease": 0,
+    "delayq_handover_tries": 0,
+    "delayq_handover_backoff": True,
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED))
+def test_the_registry_says_what_the_check_refuses(app_factory, name):
+    """``metadata["valid"]`` (the settings reference shows it) is what the error says."""
+    valid = SETTINGS[name].metadata["valid"]
+    with pytest.raises(ConfigurationError, match=re.escape(f"{name} must be {valid}, got")):
+        DelayqConfig.from_app(app_factory(**{name: REFUSED[name]}))
+
+
+def test_every_checked_setting_is_tried():
+    assert {name for name, field in SETTINGS.items() if "valid" in field.metadata} == set(REFUSED)

@@ -1,0 +1,1 @@
+"""Integrations with web frameworks around the dashboard (an outer layer, like ``web``)."""

@@ -1,0 +1,1 @@
+"""The shop: an order, and a confirmation sent a while after it was placed."""

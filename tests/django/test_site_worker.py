@@ -1,0 +1,87 @@
+"""The example Django site with a real ``celery worker`` and ``celery beat`` (its
+django-celery-beat scheduler), both started from the site's Django settings, on the
+tests' own Redis and the test database file."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+import pytest
+from django.test import Client
+
+from celery_delayq.testing import wait_until
+from example_project.django_site.shop.models import Order
+from example_project.django_site.shop.tasks import CONFIRM_AFTER
+
+from ..helpers import REPO_ROOT, WatchedProcess
+from .conftest import SETTINGS_MODULE, TEST_DB
+from .test_site import pending
+
+pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+
+
+@contextmanager
+def site_process(redis_url: str, *args: str, ready: str) -> Iterator[WatchedProcess]:
+    """``celery -A example_project.django_site <args>`` with the site's settings, until
+    the block ends."""
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
+        REDIS_URL=redis_url,
+        DJANGO_SITE_DB=str(TEST_DB),
+    )
+    popen = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "example_project.django_site", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    process = WatchedProcess(popen, f"celery {args[0]}")
+    try:
+        process.wait_for_output(ready, timeout=60)
+        yield process
+    finally:
+        process.stop()
+
+
+def confirmed(order_id: int) -> bool:
+    return Order.objects.get(pk=order_id).confirmed_at is not None
+
+
+def test_a_worker_runs_the_delayed_confirmation_and_beat_sends_periodic_tasks(
+    site_app, redis_server
+):
+    from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+    pen = Order.objects.create(item="pen")
+    every_second = IntervalSchedule.objects.create(every=1, period=IntervalSchedule.SECONDS)
+    PeriodicTask.objects.create(
+        name="confirm the pen",
+        task="example_project.django_site.shop.tasks.confirm_order",
+        interval=every_second,
+        args=json.dumps([pen.pk]),
+    )
+
+    with site_process(
+        redis_server.url, "worker", "-l", "info", "-c", "1", "--without-mingle", ready="ready."
+    ) as worker:
+        order = Client().post("/orders/", {"item": "book"}).json()["order"]
+        assert pending(site_app) == 1, "the countdown waits in the store, not in a worker"
+        wait_until(lambda: confirmed(order), timeout=30, abort=worker.exited)
+        with site_process(
+            redis_server.url, "beat", "-l", "info", ready="Sending due task confirm the pen"
+        ) as beat:
+            assert "django_celery_beat.schedulers.DatabaseScheduler" in beat.output
+            wait_until(lambda: confirmed(pen.pk), timeout=30, abort=worker.exited)
+
+    placed = Order.objects.get(pk=order)
+    assert placed.confirmed_at - placed.placed_at >= timedelta(seconds=CONFIRM_AFTER)
+    assert pending(site_app) == 0
