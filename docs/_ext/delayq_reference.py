@@ -37,53 +37,72 @@ SETTING_EXAMPLES: dict[str, Any] = {
     "key_prefix": "delayq",
 }
 
+
+class WebSetting(typing.NamedTuple):
+    type: str
+    default: Any
+    example: Any
+    validation: str
+    doc: str
+
+
+_SECRET = (
+    "a string; beyond loopback ``celery delayq web`` refuses one shorter than 16 "
+    "characters or with fewer than 8 different ones"
+)
+
 #: The web dashboard's settings (``celery_delayq/web`` reads them with ``conf.get``): the
 #: registry in settings.py names them; these say what each is. Both lists must agree.
-WEB_SETTING_DOCS: dict[str, tuple[str, Any, Any, str]] = {
-    "delayq_web_username": (
+WEB_SETTING_DOCS: dict[str, WebSetting] = {
+    "delayq_web_username": WebSetting(
         "str",
         None,
         "admin",
-        "User name of the dashboard's HTTP basic auth (``celery delayq web`` and "
-        "``create_app``); also read from the ``DELAYQ_WEB_USERNAME`` environment variable. "
-        "Set together with ``delayq_web_password``: one without the other is refused.",
+        "set together with ``delayq_web_password``: one without the other is refused",
+        "User name of the dashboard's HTTP basic auth (``celery delayq web``, ``create_app``); "
+        "the ``DELAYQ_WEB_USERNAME`` environment variable takes precedence.",
     ),
-    "delayq_web_password": (
+    "delayq_web_password": WebSetting(
         "str",
         None,
-        "change-me",
+        "a-long-random-password",
+        _SECRET,
         "Password of the dashboard's HTTP basic auth (or ``DELAYQ_WEB_PASSWORD``); set "
         "together with ``delayq_web_username``.",
     ),
-    "delayq_web_token": (
+    "delayq_web_token": WebSetting(
         "str",
         None,
         "a-long-random-token",
-        "A bearer token the dashboard accepts instead of (or besides) basic auth (or "
-        "``DELAYQ_WEB_TOKEN``). Without any credentials the dashboard logs a warning: "
-        "anyone who reaches it can cancel and run tasks.",
+        _SECRET,
+        "A bearer token the dashboard accepts (or ``DELAYQ_WEB_TOKEN``), instead of or "
+        "besides basic auth. Without any credentials the dashboard logs a warning, and "
+        "``celery delayq web`` refuses to listen beyond loopback.",
     ),
-    "delayq_web_secret_key": (
+    "delayq_web_secret_key": WebSetting(
         "str",
         None,
         "a-long-random-secret",
-        "Key that signs the dashboard's session cookie (CSRF tokens, a token login); "
-        "by default one is derived from the credentials.",
+        "any string",
+        "Key that signs the dashboard's session cookie (CSRF tokens, a token login); or "
+        "``DELAYQ_WEB_SECRET_KEY``. Unset, each process makes a random one: give one key to "
+        "every process that serves the dashboard.",
     ),
-    "delayq_web_secure_cookies": (
+    "delayq_web_secure_cookies": WebSetting(
         "bool",
         False,
         True,
+        "read as true or false",
         "Mark the session cookie ``Secure``: set it when the dashboard is served over "
         "HTTPS, for instance behind a proxy that ends TLS in front of it.",
     ),
-    "delayq_web_allowed_hosts": (
+    "delayq_web_allowed_hosts": WebSetting(
         "list[str] | str",
         None,
         ["delayq.example.internal"],
-        "Host names the dashboard answers under (a list, or a comma-separated string); "
-        "requests for any other ``Host`` are refused. Loopback names are allowed when "
-        "this is unset.",
+        "a list of host names, or one comma-separated string",
+        "Host names the dashboard answers under besides loopback (or "
+        "``DELAYQ_WEB_ALLOWED_HOSTS``); a request naming another ``Host`` is refused.",
     ),
 }
 
@@ -126,7 +145,11 @@ def field_docs(cls: type) -> dict[str, str]:
     """The ``#:`` comments above a class's attributes (as autodoc reads them)."""
     analyzer = ModuleAnalyzer.for_module(cls.__module__)
     docs = analyzer.find_attr_docs()
-    return {attr: "\n".join(lines).strip() for (owner, attr), lines in docs.items() if owner == cls.__name__}
+    return {
+        attr: "\n".join(lines).strip()
+        for (owner, attr), lines in docs.items()
+        if owner == cls.__name__
+    }
 
 
 def validation_of(cls: type, field: str) -> str:
@@ -193,8 +216,8 @@ def web_settings() -> Iterable[list[str]]:
             "the web settings documented (docs/_ext WEB_SETTING_DOCS) and known "
             f"(WEB_SETTINGS) differ: {sorted(names ^ set(WEB_SETTING_DOCS))}"
         )
-    for name, (type_, default, example, doc) in WEB_SETTING_DOCS.items():
-        yield setting_section(name, type_, default, "as the type says", doc, example)
+    for name, web in WEB_SETTING_DOCS.items():
+        yield setting_section(name, web.type, web.default, web.validation, web.doc, web.example)
 
 
 class GeneratedDirective(SphinxDirective):
@@ -388,9 +411,7 @@ class ApiDirective(GeneratedDirective):
         return out
 
 
-def add_raises(
-    app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]
-) -> None:
+def add_raises(app: Sphinx, what: str, name: str, obj: Any, options: Any, lines: list[str]) -> None:
     """Append ``:raises:`` for each exception the object's own code raises (found in its
     source), unless its docstring lists them already."""
     if what not in ("function", "method", "class") or any(":raises" in line for line in lines):
