@@ -5,7 +5,8 @@ root conftest.py hands pytest this module's collector and fixtures.
 - Python blocks run in order within a page, sharing one namespace. They get ``redis_url``
   (a private redis-server, flushed for each page) and ``app`` (a Celery app on the
   celery-delayq transport against it). A block that cannot run (a fragment of a settings
-  file, Django settings) is preceded by ``<!-- skip: next "why" -->``.
+  file, Django settings) is preceded by ``<!-- skip: next "why" -->``. A page can set up
+  its namespace out of sight, in ``<!-- invisible-code-block: python ... -->``.
 - Shell commands are checked, not run (``tests.docs.commands``).
 
 Sybil 10 needs Python 3.11: on older Pythons the pages are skipped, saying so.

@@ -19,8 +19,14 @@ PAGE = textwrap.dedent(
     """\
     # A page
 
+    <!-- invisible-code-block: python
+    hidden = "set up out of the reader's sight"
+    -->
+
     ```python
     from celery_delayq import backlog
+
+    assert hidden
 
     @app.task
     def remind(user_id):
@@ -70,8 +76,8 @@ def test_a_page_runs_skips_and_fails_as_marked(tmp_path: Path) -> None:
         timeout=120,
     )
     out = run.stdout
-    # the block using app and redis_url, the skip marker: pass; the marked block: skipped;
-    # the same fragment unmarked and the wrong command: fail
-    assert "2 failed, 2 passed, 1 skipped" in out, out
+    # the hidden block, the block using it, app and redis_url, the skip marker: pass; the
+    # marked block: skipped; the same fragment unmarked and the wrong command: fail
+    assert "2 failed, 3 passed, 1 skipped" in out, out
     assert "NameError: name 'send_report' is not defined" in out, out
     assert "no command 'lsit'" in out, out
