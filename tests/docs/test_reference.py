@@ -4,6 +4,7 @@ store writes there."""
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -38,3 +39,16 @@ def test_the_keys_page_lists_every_key_a_store_writes(app: Celery) -> None:
     assert pages, written
     assert written - pages <= documented
     assert "P:{Q}:p:<n>" in documented
+
+
+def test_the_keys_page_names_the_consume_paths_keys() -> None:
+    """The consume path's keys beside kombu's (a table written by hand on the keys page):
+    every ``_delayq.`` name the code forms is on it."""
+    code = "".join(
+        (ROOT / "celery_delayq" / "celery" / name).read_text()
+        for name in ("redis_consume.py", "redis_restore.py")
+    )
+    names = set(re.findall(r"\"(_delayq\.[a-z]+)\.?\"", code))
+    page = (ROOT / "docs" / "reference" / "keys.md").read_text()
+    assert len(names) == 4, names
+    assert [name for name in sorted(names) if f"`{name}" not in page] == []
