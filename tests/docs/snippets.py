@@ -1,6 +1,7 @@
-"""Docs that run: every ```python block of README.md and docs/**/*.md is executed by
-Sybil, and every command of a ```bash / ```console block is checked; the repository's
-root conftest.py hands pytest this module's collector and fixtures.
+"""Docs that run: every ```python block of README.md, the root files the docs include
+(CONTRIBUTING.md, SECURITY.md, CHANGELOG.md) and docs/**/*.md is executed by Sybil, and
+every command of a ```bash / ```console block is checked; the repository's root
+conftest.py hands pytest this module's collector and fixtures.
 
 - Python blocks run in order within a page, sharing one namespace. They get ``redis_url``
   (a private redis-server, flushed for each page) and ``app`` (a Celery app on the
@@ -29,7 +30,7 @@ from .commands import check_block
 
 ROOT = Path(__file__).resolve().parents[2]
 #: fnmatch patterns of the root-relative paths (``*`` spans folders too)
-PAGES = ["README.md", "docs/*.md"]
+PAGES = ["README.md", "CONTRIBUTING.md", "SECURITY.md", "CHANGELOG.md", "docs/*.md"]
 EXCLUDED = ["docs/_build/*", "docs/design/*"]
 SHELL_LANGUAGES = ("bash", "console", "shell", "sh")
 
