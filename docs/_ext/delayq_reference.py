@@ -14,7 +14,6 @@ import inspect
 import re
 import textwrap
 import typing
-from collections.abc import Iterable
 from typing import Any
 
 from docutils import nodes
@@ -30,18 +29,22 @@ KEYS_MODULE = "celery_delayq.core.keys"
 
 #: Examples for the settings whose default (None, or a bare default) shows no use.
 SETTING_EXAMPLES: dict[str, Any] = {
-    "metrics_port": 9808,
-    "metrics_addr": "0.0.0.0",
-    "store_url": "redis://redis-schedule.internal:6379/0",
-    "store_master_name": "mymaster",
-    "key_prefix": "delayq",
+    "delayq_metrics_port": 9808,
+    "delayq_metrics_addr": "0.0.0.0",
+    "delayq_store_url": "redis://redis-schedule.internal:6379/0",
+    "delayq_store_master_name": "mymaster",
+    "delayq_web_username": "admin",
+    "delayq_web_password": "a-long-random-password",
+    "delayq_web_token": "a-long-random-token",
+    "delayq_web_secret_key": "a-long-random-secret",
+    "delayq_web_secure_cookies": True,
+    "delayq_web_allowed_hosts": ["delayq.example.internal"],
 }
 
 
 class WebSetting(typing.NamedTuple):
     type: str
     default: Any
-    example: Any
     validation: str
     doc: str
 
@@ -51,13 +54,12 @@ _SECRET = (
     "characters or with fewer than 8 different ones"
 )
 
-#: The web dashboard's settings (``celery_delayq/web`` reads them with ``conf.get``): the
-#: registry in settings.py names them; these say what each is. Both lists must agree.
+#: The web settings' docs, for a settings.py without a ``SETTINGS`` registry holding them
+#: (then ``WEB_SETTINGS`` names them, and the two must agree).
 WEB_SETTING_DOCS: dict[str, WebSetting] = {
     "delayq_web_username": WebSetting(
         "str",
         None,
-        "admin",
         "set together with ``delayq_web_password``: one without the other is refused",
         "User name of the dashboard's HTTP basic auth (``celery delayq web``, ``create_app``); "
         "the ``DELAYQ_WEB_USERNAME`` environment variable takes precedence.",
@@ -65,7 +67,6 @@ WEB_SETTING_DOCS: dict[str, WebSetting] = {
     "delayq_web_password": WebSetting(
         "str",
         None,
-        "a-long-random-password",
         _SECRET,
         "Password of the dashboard's HTTP basic auth (or ``DELAYQ_WEB_PASSWORD``); set "
         "together with ``delayq_web_username``.",
@@ -73,7 +74,6 @@ WEB_SETTING_DOCS: dict[str, WebSetting] = {
     "delayq_web_token": WebSetting(
         "str",
         None,
-        "a-long-random-token",
         _SECRET,
         "A bearer token the dashboard accepts (or ``DELAYQ_WEB_TOKEN``), instead of or "
         "besides basic auth. Without any credentials the dashboard logs a warning, and "
@@ -82,7 +82,6 @@ WEB_SETTING_DOCS: dict[str, WebSetting] = {
     "delayq_web_secret_key": WebSetting(
         "str",
         None,
-        "a-long-random-secret",
         "any string",
         "Key that signs the dashboard's session cookie (CSRF tokens, a token login); or "
         "``DELAYQ_WEB_SECRET_KEY``. Unset, each process makes a random one: give one key to "
@@ -91,7 +90,6 @@ WEB_SETTING_DOCS: dict[str, WebSetting] = {
     "delayq_web_secure_cookies": WebSetting(
         "bool",
         False,
-        True,
         "read as true or false",
         "Mark the session cookie ``Secure``: set it when the dashboard is served over "
         "HTTPS, for instance behind a proxy that ends TLS in front of it.",
@@ -99,7 +97,6 @@ WEB_SETTING_DOCS: dict[str, WebSetting] = {
     "delayq_web_allowed_hosts": WebSetting(
         "list[str] | str",
         None,
-        ["delayq.example.internal"],
         "a list of host names, or one comma-separated string",
         "Host names the dashboard answers under besides loopback (or "
         "``DELAYQ_WEB_ALLOWED_HOSTS``); a request naming another ``Host`` is refused.",
@@ -119,26 +116,46 @@ def heading(title: str, char: str) -> list[str]:
     return [title, char * len(title), ""]
 
 
-def setting_section(
-    name: str, type_: str, default: Any, validation: str, doc: str, example: Any
-) -> list[str]:
-    """One setting: its heading, what it does, and the facts a user needs to set it."""
-    lines = heading(name, "-")
-    lines += [doc, ""]
-    lines += [
-        f":Type: ``{type_}``",
-        f":Default: {rst_literal(default)}",
-        f":Validation: {validation}",
-        "",
-        "Example, in a Celery configuration:",
-        "",
-        *code_block("python", f"{name} = {example!r}"),
-        "In Django's settings (``app.config_from_object('django.conf:settings', "
-        "namespace='CELERY')``):",
-        "",
-        *code_block("python", f"CELERY_{name.upper()} = {example!r}"),
-    ]
-    return lines
+@dataclasses.dataclass
+class Setting:
+    """One setting as the reference shows it."""
+
+    name: str
+    type: str
+    default: Any
+    doc: str
+    owner: type | None  # the dataclass that validates it, when there is one
+    field: str = ""
+    env: str | None = None
+    validation: str = ""
+
+    def example(self) -> Any:
+        example = SETTING_EXAMPLES.get(self.name, self.default)
+        if example is None:
+            raise ValueError(f"no example for {self.name}: add one to SETTING_EXAMPLES")
+        if self.owner is not None:
+            self.owner(**{self.field: example})  # every example shown is a valid value
+        return example
+
+    def lines(self) -> list[str]:
+        example = self.example()
+        validation = self.validation or validation_of(self.owner, self.field, self.name)
+        lines = [*heading(self.name, "-"), self.doc, ""]
+        lines += [f":Type: ``{self.type}``", f":Default: {rst_literal(self.default)}"]
+        lines += [f":Validation: {validation}"]
+        if self.env:
+            lines += [f":Environment: ``{self.env}``, which wins over the setting"]
+        lines += [
+            "",
+            "Example, in a Celery configuration:",
+            "",
+            *code_block("python", f"{self.name} = {example!r}"),
+            "In Django's settings (``app.config_from_object('django.conf:settings', "
+            "namespace='CELERY')``):",
+            "",
+            *code_block("python", f"CELERY_{self.name.upper()} = {example!r}"),
+        ]
+        return lines
 
 
 def field_docs(cls: type) -> dict[str, str]:
@@ -152,24 +169,20 @@ def field_docs(cls: type) -> dict[str, str]:
     }
 
 
-def validation_of(cls: type, field: str) -> str:
+def validation_of(cls: type | None, field: str, name: str) -> str:
     """What ``cls`` refuses for ``field``, in its own words: the message it raises for a
     value of no sensible type, without the value."""
-    errors = _errors_module()
+    if cls is None:
+        return "not checked when read (see above)"
+    from celery_delayq.celery.errors import ConfigurationError
+
     try:
         cls(**{field: object()})
-    except errors.ConfigurationError as exc:
+    except (ConfigurationError, TypeError, ValueError) as exc:
         message = str(exc)
     else:
-        return "any value of the type (not checked further)"
-    message = message.split(", got ", 1)[0]
-    return message.replace(f"delayq_{field} ", "", 1)
-
-
-def _errors_module() -> Any:
-    import celery_delayq.celery.errors as errors
-
-    return errors
+        return "not checked when read (see above)"
+    return message.split(", got ", 1)[0].replace(f"{name} ", "", 1)
 
 
 def type_name(annotation: Any) -> str:
@@ -177,47 +190,68 @@ def type_name(annotation: Any) -> str:
     return str(text).replace("typing.", "")
 
 
-def core_settings() -> Iterable[list[str]]:
-    from celery_delayq.celery.settings import SETTING_PREFIX, DelayqConfig
+def settings() -> list[Setting]:
+    """Every setting: from the registry ``SETTINGS`` (name -> dataclass field, its doc in
+    ``metadata["doc"]``) when settings.py has one, else from ``DelayqConfig``'s ``#:``
+    comments and ``WEB_SETTINGS`` with WEB_SETTING_DOCS."""
+    import celery_delayq.celery.settings as module
 
-    docs = field_docs(DelayqConfig)
-    hints = typing.get_type_hints(DelayqConfig)
-    for field in dataclasses.fields(DelayqConfig):
-        name = SETTING_PREFIX + field.name
-        if name not in DelayqConfig.setting_names():
-            continue  # e.g. timezone: Celery's own setting
-        doc = docs.get(field.name)
+    registry = getattr(module, "SETTINGS", None)
+    if isinstance(registry, dict):
+        return _from_registry(module, registry)
+    return _from_comments(module)
+
+
+def _from_registry(module: Any, registry: dict[str, Any]) -> list[Setting]:
+    owners = [
+        getattr(module, name) for name in ("DelayqConfig", "WebConfig") if hasattr(module, name)
+    ]
+    found = []
+    for name, field in registry.items():
+        owner = next(c for c in owners if any(f is field for f in dataclasses.fields(c)))
+        doc = field.metadata.get("doc")
         if not doc:
+            raise ValueError(f"setting {name} has no doc")
+        found.append(
+            Setting(
+                name,
+                type_name(field.type),
+                field.default,
+                doc,
+                owner,
+                field.name,
+                env=field.metadata.get("env"),
+            )
+        )
+    return found
+
+
+def _from_comments(module: Any) -> list[Setting]:
+    config = module.DelayqConfig
+    docs = field_docs(config)
+    hints = typing.get_type_hints(config)
+    found = []
+    for field in dataclasses.fields(config):
+        name = module.SETTING_PREFIX + field.name
+        if name not in config.setting_names():
+            continue  # e.g. timezone: Celery's own setting
+        if not docs.get(field.name):
             raise ValueError(f"DelayqConfig.{field.name} has no #: comment to document it")
-        example = SETTING_EXAMPLES.get(field.name, field.default)
-        if example is None:
-            raise ValueError(f"no example for {name}: add one to SETTING_EXAMPLES")
-        DelayqConfig(**{field.name: example})  # every example shown is a valid value
         annotation = field.type if isinstance(field.type, str) else hints[field.name]
-        validation = validation_of(DelayqConfig, field.name)
-        yield setting_section(name, type_name(annotation), field.default, validation, doc, example)
-
-
-def web_setting_names() -> set[str]:
-    """The web settings the registry in settings.py knows, whatever shape it has."""
-    import celery_delayq.celery.settings as settings
-
-    registry = getattr(settings, "WEB_SETTINGS", None)
-    if registry is None:
-        raise ValueError("celery_delayq.celery.settings has no WEB_SETTINGS registry")
-    names = registry.keys() if isinstance(registry, dict) else registry
-    return {str(getattr(name, "name", name)) for name in names}
-
-
-def web_settings() -> Iterable[list[str]]:
-    names = web_setting_names()
+        found.append(
+            Setting(
+                name, type_name(annotation), field.default, docs[field.name], config, field.name
+            )
+        )
+    names = {str(getattr(n, "name", n)) for n in module.WEB_SETTINGS}
     if names != set(WEB_SETTING_DOCS):
         raise ValueError(
             "the web settings documented (docs/_ext WEB_SETTING_DOCS) and known "
             f"(WEB_SETTINGS) differ: {sorted(names ^ set(WEB_SETTING_DOCS))}"
         )
     for name, web in WEB_SETTING_DOCS.items():
-        yield setting_section(name, web.type, web.default, web.validation, web.doc, web.example)
+        found.append(Setting(name, web.type, web.default, web.doc, None, validation=web.validation))
+    return found
 
 
 class GeneratedDirective(SphinxDirective):
@@ -238,14 +272,17 @@ class GeneratedDirective(SphinxDirective):
 
 class SettingsDirective(GeneratedDirective):
     def lines(self) -> list[str]:
+        every = settings()
+        web = [one for one in every if one.name.startswith("delayq_web_")]
         out = heading("Worker, beat and mover settings", "=")
-        out += ["Read by ``DelayqConfig`` from the Celery app's configuration.", ""]
-        for section in core_settings():
-            out += section
+        out += ["Read from the Celery app's configuration by every process that uses it.", ""]
+        for one in every:
+            if one not in web:
+                out += one.lines()
         out += heading("Web dashboard settings", "=")
         out += ["Read by the dashboard (``celery delayq web``, ``create_app``).", ""]
-        for section in web_settings():
-            out += section
+        for one in web:
+            out += one.lines()
         return out
 
 
