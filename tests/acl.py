@@ -1,5 +1,5 @@
 """The Redis ACL rules the locked-down tests grant an app's user (tests/system), which the
-README quotes (tests/unit)."""
+Redis production guide quotes (docs/guides/redis-production.md, checked in tests/unit)."""
 
 from __future__ import annotations
 

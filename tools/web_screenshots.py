@@ -1,4 +1,4 @@
-"""Take the README's screenshots of the web dashboard (docs/screenshots/).
+"""Take the dashboard guide's screenshots of the web dashboard (docs/_static/screenshots/).
 
     python tools/web_screenshots.py [--output DIR]
 
@@ -61,7 +61,7 @@ def main() -> None:
     from werkzeug.serving import make_server
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "screenshots")
+    parser.add_argument("--output", type=Path, default=ROOT / "docs" / "_static" / "screenshots")
     options = parser.parse_args()
     options.output.mkdir(parents=True, exist_ok=True)
     with RedisServer() as server:

@@ -35,8 +35,8 @@ RATIO_TARGET = 1.1
 #: Publishing may take this long per task on a slow machine; the ETA is further out.
 PUBLISH_SECONDS_PER_TASK = 0.002
 #: How long running may take per task: vanilla's kombu timer fires ten due entries per
-#: event-loop turn, then sleeps up to a second (see README, "Tasks due together"), so
-#: 5,000 tasks take it minutes on two workers.
+#: event-loop turn, then sleeps up to a second (docs/explanation/benchmarks.md, "Tasks due
+#: together"), so 5,000 tasks take it minutes on two workers.
 RUN_SECONDS_PER_TASK = 0.1
 #: Between two consecutive tasks' ETAs: publishing back to back at 1,000 tasks/s.
 ETA_GAP = timedelta(milliseconds=1)

@@ -22,7 +22,7 @@ prefetched or running, each time its transport looks for messages to restore (ev
 ``unacked_restore_interval``, 10 s by default, from the worker's event loop): one ZADD XX
 for all of them. A worker that dies stops renewing, and its messages come back
 ``visibility_timeout`` later, which therefore only needs to exceed that interval by a
-margin, not the longest task (the README recommends 60 s). A solo pool runs tasks in the
+margin, not the longest task (the docs recommend 60 s). A solo pool runs tasks in the
 event loop's own thread, so it renews only between tasks.
 
 How often: kombu scans for expired messages on every ``unacked_restore_throttle``-th

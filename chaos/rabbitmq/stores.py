@@ -68,7 +68,7 @@ class Cluster:
 
     def reshard(self) -> None:
         """Move the slot of one shard of the queue to another master, all its keys in
-        one MIGRATE (see the README on resharding)."""
+        one MIGRATE (see docs/guides/redis-cluster.md on resharding)."""
         shard = self.rng.choice(KeySpace(shards=self.shards).shards_of(QUEUE))
         slot = slot_of(shard.messages)
         source = self.servers.node_for_slot(slot)

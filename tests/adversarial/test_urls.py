@@ -1,6 +1,6 @@
 """Multi-node URLs (issue 25, findings 2, 5 and the exporter's bind in 11).
 
-- Celery's ``;``-separated failover forms (Redis, Sentinel, AMQP) and the README's cluster
+- Celery's ``;``-separated failover forms (Redis, Sentinel, AMQP) and the Redis Cluster guide's
   form ``redis+cluster://a:7000,b:7000/0`` start every process: worker, beat, mover,
   status, doctor and the dashboard, against real servers.
 - No password of any URL part appears in anything a user reads: every command's output,

@@ -3,8 +3,8 @@
 Only public behaviour is read here: kombu's queue lists (whose names kombu forms), whole
 database snapshots (to prove that nothing at all was written), and the store's public
 methods. No key name or record encoding of the store itself appears in these helpers;
-the due-time key a delivered envelope may start with is public (README, "What Celery and
-kombu see of delayed tasks").
+the due-time key a delivered envelope may start with is public (docs/explanation/design.md, "What
+Celery and kombu see of delayed tasks").
 """
 
 from __future__ import annotations

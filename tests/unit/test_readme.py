@@ -1,4 +1,4 @@
-"""What the README promises that can be checked without a server."""
+"""What the docs promise that can be checked without a server."""
 
 from __future__ import annotations
 
@@ -6,6 +6,6 @@ from ..acl import APP1_ACL
 from ..helpers import REPO_ROOT
 
 
-def test_the_readme_quotes_the_acl_line() -> None:
-    readme = (REPO_ROOT / "README.md").read_text()
-    assert f"ACL SETUSER app1 {APP1_ACL}" in readme
+def test_the_production_guide_quotes_the_acl_line() -> None:
+    guide = (REPO_ROOT / "docs" / "guides" / "redis-production.md").read_text()
+    assert f"ACL SETUSER app1 {APP1_ACL}" in guide
