@@ -30,7 +30,7 @@ extensions = [
 
 source_suffix = {".md": "markdown"}
 root_doc = "index"
-exclude_patterns = ["_build", "**/_build", "design/**", "screenshots/**"]
+exclude_patterns = ["_build", "**/_build"]
 
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3

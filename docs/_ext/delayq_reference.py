@@ -1,7 +1,7 @@
 """Reference pages generated from the code: settings, Prometheus metrics, Redis keys.
 
-Each directive reads the package itself (dataclass fields and their ``#:`` comments, the
-validation messages ``DelayqConfig`` raises, the metric definitions, ``KeySpace``), so a
+Each directive reads the package itself (the settings registry, the validation messages
+its config classes raise, the metric definitions, ``KeySpace``), so a
 page cannot describe a setting, metric or key the code does not have, nor leave one out:
 a mismatch fails the build (``sphinx-build -W``).
 """
@@ -13,13 +13,11 @@ import dataclasses
 import inspect
 import re
 import textwrap
-import typing
 from typing import Any
 
 from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
-from sphinx.pycode import ModuleAnalyzer
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
@@ -39,68 +37,6 @@ SETTING_EXAMPLES: dict[str, Any] = {
     "delayq_web_secret_key": "a-long-random-secret",
     "delayq_web_secure_cookies": True,
     "delayq_web_allowed_hosts": ["delayq.example.internal"],
-}
-
-
-class WebSetting(typing.NamedTuple):
-    type: str
-    default: Any
-    validation: str
-    doc: str
-
-
-_SECRET = (
-    "a string; beyond loopback ``celery delayq web`` refuses one shorter than 16 "
-    "characters or with fewer than 8 different ones"
-)
-
-#: The web settings' docs, for a settings.py without a ``SETTINGS`` registry holding them
-#: (then ``WEB_SETTINGS`` names them, and the two must agree).
-WEB_SETTING_DOCS: dict[str, WebSetting] = {
-    "delayq_web_username": WebSetting(
-        "str",
-        None,
-        "set together with ``delayq_web_password``: one without the other is refused",
-        "User name of the dashboard's HTTP basic auth (``celery delayq web``, ``create_app``); "
-        "the ``DELAYQ_WEB_USERNAME`` environment variable takes precedence.",
-    ),
-    "delayq_web_password": WebSetting(
-        "str",
-        None,
-        _SECRET,
-        "Password of the dashboard's HTTP basic auth (or ``DELAYQ_WEB_PASSWORD``); set "
-        "together with ``delayq_web_username``.",
-    ),
-    "delayq_web_token": WebSetting(
-        "str",
-        None,
-        _SECRET,
-        "A bearer token the dashboard accepts (or ``DELAYQ_WEB_TOKEN``), instead of or "
-        "besides basic auth. Without any credentials the dashboard logs a warning, and "
-        "``celery delayq web`` refuses to listen beyond loopback.",
-    ),
-    "delayq_web_secret_key": WebSetting(
-        "str",
-        None,
-        "any string",
-        "Key that signs the dashboard's session cookie (CSRF tokens, a token login); or "
-        "``DELAYQ_WEB_SECRET_KEY``. Unset, each process makes a random one: give one key to "
-        "every process that serves the dashboard.",
-    ),
-    "delayq_web_secure_cookies": WebSetting(
-        "bool",
-        False,
-        "read as true or false",
-        "Mark the session cookie ``Secure``: set it when the dashboard is served over "
-        "HTTPS, for instance behind a proxy that ends TLS in front of it.",
-    ),
-    "delayq_web_allowed_hosts": WebSetting(
-        "list[str] | str",
-        None,
-        "a list of host names, or one comma-separated string",
-        "Host names the dashboard answers under besides loopback (or "
-        "``DELAYQ_WEB_ALLOWED_HOSTS``); a request naming another ``Host`` is refused.",
-    ),
 }
 
 
@@ -158,17 +94,6 @@ class Setting:
         return lines
 
 
-def field_docs(cls: type) -> dict[str, str]:
-    """The ``#:`` comments above a class's attributes (as autodoc reads them)."""
-    analyzer = ModuleAnalyzer.for_module(cls.__module__)
-    docs = analyzer.find_attr_docs()
-    return {
-        attr: "\n".join(lines).strip()
-        for (owner, attr), lines in docs.items()
-        if owner == cls.__name__
-    }
-
-
 def validation_of(cls: type | None, field: str, name: str) -> str:
     """What ``cls`` refuses for ``field``, in its own words: the message it raises for a
     value of no sensible type, without the value."""
@@ -191,23 +116,13 @@ def type_name(annotation: Any) -> str:
 
 
 def settings() -> list[Setting]:
-    """Every setting: from the registry ``SETTINGS`` (name -> dataclass field, its doc in
-    ``metadata["doc"]``) when settings.py has one, else from ``DelayqConfig``'s ``#:``
-    comments and ``WEB_SETTINGS`` with WEB_SETTING_DOCS."""
+    """Every setting, from the one registry ``SETTINGS`` (name -> dataclass field, its doc
+    in ``metadata["doc"]``, its rule in ``metadata["valid"]``, its variable in ``"env"``)."""
     import celery_delayq.celery.settings as module
 
-    registry = getattr(module, "SETTINGS", None)
-    if isinstance(registry, dict):
-        return _from_registry(module, registry)
-    return _from_comments(module)
-
-
-def _from_registry(module: Any, registry: dict[str, Any]) -> list[Setting]:
-    owners = [
-        getattr(module, name) for name in ("DelayqConfig", "WebConfig") if hasattr(module, name)
-    ]
+    owners = (module.DelayqConfig, module.WebConfig)
     found = []
-    for name, field in registry.items():
+    for name, field in module.SETTINGS.items():
         owner = next(c for c in owners if any(f is field for f in dataclasses.fields(c)))
         doc = field.metadata.get("doc")
         if not doc:
@@ -221,36 +136,9 @@ def _from_registry(module: Any, registry: dict[str, Any]) -> list[Setting]:
                 owner,
                 field.name,
                 env=field.metadata.get("env"),
+                validation=field.metadata.get("valid", ""),
             )
         )
-    return found
-
-
-def _from_comments(module: Any) -> list[Setting]:
-    config = module.DelayqConfig
-    docs = field_docs(config)
-    hints = typing.get_type_hints(config)
-    found = []
-    for field in dataclasses.fields(config):
-        name = module.SETTING_PREFIX + field.name
-        if name not in config.setting_names():
-            continue  # e.g. timezone: Celery's own setting
-        if not docs.get(field.name):
-            raise ValueError(f"DelayqConfig.{field.name} has no #: comment to document it")
-        annotation = field.type if isinstance(field.type, str) else hints[field.name]
-        found.append(
-            Setting(
-                name, type_name(annotation), field.default, docs[field.name], config, field.name
-            )
-        )
-    names = {str(getattr(n, "name", n)) for n in module.WEB_SETTINGS}
-    if names != set(WEB_SETTING_DOCS):
-        raise ValueError(
-            "the web settings documented (docs/_ext WEB_SETTING_DOCS) and known "
-            f"(WEB_SETTINGS) differ: {sorted(names ^ set(WEB_SETTING_DOCS))}"
-        )
-    for name, web in WEB_SETTING_DOCS.items():
-        found.append(Setting(name, web.type, web.default, web.doc, None, validation=web.validation))
     return found
 
 
