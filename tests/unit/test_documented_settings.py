@@ -14,11 +14,14 @@ import pytest
 from celery_delayq.celery.keyed import KEY_HEADER, MAX_WAIT_HEADER, ON_HELD_HEADER
 from celery_delayq.celery.redis_restore import REDELIVERIES_HEADER
 from celery_delayq.celery.settings import SETTINGS
+from celery_delayq.demo import DEMO_QUEUE
 
 from ..helpers import REPO_ROOT
 
-#: ``delayq_`` names that are message headers, not settings.
+#: ``delayq_`` names that are message headers or the demo's queue (its output shows it),
+#: not settings.
 HEADERS = {KEY_HEADER, ON_HELD_HEADER, MAX_WAIT_HEADER, REDELIVERIES_HEADER}
+NOT_SETTINGS = HEADERS | {DEMO_QUEUE}
 #: A whole name: not the tail of ``celery_delayq_pending`` (a metric) or of a longer word.
 PLAIN = re.compile(r"(?<![A-Za-z0-9_])delayq_[a-z_]*[a-z]")
 NAMESPACED = re.compile(r"(?<![A-Za-z0-9_])CELERY_DELAYQ_[A-Z_]*[A-Z]")
@@ -36,7 +39,7 @@ def mentioned() -> dict[str, set[str]]:
         names = set(PLAIN.findall(text)) | {
             name.lower().removeprefix("celery_") for name in NAMESPACED.findall(text)
         }
-        for name in names - HEADERS:
+        for name in names - NOT_SETTINGS:
             found.setdefault(name, set()).add(str(page.relative_to(REPO_ROOT)))
     return found
 
