@@ -136,10 +136,11 @@ class SlowLog:
         client.config_set("slowlog-log-slower-than", threshold_us)
         client.slowlog_reset()  # before anything is measured
         self.last_id = -1
+        self.count = 256
 
     def new_entries(self) -> list[dict]:
         """The entries logged since the last call, oldest first (read by id: no reset)."""
-        count = 256
+        count = self.count
         while True:
             entries = self.client.slowlog_get(count)
             if len(entries) < count or entries[-1]["id"] <= self.last_id + 1:
@@ -148,6 +149,7 @@ class SlowLog:
         if entries and entries[-1]["id"] > self.last_id + 1 and self.last_id >= 0:
             raise SystemExit(f"SLOWLOG overflowed: raise SLOWLOG_LENGTH ({SLOWLOG_LENGTH:,})")
         fresh = [entry for entry in entries if entry["id"] > self.last_id]
+        self.count = max(256, 2 * len(fresh))  # reads of one phase are alike: one GET next
         if fresh:
             self.last_id = fresh[0]["id"]
         return fresh[::-1]
