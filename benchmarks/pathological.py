@@ -96,6 +96,13 @@ class Phase:
     cpu_per: str = "round"
     waited_us: int = 0
     rounds_waited: int = 0
+    #: Each script call over the goal: (its us, the server's CPU and wait in its round or
+    #: chunk, us): a long call in a round of little CPU and a long wait was a wait.
+    long_calls: list[tuple[int, int, int]] = field(default_factory=list)
+
+    def note_long(self, longest_us: int, waited_us: int) -> None:
+        if longest_us > GOAL_SCRIPT_US:
+            self.long_calls.append((longest_us, self.cpu_us[-1], waited_us))
 
 
 class ServerClock:
@@ -112,13 +119,15 @@ class ServerClock:
             return 0, 0
         return int(on_cpu), int(waited)
 
-    def observe(self, phase: Phase, cpu_before: int, waited_before: int) -> None:
-        """Note the CPU time and the waits since ``read`` gave the two ``before`` values."""
+    def observe(self, phase: Phase, cpu_before: int, waited_before: int) -> int:
+        """Note the CPU time and the waits since ``read`` gave the two ``before`` values;
+        return the wait (us)."""
         cpu_after, waited_after = self.read()
         phase.cpu_us.append((cpu_after - cpu_before) // 1000)
         waited = (waited_after - waited_before) // 1000
         phase.waited_us += waited
         phase.rounds_waited += waited > 1000
+        return waited
 
 
 class SlowLog:
@@ -154,7 +163,9 @@ class SlowLog:
             self.last_id = fresh[0]["id"]
         return fresh[::-1]
 
-    def drain(self, phase: Phase) -> None:
+    def drain(self, phase: Phase) -> int:
+        """Add the new entries to ``phase``; return the longest script call among them."""
+        longest = 0
         for entry in self.new_entries():
             words = entry["command"].split()
             name = words[0].decode().upper() if words else "?"
@@ -163,6 +174,9 @@ class SlowLog:
             if name in ("SLOWLOG", "CONFIG", "INFO"):
                 continue  # the benchmark's own reading
             phase.calls_us[name].append(int(entry["duration"]))
+            if name.endswith(".lua"):
+                longest = max(longest, int(entry["duration"]))
+        return longest
 
 
 def commandstats(client: redis.Redis) -> tuple[int, int]:
@@ -187,7 +201,11 @@ def load(
     """Schedule ``count`` messages over ``instants`` instants a second apart from ``due``
     (``shape``), ``chunk`` a pipeline."""
     count, instants, due = shape
-    client, phase, began = store.client, Phase(cpu_per=f"{chunk:,} loaded"), time.perf_counter()
+    client, phase, began = (
+        store.client,
+        Phase(cpu_per=f"{chunk:,} loaded messages"),
+        time.perf_counter(),
+    )
     client.config_resetstat()
     for low in range(0, count, chunk):
         cpu_before, waited_before = clock.read()
@@ -198,8 +216,8 @@ def load(
             for i in range(low, min(low + chunk, count))
         )
         server_time_ms(client)  # a control: what an O(1) command takes on this box now
-        clock.observe(phase, cpu_before, waited_before)
-        slowlog.drain(phase)
+        waited = clock.observe(phase, cpu_before, waited_before)
+        phase.note_long(slowlog.drain(phase), waited)
     return measured(client, slowlog, phase, began)
 
 
@@ -235,9 +253,9 @@ def drain(
             )
             published += 1
         rounds += 1
-        clock.observe(phase, cpu_before, waited_before)
+        waited = clock.observe(phase, cpu_before, waited_before)
         if rounds % slowlog_every == 0:
-            slowlog.drain(phase)
+            phase.note_long(slowlog.drain(phase), waited)
         if time.perf_counter() - began > max_seconds:
             phase.note = f"stopped after {max_seconds:.0f} s"
             break
@@ -398,6 +416,22 @@ def main() -> None:
         raise SystemExit(f"goal not met: {', '.join(failed)}")
 
 
+def long_call_lines(loaded: Phase, drained: Phase) -> list[str]:
+    """The script calls over the goal, each beside its round's server CPU and wait."""
+    lines = []
+    for phase_name, phase in (("load", loaded), ("drain", drained)):
+        if phase.long_calls:
+            calls = "; ".join(
+                f"{call / 1000:.1f} ms (CPU {cpu / 1000:.1f}, waited {wait / 1000:.1f})"
+                for call, cpu, wait in phase.long_calls[:20]
+            )
+            lines.append(
+                f"  - {phase_name}: the longest script call of each {phase.cpu_per} over 5 ms, "
+                f"with the server's CPU and wait for a core in that {phase.cpu_per}: {calls}"
+            )
+    return lines
+
+
 def render(
     results: dict[str, list[Phase]], count: int, moves: str, version: str, took: float
 ) -> str:
@@ -425,6 +459,7 @@ def render(
             f"for a core {drained.waited_us / 1000:,.0f} ms in all, over 1 ms in "
             f"{drained.rounds_waited:,} rounds."
         )
+        lines += long_call_lines(loaded, drained)
     return "\n".join(lines) + "\n"
 
 
