@@ -23,6 +23,7 @@ from typing import Any
 import kombu.pools
 import pytest
 from celery import Celery
+from celery import _state as celery_state
 
 from celery_delayq.testing import RedisServer
 
@@ -57,8 +58,14 @@ def _sybil(root: Path) -> Any:
             *(CodeBlockParser(language=lang, evaluator=_check_shell) for lang in SHELL_LANGUAGES),
         ],
         fixtures=["redis_url", "app"],
+        setup=_name_the_page,
         path=str(root),
     )
+
+
+def _name_the_page(namespace: dict[str, Any]) -> None:
+    """Functions a page defines get a module name, as Celery's task names need one."""
+    namespace["__name__"] = "docs_page"
 
 
 class _SkippedPage(pytest.File):
@@ -110,6 +117,10 @@ def redis_url(docs_redis_server: RedisServer) -> str:
 def app(redis_url: str) -> Iterator[Celery]:
     """A Celery app on the celery-delayq transport against ``redis_url``."""
     kombu.pools.reset()
+    # ``@app.task`` registers a shared task that every app finalized later would take;
+    # the page's tasks are the page's own, so they are dropped with it.
+    finalizers = set(celery_state._on_app_finalizers)
+    previous_app = getattr(celery_state._tls, "current_app", None)
     celery_app = Celery("docs", set_as_current=True)
     celery_app.conf.update(
         broker_url=redis_url,
@@ -119,3 +130,5 @@ def app(redis_url: str) -> Iterator[Celery]:
     yield celery_app
     celery_app.close()
     kombu.pools.reset()
+    celery_state._on_app_finalizers.intersection_update(finalizers)
+    celery_state._tls.current_app = previous_app
