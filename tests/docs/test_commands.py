@@ -55,3 +55,13 @@ def test_continued_lines_and_comments() -> None:
     block = "# a comment\ncelery -A proj delayq list \\\n    --queue default\n"
     assert commands_of(block, "bash") == ["celery -A proj delayq list      --queue default"]
     check_block(block)
+
+
+def test_a_module_of_an_extra_not_installed_passes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``python -m sphinx`` needs the docs extra, which a run of the tests may lack."""
+    import importlib.util
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    check_block("python -m sphinx -W -n -b html docs docs/_build/html")
+    with pytest.raises(CommandError, match="no module"):
+        check_block("python -m no_such_tool")
