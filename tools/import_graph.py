@@ -105,7 +105,7 @@ def longest_chain(graph: dict[str, set[str]]) -> list[str]:
         if node in best:
             return best[node]
         longest: list[str] = []
-        for nxt in graph[node]:
+        for nxt in sorted(graph[node]):
             if nxt not in seen:
                 candidate = chain(nxt, seen | {nxt})
                 if len(candidate) > len(longest):
