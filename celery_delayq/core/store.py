@@ -23,15 +23,11 @@ from redis.commands.core import Script
 
 from .batching import BatchSizer
 from .dead_letters import DeadLetters
+from .delay_keys import DelayKey, KeyedOutcome
 from .handover import HandOver, SameRedisMove
-from .health import reread_layout
-from .keyed import DelayKey, KeyedOutcome
+from .heartbeats import MoverRegistry
 from .keys import KeySpace, QueueKeys
-from .movers import MoverRegistry
-from .record import Record, duplicate_key, key_index_field, message_key, task_key
-from .replicated import run_replicated
-from .results import MoveResult, PendingMessage, Position, QueueBacklog
-from .scripts import (
+from .lua_scripts import (
     ScheduleCall,
     ScriptCall,
     ShardChunk,
@@ -39,7 +35,11 @@ from .scripts import (
     run_pipelined,
     schedule_many_args,
 )
-from .stats import counters
+from .queue_counters import counters
+from .record import Record, duplicate_key, key_index_field, message_key, task_key
+from .replicated import run_replicated
+from .results import MoveResult, PendingMessage, Position, QueueBacklog
+from .topology import reread_layout
 
 logger = logging.getLogger(__name__)
 
