@@ -26,7 +26,7 @@ from typing import Any
 from celery import Task
 from celery.result import AsyncResult
 
-from ..core.keyed import DelayKey, KeyedOutcome
+from ..core.delay_keys import DelayKey, KeyedOutcome
 
 KEY_HEADER = "delayq_key"
 ON_HELD_HEADER = "delayq_on_held"

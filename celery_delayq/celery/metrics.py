@@ -19,10 +19,10 @@ import redis
 from celery import Celery
 from kombu.exceptions import KombuError
 
+from ..core.queue_counters import LATENESS_BUCKETS_MS
 from ..core.results import QueueBacklog
-from ..core.stats import LATENESS_BUCKETS_MS
-from ..core.status import read_status
 from ..core.store import DelayedStore
+from ..core.store_status import read_status
 from .channel import uses_delayq
 from .connect import TRANSPORT_HINT, open_store
 from .errors import ConfigurationError
