@@ -52,7 +52,7 @@ def figures_of(markdown: str) -> Figures:
         if not titles:
             titles = cells
             continue
-        if len(cells) < 3 or set(cells[0]) <= {"-", ":"}:
+        if len(cells) < 3 or (cells[0] and set(cells[0]) <= {"-", ":"}):
             continue
         scenario = cells[0] or scenario
         for title, cell in zip(titles[2:], cells[2:]):
