@@ -31,6 +31,9 @@ KINDS = ("own", "prefixed", "separate", "amqp")
 EXPIRES_MS = 600_000
 #: Where the ``amqp`` app's dead letter was sent: an exchange missing when it was due.
 MISSING_EXCHANGE = "format-missing"
+#: The ``separate`` app's dead letter's queue: its list key held a string when it was
+#: due (the fixture keeps that string; the test deletes it before resending).
+BLOCKED = "fx-sep-blocked"
 
 
 def queues(kind: str, *, with_dead: bool = True) -> list[Queue]:
@@ -44,7 +47,7 @@ def queues(kind: str, *, with_dead: bool = True) -> list[Queue]:
     if kind == "prefixed":
         return [Queue("fx-pre")]
     if kind == "separate":
-        return [Queue("fx-sep"), Queue("fx-sep-inflight")]
+        return [Queue("fx-sep"), Queue("fx-sep-inflight"), Queue(BLOCKED)]
     dead = Queue("fx-dead", Exchange(MISSING_EXCHANGE, type="direct"), routing_key="fx-dead")
     return [Queue("fx-amqp"), Queue("fx-amqp-inflight"), *([dead] if with_dead else [])]
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 import subprocess
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -43,7 +43,7 @@ from celery_delayq.core.mover import Mover
 from celery_delayq.testing import RedisServer, publish, wait_until
 from celery_delayq.testing_rabbitmq import rabbitmq_for_tests
 
-from .apps import MISSING_EXCHANGE, TASK, make_app, queues
+from .apps import BLOCKED, MISSING_EXCHANGE, TASK, make_app, queues
 from .redis_dump import dump_db, write_fixture
 
 FIXTURE = Path(__file__).with_name("store-fixture.json")
@@ -159,6 +159,17 @@ def write_keyed(app: Celery, fixture: Fixture, kind: str) -> None:
         )
     label = f"{kind}-debounced"
     fixture.expect(kind, label, "keyed (k), replaced once, max_wait", task_id(label))
+    for label in (f"{kind}-capped-old", f"{kind}-capped"):  # max_wait brings it forward
+        celery_delayq.debounce(
+            task,
+            (label,),
+            key=f"{kind}-capped",
+            countdown=COUNTDOWN,
+            max_wait=1.0,
+            task_id=task_id(label),
+        )
+    label = f"{kind}-capped"
+    fixture.expect(kind, label, "keyed (k), due time and eta cut by max_wait", task_id(label))
     for label in (f"{kind}-kept", f"{kind}-kept-not"):
         celery_delayq.schedule_keyed(
             task,
@@ -200,6 +211,13 @@ def write_separate(app: Celery, fixture: Fixture) -> None:
     write_keyed(app, fixture, "separate")
     claim_and_crash(app, fixture, "separate", "sep-inflight", "fx-sep-inflight")
 
+    def block() -> None:  # the queue's list is taken by a string (a publish declares it)
+        with app.connection_for_write() as connection:
+            broker = redis.Redis(connection_pool=connection.default_channel.pool)
+            broker.set(BLOCKED, "not a list")
+
+    refuse_until_dead(app, fixture, "separate", "sep-dead", BLOCKED, block, queue=BLOCKED)
+
 
 def write_amqp(app: Celery, fixture: Fixture) -> None:
     """A store for RabbitMQ: exchange and routing key as destination; a claimed
@@ -208,24 +226,39 @@ def write_amqp(app: Celery, fixture: Fixture) -> None:
     fixture.send(app, "amqp", "amqp-priority", "prefixed (d), priority property", priority=5)
     write_keyed(app, fixture, "amqp")
     claim_and_crash(app, fixture, "amqp", "amqp-inflight", "fx-amqp-inflight")
-    label = "amqp-dead"
-    publish(
+    refuse_until_dead(
         app,
-        TASK,
-        label,
-        task_id=task_id(label),
-        countdown=0.1,
+        fixture,
+        "amqp",
+        "amqp-dead",
+        "fx-dead",
+        lambda: None,  # its exchange is missing already
         exchange=MISSING_EXCHANGE,
         routing_key="fx-dead",
     )
+
+
+def refuse_until_dead(
+    app: Celery,
+    fixture: Fixture,
+    kind: str,
+    label: str,
+    stored_as: str,
+    block: Callable[[], None],
+    **options: Any,
+) -> None:
+    """Send a message, the only one of its store queue ``stored_as``, ``block`` its
+    destination, and hand it over once due until it is a dead letter (one try allowed)."""
+    publish(app, TASK, label, task_id=task_id(label), countdown=0.1, **options)
+    block()
     with opened_store(app) as store:
 
         def died() -> bool:
-            store.move_due("fx-dead")  # refused: one try is all it has (handover_tries)
-            return bool(store.dead.list())
+            store.move_due(stored_as)
+            return any(letter.queue == stored_as for letter in store.dead.list())
 
-        wait_until(died, what="the broker refused it")
-    fixture.expect("amqp", label, "dead letter (the broker refused it)", task_id(label), dead=True)
+        wait_until(died, what=f"the broker refused {label}")
+    fixture.expect(kind, label, "dead letter (the broker refused it)", task_id(label), dead=True)
 
 
 def revision() -> str:
@@ -239,7 +272,8 @@ def main() -> None:
         base = f"redis://127.0.0.1:{server.port}"
         write_own(make_app("own", base), fixture)
         write_prefixed(make_app("prefixed", base), fixture)
-        write_separate(make_app("separate", base, delayq_handover_lease=LEASE), fixture)
+        separate = make_app("separate", base, delayq_handover_tries=1, delayq_handover_lease=LEASE)
+        write_separate(separate, fixture)
         amqp = make_app(
             "amqp",
             base,

@@ -1,15 +1,18 @@
 """Records written by earlier celery-delayq code are still delivered, each exactly once.
 
 ``store-fixture.json`` holds the delayed stores as the code wrote them when the file was
-made (make_fixtures.py): a Redis broker's own store, a separate store for a Redis broker
-(in shards) and one for RabbitMQ, with records of every form, claims of movers that died
-mid-hand-over, a dead letter. This test loads it into a fresh Redis, runs today's
-workers on it and checks that every message runs once, that the dead letter is listed
-and resent, and that nothing is left. It stays for every later change of the store: a
-format change needs it to pass, or a migration with its own test.
+made (make_fixtures.py): a Redis broker's own store (plain, and under a
+``global_keyprefix`` and another key prefix), a separate store for a Redis broker (in
+shards) and one for RabbitMQ, with records of every form, claims of movers that died
+mid-hand-over, and a dead letter in each separate store. This test loads it into a fresh
+Redis, runs today's workers on it and checks that every message runs once, that the dead
+letters are listed and resent once their causes are fixed, and that nothing is left.
+It stays for every later change of the store: a format change needs it to pass, or a
+migration with its own test.
 
-Only settings paths, the CLI and ``celery_delayq``'s public names are used here, so the
-test outlives any reshuffle of the package's modules.
+Only settings paths, the CLI (found through its entry point), ``celery_delayq``'s public
+names and ``celery_delayq.testing``'s helpers are used here, so the test outlives any
+reshuffle of the package's modules.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from click.testing import CliRunner
 import celery_delayq
 from celery_delayq.testing import RedisServer, wait_until, wait_until_quiescent
 
-from .apps import KINDS, RAN, RESULTS_DB, make_app, queues
+from .apps import BLOCKED, KINDS, RAN, RESULTS_DB, make_app, queues
 from .redis_dump import load_db, read_fixture
 
 FIXTURE = Path(__file__).with_name("store-fixture.json")
@@ -79,6 +82,7 @@ def delayq(app: Celery, *args: str) -> str:
         else found.get("celery.commands", ())
     )  # Python 3.9's entry_points() is a dict
     (command,) = [point for point in group if point.name == "delayq"]
+    app.set_current()  # as in a `celery -A` process, where it is the only app
     result = CliRunner().invoke(command.load(), list(args), obj=SimpleNamespace(app=app))
     assert result.exit_code == 0, result.output
     return result.stdout
@@ -131,8 +135,8 @@ def test_every_record_of_the_fixture_is_delivered_exactly_once(
     fixture = read_fixture(FIXTURE)
     messages = fixture["messages"]
     live = Counter(m["label"] for m in messages if not m.get("dead"))
-    dead = {m["task_id"]: m["label"] for m in messages if m.get("dead")}
-    everything = live + Counter(dead.values())
+    dead = {m["task_id"]: m for m in messages if m.get("dead")}
+    everything = live + Counter(m["label"] for m in dead.values())
     with RedisServer() as server, ExitStack() as stack:
         for db, entries in fixture["databases"].items():
             assert load_db(redis.Redis(port=server.port, db=int(db)), entries) > 0
@@ -140,7 +144,9 @@ def test_every_record_of_the_fixture_is_delivered_exactly_once(
         apps = {kind: make_app(kind, base, rabbitmq_url) for kind in KINDS}
         for app in apps.values():
             stack.callback(app.close)
+        # the causes of the dead letters, fixed: the exchange exists, the list is free
         declare_queues(apps["amqp"])
+        redis.Redis.from_url(apps["separate"].conf.broker_url).delete(BLOCKED)
         stack.enter_context(workers(base, rabbitmq_url, tmp_path))
         results = redis.Redis(port=server.port, db=RESULTS_DB)
 
@@ -157,9 +163,12 @@ def test_every_record_of_the_fixture_is_delivered_exactly_once(
                 ) from None
 
         wait_for_runs(live, timeout=60)
-        listed = json.loads(delayq(apps["amqp"], "list", "--dead", "--json"))
-        assert {letter["id"] for letter in listed} == set(dead)
-        assert f"resent {len(dead)}" in delayq(apps["amqp"], "dead", "resend", "--all")
+        for kind in sorted({m["app"] for m in dead.values()}):
+            listed = json.loads(delayq(apps[kind], "list", "--dead", "--json"))
+            assert {letter["id"] for letter in listed} == {
+                task_id for task_id, m in dead.items() if m["app"] == kind
+            }
+            assert f"resent {len(listed)}" in delayq(apps[kind], "dead", "resend", "--all")
         wait_for_runs(everything, timeout=30)
 
         wait_until(lambda: not left_over(apps), timeout=30, what="every store is empty")
