@@ -21,16 +21,16 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq import ConfigurationError
-from celery_delayq.celery.connect import open_store
-from celery_delayq.celery.inspect import (
+from celery_delayq.brokers.common.settings import DelayqConfig
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.brokers.redis.delayed_publish import DelayedPublishMixin
+from celery_delayq.core.store import LISTING_CLAIM_MS
+from celery_delayq.testing import wait_until
+from celery_delayq.worker.inspect import (
     DelayedScheduleNode,
     delayed_schedule,
     list_delayed_in_scheduled,
 )
-from celery_delayq.celery.redis_channel import DelayedPublishMixin
-from celery_delayq.celery.settings import DelayqConfig
-from celery_delayq.core.store import LISTING_CLAIM_MS
-from celery_delayq.testing import wait_until
 
 from ..helpers import celery_process, runs
 

@@ -37,11 +37,11 @@ from celery.utils.imports import symbol_by_name
 from celery.worker.request import Request
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 
+from ..brokers.common.diverter import DelayqChannel, uses_delayq
+from ..brokers.common.message import kombu_message
+from ..brokers.common.settings import config_of
 from ..core.results import PendingMessage
 from ..core.store import DelayedStore
-from .channel import DelayqChannel, uses_delayq
-from .message import kombu_message
-from .settings import config_of
 
 logger = logging.getLogger(__name__)
 

@@ -55,7 +55,7 @@ REDELIVERED_KEY = "_delayq.redelivered"
 
 class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
     """kombu's Redis QoS with ``restore_visible`` freed from ``unacked_mutex``, which also
-    returns what dead consumers left in their landing lists (redis_consume.py)."""
+    returns what dead consumers left in their landing lists (consume.py)."""
 
     #: When this channel last scanned for expired messages (monotonic seconds).
     _last_scan = float("-inf")

@@ -23,15 +23,14 @@ from celery import Celery
 from celery.app import base as celery_app_base
 from kombu.transport import pyamqp
 
-from ..core.handover import Publisher
-from ..core.store import Scheduled
-from . import worker_hooks
-from .amqp_envelope import destination, envelope
-from .amqp_publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher
-from .channel import STORE_URL_NEEDED, DelayqChannel, delayq_app, uses_delayq
-from .errors import ConfigurationError
-from .message import due_ms
-from .settings import config_of
+from ...core.handover import Publisher
+from ...core.store import Scheduled
+from ..common.diverter import STORE_URL_NEEDED, DelayqChannel, delayq_app, uses_delayq
+from ..common.errors import ConfigurationError
+from ..common.message import due_ms
+from ..common.settings import config_of
+from .envelope import destination, envelope
+from .publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher
 
 
 class AMQPChannel(DelayqChannel, pyamqp.Channel):
@@ -95,15 +94,26 @@ class AMQPConnection(pyamqp.Connection):
 
 
 class AMQPTransport(pyamqp.Transport):
-    """py-amqp transport with the delayed store (``driver_type`` stays ``amqp``)."""
+    """py-amqp transport with the delayed store (``driver_type`` stays ``amqp``).
+
+    Its first construction keeps Celery's native delayed delivery away: ``send_task``
+    builds its connection's transport before it asks ``detect_quorum_queues``."""
 
     Connection = AMQPConnection
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        keep_native_delayed_delivery_away()
+        super().__init__(*args, **kwargs)
 
 
 class AMQPSSLTransport(pyamqp.SSLTransport):
-    """py-amqp transport over TLS with the delayed store."""
+    """py-amqp transport over TLS with the delayed store (as ``AMQPTransport``)."""
 
     Connection = AMQPConnection
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        keep_native_delayed_delivery_away()
+        super().__init__(*args, **kwargs)
 
 
 def keep_native_delayed_delivery_away() -> None:
@@ -130,8 +140,3 @@ def keep_native_delayed_delivery_away() -> None:
 
     detect_quorum_queues.keeps_delayq_apps_away = True  # type: ignore[attr-defined]
     celery_app_base.detect_quorum_queues = detect_quorum_queues
-
-
-keep_native_delayed_delivery_away()
-# A worker that uses this transport gets the mover step and the delayed listing.
-worker_hooks.connect()

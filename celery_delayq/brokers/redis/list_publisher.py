@@ -14,9 +14,9 @@ from typing import Any
 import redis
 from kombu.connection import Connection
 
-from ..core.handover import Outgoing, PublishReport
-from ..core.scripts import PUSH_LISTS
-from .message import STABLE_ID_HEADER, with_header
+from ...core.handover import Outgoing, PublishReport
+from ...core.scripts import PUSH_LISTS
+from ..common.message import STABLE_ID_HEADER, with_header
 
 
 class RedisListPublisher:

@@ -17,7 +17,7 @@ in its socket) loses the message for good. Here:
   to the head of its queue.
 - While its consumer lives, a landing list is covered by the consumer's lease (a key
   with ``visibility_timeout`` to live, renewed with the leases of the messages it holds,
-  redis_restore.py); once the lease is gone, any worker's restore puts its messages back
+  restore.py); once the lease is gone, any worker's restore puts its messages back
   at the head of their queues (``return_landed.lua``).
 
 - A message the worker cannot read (not kombu's JSON envelope, or one kombu cannot turn
@@ -49,9 +49,9 @@ from kombu.utils.json import loads
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
-from ..core.record import Record, message_key
-from ..core.scripts import read_lua, register_all
-from .redis_restore import LeasingPoller
+from ...core.record import Record, message_key
+from ...core.scripts import read_lua, register_all
+from .restore import LeasingPoller
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ WAIT_TYPE = "BLMOVE "
 
 @dataclass(frozen=True)
 class ConsumeScripts:
-    """The consume path's two scripts (celery/lua), bound to one client."""
+    """The consume path's two scripts (brokers/redis/lua), bound to one client."""
 
     consume: Script
     return_landed: Script
@@ -172,7 +172,7 @@ class AtomicConsumeMixin:
     delayq_config: Any
     delayed_store: Any
     qos: Any
-    real_key: Any  # redis_channel.DelayedPublishMixin: kombu's global_keyprefix applied
+    real_key: Any  # delayed_publish.DelayedPublishMixin: kombu's global_keyprefix applied
 
     @property
     def atomic_consume(self) -> bool:

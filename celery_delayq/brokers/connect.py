@@ -21,10 +21,10 @@ from ..core.health import OK, redis_location, server_findings
 from ..core.mover import Mover, MoverThread
 from ..core.store import DelayedStore
 from ..core.urls import sanitize_url
-from .channel import DelayqChannel, check_store_setting, delayq_channel_class
-from .errors import ConfigurationError
-from .separate_store import separate_store
-from .settings import config_of
+from .common.diverter import DelayqChannel, check_store_setting, delayq_channel_class
+from .common.errors import ConfigurationError
+from .common.separate_store import separate_store
+from .common.settings import config_of
 
 logger = logging.getLogger(__name__)
 

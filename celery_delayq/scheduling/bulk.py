@@ -45,11 +45,11 @@ from kombu.serialization import loads as deserialize
 from kombu.serialization import registry
 from kombu.utils.json import dumps, loads
 
+from ..brokers.common.diverter import DelayqChannel
+from ..brokers.common.errors import ConfigurationError
+from ..brokers.common.message import due_ms, eta_timestamp
+from ..brokers.common.settings import config_of
 from ..core.store import ChunkPartlyStored, DelayedStore, Scheduled
-from .channel import DelayqChannel
-from .errors import ConfigurationError
-from .message import due_ms, eta_timestamp
-from .settings import config_of
 
 #: Messages per atomic store call: ~200 schedule.lua runs keep one call near 5 ms.
 DEFAULT_CHUNK_SIZE = 200

@@ -13,8 +13,8 @@ from typing import Any
 
 from celery import signals
 
+from ..brokers.common.diverter import check_store_setting, uses_delayq
 from .bootstep import WorkerMover
-from .channel import check_store_setting, uses_delayq
 from .due_timers import DueTimers
 from .inspect import list_delayed_in_scheduled
 

@@ -2,9 +2,9 @@
 the decision to keep a message whose ``eta`` lies ahead in that store.
 
 ``DelayqChannel`` is the base of all of them; ``VirtualChannelMixin`` adds the store to
-kombu's virtual transports (the Redis channels in redis_channel.py, SQS in
-sqs_transport.py), whose publishes all pass ``Channel._put``; the AMQP channel is in
-amqp_transport.py. Fanout (broadcast) messages are never delayed.
+kombu's virtual transports (the Redis channels in brokers/redis, SQS in
+brokers/sqs.py), whose publishes all pass ``Channel._put``; the AMQP channel is in
+brokers/amqp. Fanout (broadcast) messages are never delayed.
 
 kombu gives a channel no reference to the Celery app that opened its connection, and
 ``current_app`` is Celery's empty fallback app in any thread that did not create the
@@ -28,11 +28,11 @@ from kombu.transport import get_transport_cls
 from kombu.transport.base import Transport
 from kombu.utils.json import dumps
 
-from ..core.backoff import Backoff
-from ..core.handover import Publisher
-from ..core.store import DelayedStore, Scheduled
+from ...core.backoff import Backoff
+from ...core.handover import Publisher
+from ...core.store import DelayedStore, Scheduled
+from .delay_keys import InvalidDelayKey, delay_key_of, report
 from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
-from .keyed import InvalidDelayKey, delay_key_of, report
 from .message import due_ms, eta_of, eta_span, eta_timestamp
 from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
 from .separate_store import separate_store
@@ -62,15 +62,15 @@ def store_retrying_errors(transport: type[Transport]) -> tuple[type[BaseExceptio
 class DelayqChannel:
     """What every celery-delayq channel has: its app's settings and a delayed store.
 
-    The virtual-transport channels (``VirtualChannelMixin``: Redis in redis_channel.py,
-    SQS) and the AMQP channel (amqp_transport.py) derive from it; ``uses_delayq`` looks
+    The virtual-transport channels (``VirtualChannelMixin``: Redis in brokers/redis,
+    SQS) and the AMQP channel (brokers/amqp) derive from it; ``uses_delayq`` looks
     for it.
     """
 
     delayq_config: DelayqConfig
     _delayq_app: Celery
     _delayed_store: DelayedStore | None = None
-    #: While set (bulk.py's schedule_many), delayed messages are collected here instead
+    #: While set (scheduling/bulk.py), delayed messages are collected here instead
     #: of written one by one.
     captured: list[Scheduled] | None = None
     #: Whether the broker itself can hold the store (a Redis broker); otherwise
@@ -103,7 +103,7 @@ class DelayqChannel:
 
     def store_if_future(self, queue: str, message: dict[str, Any], payload: Any) -> bool:
         """Keep ``message`` in the store when its ``eta`` lies ahead, or when it has a
-        delay key (keyed.py; then even when already due); whether it was kept.
+        delay key (delay_keys.py; then even when already due); whether it was kept.
 
         ``payload`` is the envelope to store, or a callable that makes it (only a
         delayed message is ever encoded twice).

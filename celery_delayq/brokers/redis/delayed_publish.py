@@ -1,6 +1,6 @@
 """The kombu Redis channel that keeps future-ETA messages in the delayed store.
 
-Every non-fanout publish passes through ``Channel._put`` (channel.py's
+Every non-fanout publish passes through ``Channel._put`` (brokers/common/diverter.py's
 ``VirtualChannelMixin``): a message whose ``eta`` header lies in the future is written to
 the delayed store instead of the queue list; everything else goes exactly the way
 kombu's Redis transport sends it. Fanout (broadcast) messages are never delayed. The
@@ -19,18 +19,18 @@ import redis
 from celery import Celery
 from kombu.utils.encoding import bytes_to_str
 
-from ..core.handover import Publisher, SameRedisMove
-from ..core.keys import KeySpace
-from ..core.store import DelayedStore, Scheduled
-from .channel import VirtualChannelMixin
-from .redis_publisher import RedisListPublisher
-from .redis_restore import REDELIVERED_KEY, LockFreeQoS, count_redelivery
-from .settings import REDIS_SCHEMES, DelayqConfig
+from ...core.handover import Publisher, SameRedisMove
+from ...core.keys import KeySpace
+from ...core.store import DelayedStore, Scheduled
+from ..common.diverter import VirtualChannelMixin
+from ..common.settings import REDIS_SCHEMES, DelayqConfig
+from .list_publisher import RedisListPublisher
+from .restore import REDELIVERED_KEY, LockFreeQoS, count_redelivery
 
 
 class DelayedPublishMixin(VirtualChannelMixin):
     """Adds the delayed store to a kombu Redis channel and diverts future ETAs to it, and
-    restores unacknowledged messages without kombu's mutex (redis_restore.py)."""
+    restores unacknowledged messages without kombu's mutex (restore.py)."""
 
     url_schemes: frozenset[str] | None = REDIS_SCHEMES
     keeps_own_store = True

@@ -7,7 +7,7 @@ Select one with Celery settings only::
 
 or, behind Redis Sentinel, ``sentinel://...`` with
 ``broker_transport = "celery_delayq.transport:SentinelTransport"``. RabbitMQ: see
-amqp_transport.py.
+brokers/amqp.
 """
 
 from __future__ import annotations
@@ -16,21 +16,20 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
-from . import worker_hooks
-from .channel import store_retrying_errors
-from .redis_channel import DelayedPublishMixin
-from .redis_consume import AtomicConsumeMixin, ConsumingPoller
-from .settings import SENTINEL_SCHEMES
+from ..common.diverter import store_retrying_errors
+from ..common.settings import SENTINEL_SCHEMES
+from .consume import AtomicConsumeMixin, ConsumingPoller
+from .delayed_publish import DelayedPublishMixin
 
 
 class Channel(AtomicConsumeMixin, DelayedPublishMixin, kombu_redis.Channel):
-    """Redis channel with the delayed store, consuming atomically (redis_consume.py)."""
+    """Redis channel with the delayed store, consuming atomically (consume.py)."""
 
 
 class Transport(kombu_redis.Transport):
     """Redis transport with the delayed store (``driver_type`` stays ``redis``), consuming
-    atomically and renewing the leases of what its worker holds (redis_consume.py,
-    redis_restore.py)."""
+    atomically and renewing the leases of what its worker holds (consume.py,
+    restore.py)."""
 
     Channel = Channel
     recoverable_connection_errors = store_retrying_errors(kombu_redis.Transport)
@@ -55,7 +54,3 @@ class SentinelTransport(kombu_redis.SentinelTransport):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.cycle = ConsumingPoller()  # type: ignore[assignment]
-
-
-# A worker that uses this transport gets the mover step and the delayed listing.
-worker_hooks.connect()

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from kombu.transport import SQS
 
-from . import worker_hooks
-from .channel import VirtualChannelMixin, store_retrying_errors
+from .common.diverter import VirtualChannelMixin, store_retrying_errors
 
 
 class SQSChannel(VirtualChannelMixin, SQS.Channel):
@@ -29,7 +28,3 @@ class SQSTransport(SQS.Transport):
 
     Channel = SQSChannel
     recoverable_connection_errors = store_retrying_errors(SQS.Transport)
-
-
-# A worker that uses this transport gets the mover step and the delayed listing.
-worker_hooks.connect()
