@@ -18,7 +18,7 @@ from .core.mover import MoverThread
 from .worker.metrics import start_configured_exporter
 
 
-class Scheduler(PersistentScheduler):  # type: ignore[misc]
+class Scheduler(PersistentScheduler):
     """PersistentScheduler plus a mover thread started on the first tick."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:

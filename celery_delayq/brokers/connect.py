@@ -21,7 +21,7 @@ from ..core.health import OK, redis_location, server_findings
 from ..core.mover import Mover, MoverThread
 from ..core.store import DelayedStore
 from ..core.urls import sanitize_url
-from .common.diverter import DelayqChannel, check_store_setting, delayq_channel_class
+from .common.diverter import check_store_setting, delayq_channel_class, is_delayq_channel
 from .common.errors import ConfigurationError
 from .common.separate_store import separate_store
 from .common.settings import config_of
@@ -45,7 +45,7 @@ def publisher_factory(app: Celery) -> Callable[[], Publisher]:
 def store_on(app: Celery, connection: Connection) -> DelayedStore:
     """The app's delayed store for an open kombu connection of our transport."""
     channel = connection.default_channel
-    if not isinstance(channel, DelayqChannel):
+    if not is_delayq_channel(channel):
         raise ConfigurationError(
             f"the broker transport is {type(channel).__module__}, not celery-delayq: "
             + TRANSPORT_HINT

@@ -15,7 +15,7 @@ from ..brokers.common.delay_keys import KEY_HEADER, MAX_WAIT_HEADER, ON_HELD_HEA
 from ..core.keyed import DelayKey, KeyedOutcome
 
 
-class KeyedResult(AsyncResult):  # type: ignore[misc]
+class KeyedResult(AsyncResult):
     """The result of a keyed message: the task that holds the key now.
 
     ``outcome`` is "scheduled" (the key was free), "replaced" (this message took the

@@ -37,7 +37,7 @@ from celery.utils.imports import symbol_by_name
 from celery.worker.request import Request
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
 
-from ..brokers.common.diverter import DelayqChannel, uses_delayq
+from ..brokers.common.diverter import DelayqChannel, is_delayq_channel, uses_delayq
 from ..brokers.common.message import kombu_message
 from ..brokers.common.settings import config_of
 from ..core.results import PendingMessage
@@ -102,7 +102,7 @@ def delayed_schedule(state: Any, channel: Any, ticket: str | None) -> list[dict[
     to request ``ticket`` (all of its queues' when there is no ticket to share)."""
     app = state.app
     limit = config_of(app).inspect_limit
-    if not limit or not isinstance(channel, DelayqChannel):
+    if not limit or not is_delayq_channel(channel):
         return []
     try:
         listing = DelayedListing(app, channel, state.hostname, limit)

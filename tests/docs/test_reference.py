@@ -45,8 +45,8 @@ def test_the_keys_page_names_the_consume_paths_keys() -> None:
     """The consume path's keys beside kombu's (a table written by hand on the keys page):
     every ``_delayq.`` name the code forms is on it."""
     code = "".join(
-        (ROOT / "celery_delayq" / "celery" / name).read_text()
-        for name in ("redis_consume.py", "redis_restore.py")
+        (ROOT / "celery_delayq" / "brokers" / "redis" / name).read_text()
+        for name in ("consume.py", "restore.py")
     )
     names = set(re.findall(r"\"(_delayq\.[a-z]+)\.?\"", code))
     page = (ROOT / "docs" / "reference" / "keys.md").read_text()

@@ -1,4 +1,4 @@
-"""Atomic consume on the Redis broker (celery/redis_consume.py), on a real Redis through
+"""Atomic consume on the Redis broker (brokers/redis/consume.py), on a real Redis through
 real kombu channels: ours, and stock kombu's beside it as the reference."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Unacknowledged messages come back without kombu's mutex (celery/redis_restore.py), on
+"""Unacknowledged messages come back without kombu's mutex (brokers/redis/restore.py), on
 a real Redis through real kombu channels: ours, and stock kombu's beside it."""
 
 from __future__ import annotations

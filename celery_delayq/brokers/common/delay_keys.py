@@ -17,7 +17,7 @@ for a newer message of its own key.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
@@ -48,11 +48,10 @@ class DelayKeyHeld(Exception):
         self.pending_id = outcome.task_id
 
 
-def delay_key_of(message: dict[str, Any]) -> DelayKey | None:
-    """The delay key a (protocol 2) message asks for; None when it has none, or is a
-    retry."""
-    headers = message.get("headers")
-    if not isinstance(headers, dict) or headers.get(KEY_HEADER) is None:
+def delay_key_of(headers: Mapping[str, Any]) -> DelayKey | None:
+    """The delay key a (protocol 2) message's headers ask for; None when it has none,
+    or is a retry."""
+    if headers.get(KEY_HEADER) is None:
         return None
     if headers.get("retries"):
         return None

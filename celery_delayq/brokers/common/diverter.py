@@ -1,10 +1,7 @@
-"""What every celery-delayq channel shares: its app's settings, its delayed store, and
-the decision to keep a message whose ``eta`` lies ahead in that store.
-
-``DelayqChannel`` is the base of all of them; ``VirtualChannelMixin`` adds the store to
-kombu's virtual transports (the Redis channels in brokers/redis, SQS in
-brokers/sqs.py), whose publishes all pass ``Channel._put``; the AMQP channel is in
-brokers/amqp. Fanout (broadcast) messages are never delayed.
+"""The decision to keep a message whose ``eta`` lies ahead in the delayed store, and the
+write there: every broker's channel holds a ``Diverter`` and hands it one ``Outbound``
+value per publish (queue, headers, destination, payload), before kombu's own publish.
+Fanout (broadcast) messages are never delayed; a revoke broadcast also cancels its ids.
 
 kombu gives a channel no reference to the Celery app that opened its connection, and
 ``current_app`` is Celery's empty fallback app in any thread that did not create the
@@ -17,10 +14,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable
-from dataclasses import replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeGuard, TypeVar, cast
 
 from celery import Celery
 from celery._state import _get_active_apps, get_current_app
@@ -33,11 +30,10 @@ from ...core.handover import Publisher
 from ...core.store import DelayedStore, Scheduled
 from .delay_keys import InvalidDelayKey, delay_key_of, report
 from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
-from .message import due_ms, eta_of, eta_span, eta_timestamp
+from .message import due_ms, eta_span, eta_timestamp
 from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
 from .separate_store import separate_store
 from .settings import DelayqConfig, check_broker_url, config_of
-from .virtual_publisher import VirtualPublisher
 
 STORE_URL_NEEDED = (
     "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
@@ -59,87 +55,142 @@ def store_retrying_errors(transport: type[Transport]) -> tuple[type[BaseExceptio
     return (*transport.connection_errors, *transport.channel_errors)
 
 
-class DelayqChannel:
-    """What every celery-delayq channel has: its app's settings and a delayed store.
+@dataclass(frozen=True)
+class Outbound:
+    """What the diverter needs of a message a channel is about to publish."""
 
-    The virtual-transport channels (``VirtualChannelMixin``: Redis in brokers/redis,
-    SQS) and the AMQP channel (brokers/amqp) derive from it; ``uses_delayq`` looks
-    for it.
-    """
+    queue: str  # the queue it belongs to (the store groups by it)
+    headers: Mapping[str, Any]  # Celery's message headers: eta, id, delay key
+    destination: str  # where it goes when due (a Redis list, an exchange and key, a queue)
+    payload: bytes | Callable[[], bytes]  # the envelope to store, or how to make it
+    message_id: str | None = None  # its delivery tag (a new id when it has none)
+    expires_ms: int | None = None  # its queue's x-expires, when declared
 
-    delayq_config: DelayqConfig
-    _delayq_app: Celery
-    _delayed_store: DelayedStore | None = None
-    #: While set (scheduling/bulk.py), delayed messages are collected here instead
-    #: of written one by one.
-    captured: list[Scheduled] | None = None
+
+class DelayqChannel(Protocol):
+    """What the rest of celery-delayq uses of a broker's channel: its diverter, its
+    store, and how a mover publishes to this kind of broker."""
+
     #: Whether the broker itself can hold the store (a Redis broker); otherwise
     #: delayq_store_url is needed.
-    keeps_own_store = False
-
-    def store_for(self, config: DelayqConfig) -> DelayedStore:
-        """A delayed store with the given settings, for this channel's broker: at
-        ``delayq_store_url`` when set (handing messages over with confirms), else in
-        the broker itself."""
-        if config.store_url is not None:
-            return separate_store(config, self.publisher_factory(self._delayq_app))
-        return self.store_on_broker(config)
-
-    def store_on_broker(self, config: DelayqConfig) -> DelayedStore:
-        """The store in the broker's own Redis (only a Redis broker has one)."""
-        raise ConfigurationError(STORE_URL_NEEDED)
+    keeps_own_store: bool
+    diverter: Diverter
 
     @classmethod
     def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
         """How a mover of ``app`` opens its publisher to this kind of broker."""
-        raise NotImplementedError
+
+    def store_for(self, config: DelayqConfig) -> DelayedStore:
+        """A delayed store with the given settings, for this channel's broker."""
+
+
+def is_delayq_channel(channel: object) -> TypeGuard[DelayqChannel]:
+    """Whether ``channel`` (an instance, or a class) is one of celery-delayq's."""
+    return isinstance(getattr(channel, "keeps_own_store", None), bool) and hasattr(
+        channel, "publisher_factory"
+    )
+
+
+def store_for(
+    config: DelayqConfig,
+    make_publisher: Callable[[], Publisher],
+    own_store: Callable[[DelayqConfig], DelayedStore] | None = None,
+) -> DelayedStore:
+    """A delayed store with the given settings: at ``delayq_store_url`` when set
+    (handing messages over with confirms), else in the broker itself (``own_store``:
+    only a Redis broker has one)."""
+    if config.store_url is not None:
+        return separate_store(config, make_publisher)
+    if own_store is None:
+        raise ConfigurationError(STORE_URL_NEEDED)
+    return own_store(config)
+
+
+class Diverter:
+    """Keeps a message whose ``eta`` lies ahead (or that has a delay key) in the store
+    instead of the broker; a channel holds one, made with ``Diverter.of_current_app``."""
+
+    def __init__(self, app: Celery, open_store: Callable[[DelayqConfig], DelayedStore]) -> None:
+        self.app = app
+        self.config = config_of(app)
+        self._open_store = open_store
+        self._store: DelayedStore | None = None
+        #: While set (scheduling/bulk.py's schedule_many), delayed messages are collected
+        #: here instead of written one by one.
+        self.captured: list[Scheduled] | None = None
+
+    @classmethod
+    def of_current_app(
+        cls,
+        open_store: Callable[[DelayqConfig], DelayedStore],
+        url_schemes: frozenset[str] | None = None,
+        needs_store_url: bool = False,
+    ) -> Diverter:
+        """The diverter of a new channel, with the settings of the app it serves
+        (``delayq_app``), its broker URL checked against ``url_schemes``."""
+        app = delayq_app()
+        if url_schemes is not None:
+            check_broker_url(app, url_schemes)
+        diverter = cls(app, open_store)
+        if needs_store_url and diverter.config.store_url is None:
+            raise ConfigurationError(STORE_URL_NEEDED)
+        return diverter
 
     @property
-    def delayed_store(self) -> DelayedStore:
-        """The store this channel publishes delayed messages to (its app's settings)."""
-        if self._delayed_store is None:
-            self._delayed_store = self.store_for(self.delayq_config)
-        return self._delayed_store
+    def store(self) -> DelayedStore:
+        """The store delayed messages go to (opened on first use)."""
+        if self._store is None:
+            self._store = self._open_store(self.config)
+        return self._store
 
-    def store_if_future(self, queue: str, message: dict[str, Any], payload: Any) -> bool:
+    def divert(self, message: Outbound) -> bool:
         """Keep ``message`` in the store when its ``eta`` lies ahead, or when it has a
-        delay key (delay_keys.py; then even when already due); whether it was kept.
-
-        ``payload`` is the envelope to store, or a callable that makes it (only a
-        delayed message is ever encoded twice).
-        """
-        eta = eta_of(message)
+        delay key (delay_keys.py; then even when already due); whether it was kept."""
+        eta = message.headers.get("eta")
         if eta is None:
             return False
-        seconds = eta_timestamp(eta, self.delayq_config.timezone)
-        delay_key = delay_key_of(message)
+        seconds = eta_timestamp(eta, self.config.timezone)
+        delay_key = delay_key_of(message.headers)
         if delay_key is None and seconds <= time.time():
             return False
-        stored = payload() if callable(payload) else payload
-        scheduled = self.delayed(queue, message, stored, seconds)
+        scheduled = self.scheduled(message, seconds)
         if delay_key is not None and delay_key.max_wait_ms:
-            scheduled = replace(scheduled, eta_span=eta_span(stored, eta))
+            scheduled = replace(scheduled, eta_span=eta_span(scheduled.payload, eta))
         if self.captured is not None:  # schedule_many stores it with its chunk
             if delay_key is not None:
                 raise InvalidDelayKey("schedule_many does not take keyed messages")
             self.captured.append(scheduled)
         elif delay_key is None:
-            self._write_to_store(lambda store: store.schedule(scheduled))
+            self._write(lambda store: store.schedule(scheduled))
         else:
-            outcome = self._write_to_store(lambda store: store.schedule_keyed(scheduled, delay_key))
+            outcome = self._write(lambda store: store.schedule_keyed(scheduled, delay_key))
             report(delay_key, outcome)
         return True
 
-    def _write_to_store(self, write: Callable[[DelayedStore], T]) -> T:
+    def scheduled(self, message: Outbound, eta_seconds: float) -> Scheduled:
+        """What the store keeps of a message due at ``eta_seconds``."""
+        task_id = message.headers.get("id")
+        payload = message.payload
+        return Scheduled(
+            queue=message.queue,
+            message_id=message.message_id or str(uuid.uuid4()),
+            task_id=str(task_id) if task_id is not None else None,
+            due_ms=due_ms(eta_seconds),
+            destination=message.destination,
+            payload=payload() if callable(payload) else payload,
+            expires_ms=message.expires_ms,
+        )
+
+    def _write(self, write: Callable[[DelayedStore], T]) -> T:
         """Write to the store; an outage of a store at ``delayq_store_url`` backs off
         and raises ``StoreUnavailable`` (kombu retries it as a connection error)."""
-        url = self.delayq_config.store_url
+        url = self.config.store_url
         if url is None:  # the broker's own Redis: kombu knows its errors and waits
-            return write(self.delayed_store)
+            return write(self.store)
         backoff = _store_backoffs.setdefault(url, Backoff())
         backoff.wait()
         try:
-            written = write(self.delayed_store)
+            written = write(self.store)
         except STORE_OUTAGES as exc:
             backoff.failed()
             raise StoreUnavailable(
@@ -148,107 +199,53 @@ class DelayqChannel:
         backoff.succeeded()
         return written
 
-    def delayed(
-        self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
-    ) -> Scheduled:
-        """What the store keeps of a delayed message."""
-        raise NotImplementedError
-
     @cached_property
     def control_exchange(self) -> str:
         """Where Celery's remote-control broadcasts go (read once: every publish asks)."""
-        return pidbox_exchange(self._delayq_app.conf.control_exchange)
+        return pidbox_exchange(self.app.conf.control_exchange)
 
     def cancel_if_revoke(
-        self, body: bytes, content_type: str | None, content_encoding: str | None
+        self,
+        exchange: str,
+        body: bytes,
+        content_type: str | None,
+        content_encoding: str | None,
     ) -> None:
         """Cancel in the store the ids of an ``app.control.revoke`` broadcast passing
-        through (revoke.py); a store outage fails the broadcast, as for a delayed task.
-        Callers pass only what went to ``control_exchange``."""
+        through ``exchange`` (revoke.py); a store outage fails the broadcast, as for a
+        delayed task."""
+        if exchange != self.control_exchange:
+            return
         for task_id in revoked_task_ids(body, content_type, content_encoding):
             try:
-                self.delayed_store.cancel(task_id)
+                self.store.cancel(task_id)
             except STORE_OUTAGES as exc:
                 raise StoreUnavailable(f"the delayed store is unreachable: {exc}") from exc
 
-
-class VirtualChannelMixin(DelayqChannel):
-    """For kombu's virtual transports (Redis, SQS, ...), where every non-fanout publish
-    passes through ``Channel._put``: a message whose ``eta`` lies ahead goes to the
-    delayed store instead. Due messages come back through ``put_now``."""
-
-    #: Broker URL schemes this channel can serve (None: whatever kombu accepts).
-    url_schemes: frozenset[str] | None = None
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        app = delayq_app()
-        if self.url_schemes is not None:
-            check_broker_url(app, self.url_schemes)
-        self.delayq_config = config_of(app)
-        self._delayq_app = app
-        self._delayed_store = None
-        super().__init__(*args, **kwargs)
-
-    @classmethod
-    def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
-        return lambda: VirtualPublisher(app.connection_for_write)
-
-    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        """Publish, or store until due. Inside a kombu publish batch a delayed message is
-        stored at once rather than at the batch's flush."""
-        if not self.store_if_future(queue, message, lambda: dumps(message).encode()):
-            super()._put(queue, message, **kwargs)  # type: ignore[misc]
-
-    def _put_fanout(self, exchange: str, message: dict[str, Any], *args: Any, **kw: Any) -> None:
-        """Broadcast; a ``revoke`` also cancels its ids in the store first."""
+    def cancel_if_revoke_in(self, exchange: str, message: Mapping[str, Any]) -> None:
+        """``cancel_if_revoke`` for a kombu virtual transport's message."""
         if exchange == self.control_exchange:
-            self.cancel_if_revoke(
-                kombu_message_body(message),
-                message.get("content-type"),
-                message.get("content-encoding"),
-            )
-        super()._put_fanout(exchange, message, *args, **kw)  # type: ignore[misc]
+            body = kombu_message_body(message)
+            content = (message.get("content-type"), message.get("content-encoding"))
+            self.cancel_if_revoke(exchange, body, *content)
 
-    def put_now(self, queue: str, message: dict[str, Any]) -> None:
-        """kombu's own put, for a due message (never diverted to the store again)."""
-        super()._put(queue, message)  # type: ignore[misc]
 
-    def delayed(
-        self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
-    ) -> Scheduled:
-        """What the store keeps of a delayed message: its queue as destination, its
-        delivery tag as id, its task id."""
-        return self.scheduled(queue, message, payload, eta_seconds, destination=queue)
-
-    def scheduled(
-        self,
-        queue: str,
-        message: dict[str, Any],
-        payload: bytes,
-        eta_seconds: float,
-        **extra: Any,
-    ) -> Scheduled:
-        properties = message.get("properties") or {}
-        task_id = (message.get("headers") or {}).get("id")
-        return Scheduled(
-            queue=queue,
-            message_id=str(properties.get("delivery_tag") or uuid.uuid4()),
-            task_id=str(task_id) if task_id is not None else None,
-            due_ms=due_ms(eta_seconds),
-            payload=payload,
-            **extra,
-        )
-
-    def _purge(self, queue: str) -> int:
-        """Empty the queue and its delayed messages; how many there were (``celery
-        purge`` and ``app.control.purge()`` count them)."""
-        return int(super()._purge(queue)) + self.delayed_store.purge(queue)  # type: ignore[misc]
-
-    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        """Delete the queue (kombu's own), then its delayed messages: they would
-        otherwise be delivered to a queue that no longer exists."""
-        super()._delete(queue, *args, **kwargs)  # type: ignore[misc]
-        self.delayed_store.purge(queue)
+def virtual_outbound(
+    queue: str, message: Mapping[str, Any], destination: str, expires_ms: int | None = None
+) -> Outbound:
+    """The ``Outbound`` of a kombu virtual transport's message: its delivery tag as id,
+    stored as kombu's JSON envelope."""
+    headers = message.get("headers")
+    properties = message.get("properties") or {}
+    tag = properties.get("delivery_tag")
+    return Outbound(
+        queue=queue,
+        headers=headers if isinstance(headers, dict) else {},
+        destination=destination,
+        payload=lambda: dumps(message).encode(),
+        message_id=str(tag) if tag else None,
+        expires_ms=expires_ms,
+    )
 
 
 def delayq_channel_class(app: Celery) -> type[DelayqChannel] | None:
@@ -264,8 +261,8 @@ def delayq_channel_class(app: Celery) -> type[DelayqChannel] | None:
     channel = getattr(cls, "Channel", None) or getattr(
         getattr(cls, "Connection", None), "Channel", None
     )
-    if isinstance(channel, type) and issubclass(channel, DelayqChannel):
-        return channel
+    if isinstance(channel, type) and is_delayq_channel(channel):
+        return cast("type[DelayqChannel]", channel)
     return None
 
 

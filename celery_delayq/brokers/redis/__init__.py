@@ -17,13 +17,10 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 
 from ..common.diverter import store_retrying_errors
-from ..common.settings import SENTINEL_SCHEMES
-from .consume import AtomicConsumeMixin, ConsumingPoller
-from .delayed_publish import DelayedPublishMixin
+from .channel import Channel, SentinelChannel
+from .consume import ConsumingPoller
 
-
-class Channel(AtomicConsumeMixin, DelayedPublishMixin, kombu_redis.Channel):
-    """Redis channel with the delayed store, consuming atomically (consume.py)."""
+__all__ = ["Channel", "SentinelChannel", "SentinelTransport", "Transport"]
 
 
 class Transport(kombu_redis.Transport):
@@ -36,13 +33,9 @@ class Transport(kombu_redis.Transport):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # kombu annotates the base Transport's cycle as a FairCycle; its Redis transport
+        # keeps its poller there, as here
         self.cycle = ConsumingPoller()  # type: ignore[assignment]
-
-
-class SentinelChannel(AtomicConsumeMixin, DelayedPublishMixin, kombu_redis.SentinelChannel):
-    """Redis Sentinel channel with the delayed store, consuming atomically."""
-
-    url_schemes = SENTINEL_SCHEMES
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):
@@ -53,4 +46,6 @@ class SentinelTransport(kombu_redis.SentinelTransport):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # kombu annotates the base Transport's cycle as a FairCycle; its Redis transport
+        # keeps its poller there, as here
         self.cycle = ConsumingPoller()  # type: ignore[assignment]

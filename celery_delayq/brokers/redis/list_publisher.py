@@ -59,7 +59,8 @@ class RedisListPublisher:
     def _script(self) -> Any:
         if self._push is None:
             self._connection = self.connect()
-            pool = self._connection.default_channel.pool  # type: ignore[attr-defined]
+            channel: Any = self._connection.default_channel  # a Redis channel: it has a pool
+            pool = channel.pool
             self._push = redis.Redis(connection_pool=pool).register_script(PUSH_LISTS)
         return self._push
 
