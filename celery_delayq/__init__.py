@@ -18,8 +18,8 @@ delayq`` commands); see docs/explanation/design.md's module map.
 
 from __future__ import annotations
 
-from .brokers.common.delay_keys import DelayKeyHeld, InvalidDelayKey
 from .brokers.common.errors import ConfigurationError, InvalidETA
+from .brokers.common.key_headers import DelayKeyHeld, InvalidDelayKey
 from .brokers.common.settings import DelayqConfig
 from .core.results import QueueBacklog
 from .ops.api import backlog, cancel, promote, reschedule

@@ -1,5 +1,5 @@
 """Keyed scheduling for Celery tasks: ``schedule_keyed`` and ``debounce`` set a
-message's delay-key headers (brokers/common/delay_keys.py) and report what the store
+message's delay-key headers (brokers/common/key_headers.py) and report what the store
 did with it."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 from celery import Task
 from celery.result import AsyncResult
 
-from ..brokers.common.delay_keys import KEY_HEADER, MAX_WAIT_HEADER, ON_HELD_HEADER, listening
+from ..brokers.common.key_headers import KEY_HEADER, MAX_WAIT_HEADER, ON_HELD_HEADER, listening
 from ..core.keyed import DelayKey, KeyedOutcome
 
 

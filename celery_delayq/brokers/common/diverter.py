@@ -28,8 +28,8 @@ from kombu.utils.json import dumps
 from ...core.backoff import Backoff
 from ...core.handover import Publisher
 from ...core.store import DelayedStore, Scheduled
-from .delay_keys import InvalidDelayKey, delay_key_of, report
 from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
+from .key_headers import InvalidDelayKey, delay_key_of, report
 from .message import due_ms, eta_span, eta_timestamp
 from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
 from .separate_store import separate_store
@@ -145,7 +145,7 @@ class Diverter:
 
     def divert(self, message: Outbound) -> bool:
         """Keep ``message`` in the store when its ``eta`` lies ahead, or when it has a
-        delay key (delay_keys.py; then even when already due); whether it was kept."""
+        delay key (key_headers.py; then even when already due); whether it was kept."""
         eta = message.headers.get("eta")
         if eta is None:
             return False
