@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from celery_delayq.brokers.redis import consume
-from celery_delayq.core import scripts as store
+from celery_delayq.core import lua_scripts as store
 from celery_delayq.ops.rescue import scripts as rescue
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -59,7 +59,7 @@ import redis
 import celery_delayq
 from celery_delayq.brokers.common.settings import DelayqConfig
 from celery_delayq.core.keys import KeySpace
-from celery_delayq.core.scripts import StoreScripts
+from celery_delayq.core.lua_scripts import StoreScripts
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import RedisServer
 

@@ -16,7 +16,7 @@ import uuid
 import redis
 
 from celery_delayq.core.keys import KeySpace
-from celery_delayq.core.stats import lateness_quantile_ms
+from celery_delayq.core.queue_counters import lateness_quantile_ms
 from celery_delayq.core.store import DelayedStore, Scheduled
 
 #: Filler that brings a synthetic payload to about the size of a real ``bench.record``

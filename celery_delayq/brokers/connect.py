@@ -17,9 +17,10 @@ from celery import Celery
 from kombu.connection import Connection
 
 from ..core.handover import Publisher
-from ..core.health import OK, redis_location, server_findings
+from ..core.health_checks import OK, server_findings
 from ..core.mover import Mover, MoverThread
 from ..core.store import DelayedStore
+from ..core.topology import redis_location
 from ..core.urls import sanitize_url
 from .common.diverter import check_store_setting, delayq_channel_class, is_delayq_channel
 from .common.errors import ConfigurationError

@@ -9,10 +9,10 @@ import click
 
 from ..brokers.common.settings import config_of
 from ..brokers.connect import open_store
-from ..core.health import redis_location
 from ..core.results import QueueBacklog
-from ..core.status import StoreStatus, read_status
 from ..core.store import DelayedStore
+from ..core.store_status import StoreStatus, read_status
+from ..core.topology import redis_location
 from ..ops.when import ago, due_in, iso
 from .render import current_app, emit, json_option, table
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .health import OK, WARN, Finding
+from .health_checks import OK, WARN, Finding
 from .keys import QueueKeys
 from .record import Record, duplicate_key, is_duplicate, is_key_index
 from .store import DelayedStore

@@ -22,10 +22,10 @@ from typing import Protocol
 import redis
 
 from .keys import QueueKeys
+from .lua_scripts import StoreScripts
+from .queue_counters import LATENESS_BUCKETS_MS
 from .record import Record, task_id_of
 from .results import MoveResult
-from .scripts import StoreScripts
-from .stats import LATENESS_BUCKETS_MS
 
 logger = logging.getLogger(__name__)
 

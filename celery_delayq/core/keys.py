@@ -15,7 +15,7 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
                                 listpack (see lua/prelude.lua)
     P:{Q}:dup           HASH   task key -> sequence numbers of the task's extra messages;
                                 "\x04<delay key>" -> "<since ms>:<message key>" of the
-                                pending message holding a delay key (keyed.py)
+                                pending message holding a delay key (delay_keys.py)
     P:{Q}:stats         HASH   counters: scheduled, moved, cancelled, replaced, dropped,
                                 refused (keyed messages), the move lateness
                                 histogram (late_le_<ms>, late_sum_ms, late_count), and

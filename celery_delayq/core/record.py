@@ -11,7 +11,7 @@ A record has one of two forms:
   the due time, the kombu list to push to when it is not the queue's own list (a
   priority sub-list, say), the queue's ``x-expires`` when the publisher declared one
   (the move refreshes the queue lists' expiry, as kombu's own publish does), the delay
-  key of a keyed message (keyed.py; the move releases it), and the payload bytes
+  key of a keyed message (delay_keys.py; the move releases it), and the payload bytes
   exactly as kombu would have pushed them; also any payload that is not a JSON object.
   The mover cuts the prefix off and pushes the payload.
 
@@ -120,7 +120,7 @@ class Record:
     destination: str  # the kombu list it is pushed to
     payload: bytes
     expires_ms: int | None = None  # the queue's x-expires, as the publisher knew it
-    delay_key: bytes | None = None  # a keyed message's key (keyed.py)
+    delay_key: bytes | None = None  # a keyed message's key (delay_keys.py)
 
     def encode(self, own_list: str) -> bytes:
         """The record as stored, built here rather than in ``schedule.lua``: joining the

@@ -50,7 +50,7 @@ class QueueBacklog:
     server_time: float = 0.0  # Redis clock when read, epoch seconds
     #: Of ``pending``: claimed by a mover that is handing them to another broker.
     in_flight: int = 0
-    #: Not pending: messages the broker kept refusing (``DelayedStore.dead_letters``).
+    #: Not pending: messages the broker kept refusing (``DelayedStore.dead``).
     dead: int = 0
 
     @property

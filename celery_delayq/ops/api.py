@@ -16,8 +16,8 @@ from ..brokers.common.message import due_ms, with_eta
 from ..brokers.common.settings import config_of
 from ..brokers.connect import open_store
 from ..core.results import DeadLetter, QueueBacklog
-from ..core.status import StoreStatus, read_status
 from ..core.store import DelayedStore
+from ..core.store_status import StoreStatus, read_status
 
 
 def cancel(app: Celery, task_id: str) -> int:

@@ -10,16 +10,16 @@ from ..brokers.broker_health import broker_findings
 from ..brokers.common.settings import config_of
 from ..brokers.connect import open_store
 from ..core.consistency import consistency_findings
-from ..core.health import (
+from ..core.health_checks import (
     FAIL,
     Finding,
     clock_finding,
     dead_letter_finding,
     mover_finding,
-    redis_location,
     server_findings,
 )
-from ..core.status import read_status
+from ..core.store_status import read_status
+from ..core.topology import redis_location
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from flask import Blueprint, current_app, flash, redirect, render_template, requ
 from ..brokers.common.message import message_headers
 from ..brokers.common.settings import config_of
 from ..brokers.connect import open_store
-from ..core.status import read_status
+from ..core.store_status import read_status
 from ..ops import api
 from ..ops.browse import Cursor, Task, TaskFilter, browse
 from ..ops.health import doctor as run_doctor

@@ -23,10 +23,10 @@ from ..brokers.common.diverter import uses_delayq
 from ..brokers.common.errors import ConfigurationError
 from ..brokers.common.settings import config_of
 from ..brokers.connect import TRANSPORT_HINT, open_store
+from ..core.queue_counters import LATENESS_BUCKETS_MS
 from ..core.results import QueueBacklog
-from ..core.stats import LATENESS_BUCKETS_MS
-from ..core.status import read_status
 from ..core.store import DelayedStore
+from ..core.store_status import read_status
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

@@ -17,10 +17,10 @@ from redis.crc import key_slot
 
 from celery_delayq.core.consistency import consistency_findings
 from celery_delayq.core.handover import ClaimPublishAck, Outgoing, PublishReport
-from celery_delayq.core.health import OK
+from celery_delayq.core.health_checks import OK
 from celery_delayq.core.keys import PAGE_SIZE, KeySpace, QueueKeys
+from celery_delayq.core.lua_scripts import HELPERS, PRELUDE
 from celery_delayq.core.record import INLINE_PREFIX, Record, task_key
-from celery_delayq.core.scripts import HELPERS, PRELUDE
 from celery_delayq.core.store import DelayedStore, Scheduled
 
 HOUR_MS = 3_600_000
@@ -436,7 +436,7 @@ def test_hostile_queue_names_each_get_exactly_their_own_messages(redis_client, s
 
 
 def test_counts_read_in_bounded_calls_add_up_exactly(redis_client, monkeypatch):
-    monkeypatch.setattr("celery_delayq.core.store.COUNT_PAGES", 2)
+    monkeypatch.setattr("celery_delayq.core.store.counts.COUNT_PAGES", 2)
     store = make_store(redis_client, shards=2)
     now = store.server_time_ms()
     store.schedule_many(message(n, now - 1000 + 7 * n) for n in range(1500))
@@ -453,7 +453,7 @@ def test_counts_read_in_bounded_calls_add_up_exactly(redis_client, monkeypatch):
 
 
 def test_doctor_reads_a_hot_page_in_bounded_reads_and_finds_it_whole(redis_client, monkeypatch):
-    monkeypatch.setattr("celery_delayq.core.store.PAGE_READ", 7)
+    monkeypatch.setattr("celery_delayq.core.store.admin.PAGE_READ", 7)
     store = make_store(redis_client)
     hot = store.server_time_ms() + HOUR_MS
     store.schedule_many(message(n, hot) for n in range(PAGE_SIZE + 50))

@@ -202,7 +202,7 @@ def test_a_producer_adds_its_queue_to_a_lost_registry_again(
         store.schedule(scheduled(queue, "second"))
         assert not store.client.exists(store.keys.queues)  # within the minute: no SADD
 
-        monkeypatch.setattr("celery_delayq.core.store.REGISTRY_REFRESH", 0.0)
+        monkeypatch.setattr("celery_delayq.core.store.writes.REGISTRY_REFRESH", 0.0)
         store.schedule(scheduled(queue, "third"))
         assert store.client.smembers(store.keys.queues) == {queue.encode()}
         assert [b.pending for b in store.backlog()] == [3]

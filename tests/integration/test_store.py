@@ -11,8 +11,8 @@ import redis
 
 from celery_delayq.core.handover import MOVE_BATCH_BYTES
 from celery_delayq.core.keys import PAGE_SIZE, KeySpace
+from celery_delayq.core.queue_counters import LATENESS_BUCKETS_MS
 from celery_delayq.core.record import task_key
-from celery_delayq.core.stats import LATENESS_BUCKETS_MS
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import wait_until
 

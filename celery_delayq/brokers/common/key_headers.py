@@ -5,7 +5,7 @@ signature) can set::
 
     reindex.apply_async((42,), countdown=30, headers={
         "delayq_key": "user:42",        # one pending message per key and queue
-        "delayq_on_held": "replace",    # or "keep", "reject" (core/keyed.py)
+        "delayq_on_held": "replace",    # or "keep", "reject" (core/delay_keys.py)
         "delayq_max_wait": 300,         # seconds; replace only
     })
 
@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
-from ...core.keyed import DelayKey, KeyedOutcome
+from ...core.delay_keys import DelayKey, KeyedOutcome
 
 KEY_HEADER = "delayq_key"
 ON_HELD_HEADER = "delayq_on_held"

@@ -49,8 +49,8 @@ from kombu.utils.json import loads
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
+from ...core.lua_scripts import read_lua, register_all
 from ...core.record import Record, message_key
-from ...core.scripts import read_lua, register_all
 from .restore import LeasingPoller
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ import redis
 from kombu.connection import Connection
 
 from ...core.handover import Outgoing, PublishReport
-from ...core.scripts import PUSH_LISTS
+from ...core.lua_scripts import PUSH_LISTS
 from ..common.message import STABLE_ID_HEADER, with_header
 
 

@@ -9,7 +9,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from ...core.scripts import SCHEDULE_FUNCTION, ScheduleCall, read_source, register_all
+from ...core.lua_scripts import SCHEDULE_FUNCTION, ScheduleCall, read_source, register_all
 
 
 @dataclass(frozen=True)

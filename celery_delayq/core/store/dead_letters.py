@@ -8,27 +8,24 @@ an operator lists them, sends them again once the cause is fixed, or drops them.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-from .record import Record
-from .results import DeadLetter
-
-if TYPE_CHECKING:
-    from .store import DelayedStore
+from ..record import Record
+from ..results import DeadLetter
+from .state import StoreState
 
 
 class DeadLetters:
     """The dead letters of one store, per queue."""
 
-    def __init__(self, store: DelayedStore) -> None:
-        self.store = store
+    def __init__(self, state: StoreState) -> None:
+        self.state = state
 
     def list(self, queue: str | None = None) -> list[DeadLetter]:
         """The dead letters of one queue or all, oldest first."""
         found: list[DeadLetter] = []
-        for name in [queue] if queue else self.store.queues():
-            for keys in self.store.keys.shards_of(name):
-                with self.store.client.pipeline(transaction=True) as pipe:
+        for name in [queue] if queue else self.state.queues():
+            for keys in self.state.keys.shards_of(name):
+                with self.state.client.pipeline(transaction=True) as pipe:
                     pipe.hgetall(keys.dead)
                     pipe.hgetall(keys.dead_reasons)
                     records, reasons = pipe.execute()
@@ -43,10 +40,10 @@ class DeadLetters:
         (a message a worker could not read off the queue's list), with the reason; it is
         listed, resent and dropped like the others (resent, it goes to the record's
         destination). Counted in the queue's ``dead`` statistic, as handover.lua counts."""
-        keys = self.store.keys.shard_of(queue, key)
-        now_ms = self.store.server_time_ms()
-        self.store.client.sadd(self.store.keys.queues, queue)  # where ``list`` looks
-        with self.store.client.pipeline(transaction=not self.store.cluster) as pipe:
+        keys = self.state.keys.shard_of(queue, key)
+        now_ms = self.state.server_time_ms()
+        self.state.client.sadd(self.state.keys.queues, queue)  # where ``list`` looks
+        with self.state.client.pipeline(transaction=not self.state.cluster) as pipe:
             pipe.hset(keys.dead, key, record.encode(keys.own_list))
             pipe.hset(keys.dead_reasons, key, f"{now_ms} 0 {reason}")
             pipe.hincrby(keys.stats, "dead", 1)
@@ -57,10 +54,10 @@ class DeadLetters:
         takes back those it holds (a duplicate's key does not tell its shard)."""
         if not message_keys:
             return 0
-        script = self.store.scripts.resend_dead
+        script = self.state.scripts.resend_dead
         return sum(
             int(script(keys=keys.handover_keys(), args=[*keys.page_args(), *message_keys]))
-            for keys in self.store.keys.shards_of(queue)
+            for keys in self.state.keys.shards_of(queue)
         )
 
     def drop(self, queue: str, message_keys: Sequence[bytes]) -> int:
@@ -68,8 +65,8 @@ class DeadLetters:
         if not message_keys:
             return 0
         dropped = 0
-        for keys in self.store.keys.shards_of(queue):
-            with self.store.client.pipeline(transaction=True) as pipe:
+        for keys in self.state.keys.shards_of(queue):
+            with self.state.client.pipeline(transaction=True) as pipe:
                 pipe.hdel(keys.dead, *message_keys)
                 pipe.hdel(keys.dead_reasons, *message_keys)
                 dropped += int(pipe.execute()[0])

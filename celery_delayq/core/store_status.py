@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .movers import is_alive
+from .heartbeats import is_alive
 from .results import QueueBacklog
 from .store import DelayedStore
 

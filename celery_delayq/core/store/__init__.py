@@ -1,0 +1,222 @@
+"""The delayed store: every read and write of delayed messages in Redis goes through here.
+
+Each queue keeps its messages as records (record.py) in one hash, and their due times in
+small pages (lua/prelude.lua explains the layout, keys.py names the keys). Every change
+is one atomic Lua script, so movers, producers and operators never need a lock. Due
+messages leave through the store's ``HandOver`` (handover.py).
+
+``DelayedStore`` is the front its callers hold. The work is done by its facets, one
+module each, which share one ``StoreState`` (state.py): writes, changes (cancel,
+reschedule), moves, listing, counts, admin (purge, repair) and dead letters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import redis
+from redis.client import PubSub
+
+from ..batching import BatchSizer
+from ..delay_keys import DelayKey, KeyedOutcome
+from ..handover import HandOver, SameRedisMove
+from ..heartbeats import MoverRegistry
+from ..keys import KeySpace, QueueKeys
+from ..lua_scripts import ScheduleCall, StoreScripts
+from ..results import MoveResult, PendingMessage, Position, QueueBacklog
+from .admin import Admin
+from .changes import Changes
+from .counts import Counts
+from .dead_letters import DeadLetters
+from .listing import LISTING_CLAIM_MS, Listing
+from .moves import Moves
+from .state import ReplicaWait, StoreState
+from .writes import ChunkPartlyStored, Scheduled, Writes
+
+__all__ = [
+    "LISTING_CLAIM_MS",
+    "ChunkPartlyStored",
+    "DelayedStore",
+    "ReplicaWait",
+    "Scheduled",
+]
+
+
+class DelayedStore:
+    """Schedule, move, cancel and inspect delayed messages in one Redis or Redis Cluster.
+
+    Each method hands the call to the facet that owns it; the facets are attributes
+    too (``writes``, ``changes``, ``moves``, ``listing``, ``counts``, ``admin``,
+    ``dead``).
+    """
+
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: KeySpace,
+        move_batch_size: int = 500,
+        handover: HandOver | None = None,
+        cluster: bool = False,
+        wait_for: ReplicaWait | None = None,
+        move_call_budget: float = 0.0,
+    ) -> None:
+        scripts = StoreScripts.register(client)
+        self.state = StoreState(
+            client,
+            keys,
+            scripts,
+            handover or SameRedisMove(client, scripts),
+            BatchSizer(move_batch_size, move_call_budget),
+            cluster,
+            wait_for,
+        )
+        self.movers = MoverRegistry(client, keys.movers)
+        self.writes = Writes(self.state)
+        self.changes = Changes(self.state)
+        self.moves = Moves(self.state)
+        self.listing = Listing(self.state)
+        self.counts = Counts(self.state)
+        self.admin = Admin(self.state)
+        self.dead = DeadLetters(self.state)
+
+    # -- the shared state, read-only
+
+    @property
+    def client(self) -> redis.Redis:
+        return self.state.client
+
+    @property
+    def keys(self) -> KeySpace:
+        return self.state.keys
+
+    @property
+    def scripts(self) -> StoreScripts:
+        return self.state.scripts
+
+    @property
+    def handover(self) -> HandOver:
+        return self.state.handover
+
+    @property
+    def batch(self) -> BatchSizer:
+        return self.state.batch
+
+    @property
+    def move_batch_size(self) -> int:
+        return self.state.batch.most
+
+    @property
+    def cluster(self) -> bool:
+        return self.state.cluster
+
+    @property
+    def wait_for(self) -> ReplicaWait | None:
+        return self.state.wait_for
+
+    def queues(self) -> list[str]:
+        return self.state.queues()
+
+    def server_time_ms(self) -> int:
+        return self.state.server_time_ms()
+
+    def close(self) -> None:
+        """Release the hand-over's broker connection, if it has one of its own."""
+        self.state.handover.close()
+
+    # -- writes.py
+
+    def schedule_call(self, message: Scheduled, delay_key: DelayKey | None = None) -> ScheduleCall:
+        return self.writes.schedule_call(message, delay_key)
+
+    def schedule(self, message: Scheduled) -> bool:
+        return self.writes.schedule(message)
+
+    def schedule_keyed(self, message: Scheduled, delay_key: DelayKey) -> KeyedOutcome:
+        return self.writes.schedule_keyed(message, delay_key)
+
+    def schedule_many(self, messages: Iterable[Scheduled]) -> int:
+        return self.writes.schedule_many(messages)
+
+    def schedule_chunk(self, messages: Sequence[Scheduled]) -> None:
+        self.writes.schedule_chunk(messages)
+
+    # -- changes.py
+
+    def cancel(self, task_id: str) -> int:
+        return self.changes.cancel(task_id)
+
+    def reschedule(
+        self, task_id: str, due_ms: int, rewrite_payload: Callable[[bytes], bytes]
+    ) -> int:
+        return self.changes.reschedule(task_id, due_ms, rewrite_payload)
+
+    # -- moves.py
+
+    def move_due(self, queue: str) -> MoveResult:
+        return self.moves.move_due(queue)
+
+    def move_all_due(self) -> MoveResult:
+        return self.moves.move_all_due()
+
+    def wakeup_subscription(self) -> PubSub:
+        return self.moves.wakeup_subscription()
+
+    # -- listing.py
+
+    def pending(
+        self,
+        *,
+        queue: str | None = None,
+        due_after: float | None = None,
+        due_before: float | None = None,
+        limit: int = 100,
+        newest_first: bool = False,
+        after: Position | None = None,
+    ) -> list[PendingMessage]:
+        return self.listing.pending(
+            queue=queue,
+            due_after=due_after,
+            due_before=due_before,
+            limit=limit,
+            newest_first=newest_first,
+            after=after,
+        )
+
+    def find(self, task_id: str) -> list[PendingMessage]:
+        return self.listing.find(task_id)
+
+    def earliest(self, queues: Iterable[str], limit: int) -> list[PendingMessage]:
+        return self.listing.earliest(queues, limit)
+
+    def claim_listing(
+        self, queues: Sequence[str], ticket: str, holder: str, ttl_ms: int = LISTING_CLAIM_MS
+    ) -> list[str]:
+        return self.listing.claim_listing(queues, ticket, holder, ttl_ms)
+
+    # -- counts.py
+
+    def backlog(self) -> list[QueueBacklog]:
+        return self.counts.backlog()
+
+    def handover_counts(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
+        return self.counts.handover_counts(queues)
+
+    def pending_counts(self, queues: Sequence[str]) -> dict[str, int]:
+        return self.counts.pending_counts(queues)
+
+    def stats(self, queue: str) -> dict[str, int]:
+        return self.counts.stats(queue)
+
+    def timeline(self, edges: list[float]) -> dict[str, list[int]]:
+        return self.counts.timeline(edges)
+
+    # -- admin.py
+
+    def purge(self, queue: str, lists: Sequence[str] = ()) -> int:
+        return self.admin.purge(queue, lists)
+
+    def repair(self, keys: QueueKeys, key: bytes, seen_page: bytes | None) -> bool:
+        return self.admin.repair(keys, key, seen_page)
+
+    def page_entries(self, keys: QueueKeys) -> dict[bytes, tuple[bytes, int]]:
+        return self.admin.page_entries(keys)

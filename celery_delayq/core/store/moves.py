@@ -1,0 +1,122 @@
+"""Moving due messages out of the store, through its hand-over (handover.py), and the
+wake-ups that tell movers a message became its queue's earliest."""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Callable
+
+import redis
+from redis.client import PubSub
+
+from ..keys import QueueKeys
+from ..results import MoveResult
+from ..topology import reread_layout
+from .state import StoreState
+
+logger = logging.getLogger(__name__)
+
+
+class Moves:
+    """Delivers due messages in bounded batches, sized by the time the last ones took."""
+
+    def __init__(self, state: StoreState) -> None:
+        self.state = state
+
+    def move_due(self, queue: str) -> MoveResult:
+        """Deliver at most one batch of this queue's due messages from each shard."""
+        results = [self._deliver(shard) for shard in self.state.keys.shards_of(queue)]
+        if len(results) == 1:
+            return results[0]
+        next_due = [r.next_due_ms for r in results if r.next_due_ms is not None]
+        return MoveResult(
+            sum(r.moved for r in results),
+            min(next_due) if next_due else None,
+            max(r.now_ms for r in results),
+            sum(r.missing for r in results),
+            max(r.max_lateness_ms for r in results),
+            sum(r.call_seconds for r in results),
+            # the earliest shard's instant may be the dense one: wake for the largest lead
+            max(r.next_lead_ms for r in results),
+        )
+
+    def move_all_due(self) -> MoveResult:
+        """Deliver everything due in every queue, one bounded batch per call.
+
+        Queues take turns, so a huge backlog in one does not hold up another, and a
+        queue whose move fails (its destination key is not a list, say) is logged and
+        skipped: its messages stay pending, and the other queues are still moved.
+        """
+        total = _MoveTotals()
+        active = [shard for queue in self.state.queues() for shard in self._shards_in_turn(queue)]
+        while active:
+            results = [(shard, self._try_move(shard)) for shard in active]
+            for _, result in results:
+                if result is not None:
+                    total.add(result)
+            active = [shard for shard, result in results if result and result.more_due]
+        return total.result(lambda: self.state.server_time_ms() + self.state.handover.ahead_ms)
+
+    def _shards_in_turn(self, queue: str) -> list[QueueKeys]:
+        """A queue's shards, starting at a random one: movers running side by side
+        start on different shards instead of all claiming from the same one first."""
+        shards = self.state.keys.shards_of(queue)
+        start = random.randrange(len(shards))
+        return shards[start:] + shards[:start]
+
+    def _try_move(self, shard: QueueKeys) -> MoveResult | None:
+        try:
+            return self._deliver(shard)
+        except redis.ResponseError as exc:
+            logger.warning("celery-delayq: cannot move queue %r: %s", shard.label, exc)
+            return None
+
+    def _deliver(self, shard: QueueKeys) -> MoveResult:
+        """One batch, sized by the time the calls before it took (batching.py)."""
+        limit = self.state.batch.size
+        result = self.state.handover.deliver_due(shard, limit)
+        self.state.batch.observe(limit, result.moved + result.missing, result.call_seconds)
+        return result
+
+    def wakeup_subscription(self) -> PubSub:
+        """A subscription to the movers' wake-up channel. On a cluster it goes to a node
+        the client's layout names; after a failover that may be the dead master, which
+        a subscription (unlike a command) does not correct: the layout is read again."""
+        try:
+            return self._subscribe()
+        except redis.ConnectionError:
+            if not self.state.cluster:
+                raise
+            reread_layout(self.state.client)
+            return self._subscribe()
+
+    def _subscribe(self) -> PubSub:
+        pubsub = self.state.client.pubsub(ignore_subscribe_messages=True)
+        pubsub.subscribe(self.state.keys.wakeup_channel)
+        return pubsub
+
+
+class _MoveTotals:
+    """The sum of the moves of one ``move_all_due``."""
+
+    def __init__(self) -> None:
+        self.moved = self.missing = self.max_late = self.now = 0
+        self.next_due: int | None = None
+        self.next_lead = 0  # the extra lead of the instant that makes next_due
+
+    def add(self, result: MoveResult) -> None:
+        self.moved += result.moved
+        self.missing += result.missing
+        self.max_late = max(self.max_late, result.max_lateness_ms)
+        self.now = max(self.now, result.now_ms)
+        if result.next_due_ms is not None and not result.more_due:
+            wake = result.next_due_ms - result.next_lead_ms
+            if self.next_due is None or wake < self.next_due - self.next_lead:
+                self.next_due, self.next_lead = result.next_due_ms, result.next_lead_ms
+
+    def result(self, server_time_ms: Callable[[], int]) -> MoveResult:
+        now = self.now or server_time_ms()
+        return MoveResult(
+            self.moved, self.next_due, now, self.missing, self.max_late, 0.0, self.next_lead
+        )

@@ -1,0 +1,212 @@
+"""Writing new messages into the store: one, a keyed one, many pipelined, or a chunk
+in one atomic call.
+
+On a cluster no script touches the queue registry, which lives in another slot: a
+queue is added to it before its first message is scheduled, and never removed (a stale
+entry costs a mover an empty visit, nothing more).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+from redis.commands.core import Script
+
+from ..delay_keys import DelayKey, KeyedOutcome
+from ..keys import QueueKeys
+from ..lua_scripts import (
+    ScheduleCall,
+    ScriptCall,
+    ShardChunk,
+    run_pipelined,
+    schedule_many_args,
+)
+from ..record import Record, key_index_field, message_key
+from ..replicated import run_replicated
+from .state import StoreState
+
+#: Schedule calls per pipeline round trip in ``schedule_many``: large enough to hide the
+#: round trip, small enough that one reply stays small.
+SCHEDULE_CHUNK = 2_000
+
+#: Seconds after which a cluster producer adds its queues to the registry again.
+REGISTRY_REFRESH = 60.0
+
+
+@dataclass(frozen=True)
+class Scheduled:
+    """One message to keep until it is due."""
+
+    queue: str
+    message_id: str  # its delivery tag: the key of a message without a task id
+    task_id: str | None
+    due_ms: int
+    destination: str  # the kombu list it is pushed to (priority and prefix applied)
+    payload: bytes
+    expires_ms: int | None = None  # the queue's x-expires, when the publisher declared one
+    #: Where the payload spells its ETA (byte offset, length): a keyed message whose
+    #: due time ``max_wait`` brings forward gets that ETA rewritten in ISO 8601 UTC, so
+    #: the worker runs it at the due time rather than holding it until the old ETA.
+    eta_span: tuple[int, int] | None = None
+
+
+class ChunkPartlyStored(redis.RedisError):
+    """Some shards' parts of a chunk failed on a cluster (the rest are stored): the
+    messages of those parts, which may not be stored."""
+
+    def __init__(self, unstored: list[Scheduled]) -> None:
+        super().__init__(f"{len(unstored)} messages of the chunk may not be stored")
+        self.unstored = unstored
+
+
+class Writes:
+    """Schedules messages: each one atomic script call (``schedule*.lua``)."""
+
+    def __init__(self, state: StoreState) -> None:
+        self.state = state
+        self._registered: dict[str, float] = {}  # queue -> when this process last added it
+
+    def schedule_call(self, message: Scheduled, delay_key: DelayKey | None = None) -> ScheduleCall:
+        """The KEYS and ARGV of ``schedule.lua`` for one message (rescue reuses them), or
+        of ``schedule_keyed.lua`` for a keyed one: those go to their key's shard, so one
+        script sees every message of a key."""
+        key = message_key(message.task_id, message.message_id)
+        encoded_key = delay_key.encoded if delay_key else None
+        shard_by = key if encoded_key is None else key_index_field(encoded_key)
+        keys = self.state.keys.shard_of(message.queue, shard_by)
+        record = Record(
+            message.due_ms, message.destination, message.payload, message.expires_ms, encoded_key
+        )
+        encoded = record.encode(keys.own_list)
+        args = [
+            *keys.page_args(),
+            key,
+            message.due_ms,
+            encoded,
+            message.queue,
+            self.state.keys.wakeup_channel,
+        ]
+        if delay_key is not None:
+            eta_at, eta_length = 0, 0  # 1-based in the record; 0: not to rewrite
+            if message.eta_span is not None:
+                eta_at = len(encoded) - len(message.payload) + message.eta_span[0] + 1
+                eta_length = message.eta_span[1]
+            args += [encoded_key, delay_key.on_held, delay_key.max_wait_ms, eta_at, eta_length]
+        return ScheduleCall(keys=[*keys.as_list(), *self.state.registry_in_scripts()], args=args)
+
+    def schedule(self, message: Scheduled) -> bool:
+        """Store a message until it is due; True when it is now its queue's earliest."""
+        return bool(self._run_schedule(self.state.scripts.schedule, message))
+
+    def schedule_keyed(self, message: Scheduled, delay_key: DelayKey) -> KeyedOutcome:
+        """Store a keyed message, or replace, keep or refuse against the pending message
+        holding its key (delay_keys.py)."""
+        reply = self._run_schedule(self.state.scripts.schedule_keyed, message, delay_key)
+        return KeyedOutcome.from_reply(reply, message.task_id or "")
+
+    def _run_schedule(
+        self, script: Script, message: Scheduled, delay_key: DelayKey | None = None
+    ) -> Any:
+        self._register([message.queue])
+        call = self.schedule_call(message, delay_key)
+        if self.state.wait_for is not None:
+            return self._run_schedules([(script, call.keys, call.args)])[0]
+        return script(keys=call.keys, args=call.args)
+
+    def _run_schedules(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run schedule calls pipelined, waiting for replicas when configured."""
+        if self.state.wait_for is None:
+            return run_pipelined(self.state.client, calls)
+        return run_replicated(
+            self.state.client, calls, self.state.wait_for.replicas, self.state.wait_for.timeout_ms
+        )
+
+    def _register(self, queues: Iterable[str]) -> None:
+        """On a cluster, add queues to the registry before their first message, and
+        again every REGISTRY_REFRESH seconds while this process schedules into them (SADD
+        is idempotent): a registry lost with its master comes back within that time."""
+        if not self.state.cluster:
+            return
+        now = time.monotonic()
+        due = {
+            q
+            for q in queues
+            if now - self._registered.get(q, -REGISTRY_REFRESH) >= REGISTRY_REFRESH
+        }
+        if due:
+            self.state.client.sadd(self.state.keys.queues, *sorted(due))
+            self._registered.update(dict.fromkeys(due, now))
+
+    def schedule_many(self, messages: Iterable[Scheduled]) -> int:
+        """Store many messages in pipelined round trips (each still its own atomic
+        call); how many were stored."""
+        stored = 0
+        pending: list[Scheduled] = []
+        for message in messages:
+            pending.append(message)
+            if len(pending) == SCHEDULE_CHUNK:
+                stored += self._schedule_pipelined(pending)
+                pending = []
+        return stored + self._schedule_pipelined(pending)
+
+    def _schedule_pipelined(self, messages: list[Scheduled]) -> int:
+        if not messages:
+            return 0
+        self._register(message.queue for message in messages)
+        calls = []
+        for message in messages:
+            call = self.schedule_call(message)
+            calls.append((self.state.scripts.schedule, call.keys, call.args))
+        self._run_schedules(calls)
+        return len(messages)
+
+    def schedule_chunk(self, messages: Sequence[Scheduled]) -> None:
+        """Store a chunk of messages in one atomic call (``schedule_many.lua``): all of
+        them or none. On a cluster a call cannot span slots, so each shard's part of the
+        chunk is its own atomic call; ``ChunkPartlyStored`` says which parts were not."""
+        if not messages:
+            return
+        self._register(message.queue for message in messages)
+        parts = self._shard_chunks(messages)
+        if not self.state.cluster:
+            self._run_schedules([(self.state.scripts.schedule_many, *schedule_many_args(parts))])
+            return
+        failed: list[int] = []
+        error: Exception | None = None
+        for part in parts:
+            keys, args = schedule_many_args([part])
+            try:
+                self._run_schedules([(self.state.scripts.schedule_many, keys, args)])
+            except redis.RedisError as exc:
+                failed.extend(part.indices)
+                error = exc
+        if error is not None:
+            raise ChunkPartlyStored([messages[i] for i in sorted(failed)]) from error
+
+    def _shard_chunks(self, messages: Sequence[Scheduled]) -> list[ShardChunk]:
+        """The messages grouped by queue shard, each as ``schedule.lua`` would store it
+        (``schedule_call``'s arguments, built without a call object per message: a
+        chunk is hundreds)."""
+        parts: dict[QueueKeys, ShardChunk] = {}
+        registry = self.state.registry_in_scripts()
+        for i, message in enumerate(messages):
+            key = message_key(message.task_id, message.message_id)
+            keys = self.state.keys.shard_of(message.queue, key)
+            part = parts.get(keys)
+            if part is None:
+                part = parts[keys] = ShardChunk(
+                    [*keys.as_list(), *registry],
+                    keys.page_args(),
+                    message.queue,
+                    self.state.keys.wakeup_channel,
+                )
+            record = Record(
+                message.due_ms, message.destination, message.payload, message.expires_ms
+            )
+            part.triples += (key, message.due_ms, record.encode(keys.own_list))
+            part.indices.append(i)
+        return list(parts.values())
