@@ -29,7 +29,8 @@ from ...core.keys import KeySpace
 from ...core.store import DelayedStore, Scheduled
 from ..common.diverter import Diverter, Outbound, store_for, virtual_outbound
 from ..common.settings import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig
-from .consume import WAIT_TYPE, AtomicConsumer, CheckedMessage
+from .consume import AtomicConsumer, CheckedMessage
+from .landing import WAIT_TYPE
 from .list_publisher import RedisListPublisher
 from .restore import REDELIVERED_KEY, LockFreeQoS, count_redelivery
 
@@ -196,7 +197,7 @@ class Channel(kombu_redis.Channel):
 
     def _poll_error(self, type: str, **options: Any) -> Any:
         if type.startswith(WAIT_TYPE):
-            return self.consumer.read_wait(type[len(WAIT_TYPE) :])
+            return self.consumer.waits.read(type[len(WAIT_TYPE) :])
         return super()._poll_error(type, **options)
 
     def basic_consume(self, queue: str, *args: Any, **kwargs: Any) -> Any:
@@ -210,7 +211,7 @@ class Channel(kombu_redis.Channel):
         return super().basic_get(queue, no_ack, **kwargs)
 
     def close(self) -> None:
-        self.consumer.stop_waiting()
+        self.consumer.waits.stop()
         super().close()
 
 

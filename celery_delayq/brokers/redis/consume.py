@@ -9,7 +9,7 @@ in its socket) loses the message for good. Here:
   (queue rotation, then priority), and writes kombu's own ``unacked`` entry in the same
   call. It does not block, so it is sent the way kombu sends BRPOP, and read when the
   reply arrives.
-- When every list was empty, the channel waits with one ``BLMOVE`` per list (queue x
+- When every list was empty, the channel waits (landing.py) with one ``BLMOVE`` per list (queue x
   priority step), each on a connection of its own, moving a message into a landing list
   of this consumer's; BLMOVE is atomic, but takes one source list, and a Lua script cannot
   block. The landed message is then taken from the landing list by ``consume.lua`` (and
@@ -51,12 +51,10 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from ...core.lua_scripts import read_lua, register_all
 from ...core.record import Record, message_key
+from .landing import WAIT_TYPE, LandingWait, LandingWaits
 from .restore import LeasingPoller
 
 logger = logging.getLogger(__name__)
-
-#: The poller's event type of a landing wait, followed by its kombu list.
-WAIT_TYPE = "BLMOVE "
 
 
 @dataclass(frozen=True)
@@ -126,27 +124,6 @@ def read_payload(message: bytes) -> dict[str, Any]:
     return payload
 
 
-@dataclass
-class LandingWait:
-    """One connection waiting (BLMOVE) for a message on one kombu list."""
-
-    kombu_list: str
-    queue: str
-    source: str  # the list's Redis key
-    landing: str  # this consumer's landing list for it
-    client: Any  # a redis.Redis holding one connection of its own (kombu's poller reads it)
-    waiting: bool = False
-    sent_at: float = 0.0
-    #: An error left it unknown whether a message landed: give the landing back first.
-    unsure: bool = False
-    #: When Redis last refused it (the key is not a list, say): not sent again for a while.
-    refused_at: float = float("-inf")
-
-    @property
-    def event_type(self) -> str:
-        return WAIT_TYPE + self.kombu_list
-
-
 class AtomicConsumer:
     """The atomic consume path of one Redis channel (see the module), which the channel
     hands kombu's BRPOP start and read, ``basic_get`` and its landing waits.
@@ -157,8 +134,7 @@ class AtomicConsumer:
 
     def __init__(self, channel: Any) -> None:
         self.channel = channel
-        self.consumer_id = uuid.uuid4().hex
-        self.landing_waits: dict[str, LandingWait] = {}
+        self.waits = LandingWaits(self)
         #: Queues consumed with no_ack: what is taken from them is not recorded.
         self.noack_queues: set[str] = set()
         #: Delivery tags that consume.lua recorded: QoS.append must not write them again.
@@ -190,18 +166,6 @@ class AtomicConsumer:
     @cached_property
     def scripts(self) -> ConsumeScripts:
         return ConsumeScripts.register(self.plain_client)
-
-    @property
-    def lease_prefix(self) -> str:
-        return self.channel.real_key("_delayq.consumer.")
-
-    @property
-    def landing_prefix(self) -> str:
-        return self.channel.real_key("_delayq.landing.")
-
-    @property
-    def landings_key(self) -> str:
-        return self.channel.real_key("_delayq.landings")
 
     def consume_lists(self, queues: list[str]) -> list[tuple[str, str]]:
         """(kombu list, queue) in the order kombu's BRPOP names them."""
@@ -235,7 +199,7 @@ class AtomicConsumer:
             return
         lists = self.consume_lists(queues)
         if self.consume_waits:
-            self.wait_on(lists, self.wait_timeout if timeout is None else timeout)
+            self.waits.wait_on(lists, self.wait_timeout if timeout is None else timeout)
             return
         keys, args = self.consume_call(lists)
         connection = channel.client.connection
@@ -332,68 +296,12 @@ class AtomicConsumer:
             reason,
         )
 
-    # -- waiting: one BLMOVE per list --
-
-    def wait_on(self, lists: list[tuple[str, str]], timeout: float) -> None:
-        """Have a BLMOVE waiting on each of these lists (those already waiting go on)."""
+    def take_landed(self, wait: LandingWait) -> bool:
+        """Take the message that landed for ``wait`` (recorded) and deliver it, or give
+        it back at once if the channel has no room for it."""
         channel = self.channel
-        cycle = channel.connection.cycle
-        for kombu_list, queue in lists:
-            wait = self.landing_waits.get(kombu_list) or self.new_wait(kombu_list, queue)
-            if wait.waiting or monotonic() - wait.refused_at < max(timeout, 1.0):
-                continue
-            if wait.unsure:
-                self.give_back(wait)
-            if not cycle._client_registered(channel, wait.client, wait.event_type):
-                cycle._register(channel, wait.client, wait.event_type)
-            wait.client.connection.send_command(
-                "BLMOVE", wait.source, wait.landing, "RIGHT", "LEFT", timeout or 0
-            )
-            wait.waiting, wait.sent_at = True, monotonic()
-
-    def new_wait(self, kombu_list: str, queue: str) -> LandingWait:
-        source = self.channel.real_key(kombu_list)
-        member = self.consumer_id + source
-        pool = self.wait_pool
-        pool.max_connections = max(pool.max_connections, len(self.landing_waits) + 1)
-        client = redis.Redis(connection_pool=pool)
-        try:
-            client.connection = pool.get_connection()
-        except TypeError:  # redis-py before 6 needs a command name
-            client.connection = pool.get_connection("_")
-        wait = LandingWait(kombu_list, queue, source, self.landing_prefix + member, client)
-        self.renew_lease()
-        self.plain_client.sadd(self.landings_key, member)
-        self.landing_waits[kombu_list] = wait
-        self.channel.handlers[wait.event_type] = partial(self.read_wait, kombu_list)
-        return wait
-
-    @cached_property
-    def wait_pool(self) -> Any:
-        """Connections for the waits, apart from kombu's pool and its connection limit."""
-        return self.channel._get_pool(asynchronous=True)
-
-    def read_wait(self, kombu_list: str) -> bool:
-        """A BLMOVE replied: take the landed message (recorded) and deliver it, or give it
-        back at once if the channel has no room for it."""
-        channel = self.channel
-        wait = self.landing_waits[kombu_list]
-        wait.waiting = False
-        self.consume_waits = False  # look at every list again before waiting again
-        try:
-            landed = wait.client.connection.read_response()
-        except channel.connection_errors:
-            wait.unsure = True
-            wait.client.connection.disconnect()
-            raise
-        except ResponseError as exc:  # nothing moved; sent again after its timeout
-            self.warn_refused(exc)
-            wait.refused_at = monotonic()
-            raise virtual.Empty() from None
-        if landed is None:
-            raise virtual.Empty()
         if not channel.qos.can_consume() or wait.queue not in channel.active_queues:
-            self.give_back(wait)
+            self.waits.give_back(wait)
             raise virtual.Empty()
         record_as = "" if wait.queue in self.noack_queues else wait.queue
         keys = [*self.unacked_keys(), wait.landing]
@@ -401,55 +309,13 @@ class AtomicConsumer:
             reply = self.scripts.consume(keys, [repr(time()), record_as])
         except ResponseError as exc:  # Redis refused the call: nothing was taken
             self.warn_refused(exc)
-            self.give_back(wait)
+            self.waits.give_back(wait)
             raise virtual.Empty() from None
         if reply is None:  # this consumer's lease ran out and a restore returned it
             raise virtual.Empty()
         if not self.deliver_taken(wait.queue, wait.source, wait.landing, Taken.of(reply)):
             raise virtual.Empty()
         return True
-
-    def give_back(self, wait: LandingWait) -> None:
-        """Move what landed for this wait back to the head of its queue."""
-        while self.plain_client.lmove(wait.landing, wait.source, "RIGHT", "RIGHT"):
-            pass
-        wait.unsure = False
-
-    def renew_lease(self) -> None:
-        """Keep this consumer's landing lists its own for another ``visibility_timeout``."""
-        lease_ms = max(int(self.channel.visibility_timeout * 1000), 1)
-        self.plain_client.set(self.lease_prefix + self.consumer_id, 1, px=lease_ms)
-
-    def return_landed(self) -> int:
-        """Put back what consumers now gone left in their landing lists; how many."""
-        prefixes = [self.lease_prefix, self.landing_prefix]
-        return int(self.scripts.return_landed([self.landings_key], prefixes))
-
-    def overdue_waits(self, patience: float) -> list[LandingWait]:
-        """Waits that should have replied (BLMOVE's own timeout) ``patience`` ago."""
-        now = monotonic()
-        return [
-            wait
-            for wait in self.landing_waits.values()
-            if wait.waiting and now - wait.sent_at > self.wait_timeout + patience
-        ]
-
-    def stop_waiting(self) -> None:
-        """Close the waits' connections, give back what landed, drop the lease (what lands
-        after this is returned by the next restore of any worker)."""
-        for wait in self.landing_waits.values():
-            wait.client.connection.disconnect()
-            wait.waiting = False
-        if not self.landing_waits:
-            return
-        try:
-            for wait in self.landing_waits.values():
-                self.give_back(wait)
-            self.plain_client.delete(self.lease_prefix + self.consumer_id)
-        except self.channel.connection_errors:
-            pass  # the lease runs out; a restore returns them
-        self.landing_waits.clear()
-        self.wait_pool.disconnect()
 
     def consumed(self, queue: str, no_ack: bool) -> None:
         """``basic_consume`` of ``queue``: whether what is taken from it is recorded."""
@@ -511,7 +377,7 @@ class ConsumingPoller(LeasingPoller):
             consumer = getattr(channel, "consumer", None)
             if consumer is None or not channel.health_check_interval:
                 continue
-            for wait in consumer.overdue_waits(channel.health_check_interval):
+            for wait in consumer.waits.overdue(channel.health_check_interval):
                 sock = wait.client.connection._sock
                 if sock is None or not kombu_redis._socket_readable(sock):
                     wait.unsure = True

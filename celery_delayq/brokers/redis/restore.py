@@ -84,7 +84,7 @@ class LockFreeQoS(kombu_redis.QoS):
             for tag, _ in visible or []:
                 self.restore_expired(tag, ceil, client)
         if self.channel.consumer.on:
-            self.channel.consumer.return_landed()
+            self.channel.consumer.waits.return_landed()
         return None
 
     def scan_interval(self) -> float:
@@ -124,8 +124,8 @@ class LockFreeQoS(kombu_redis.QoS):
         now (``XX``: an entry acknowledged meanwhile is not written back); how many."""
         if not self.channel.diverter.config.reliable_consume:
             return 0
-        if self.channel.consumer.landing_waits:
-            self.channel.consumer.renew_lease()
+        if self.channel.consumer.waits.by_list:
+            self.channel.consumer.waits.renew_lease()
         try:
             held = [tag for tag in tuple(self._delivered) if tag not in self._dirty]
         except RuntimeError:  # changed by a pool thread while read: renew next round
