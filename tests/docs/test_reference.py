@@ -46,7 +46,7 @@ def test_the_keys_page_names_the_consume_paths_keys() -> None:
     every ``_delayq.`` name the code forms is on it."""
     code = "".join(
         (ROOT / "celery_delayq" / "brokers" / "redis" / name).read_text()
-        for name in ("consume.py", "restore.py")
+        for name in ("consume.py", "landing.py", "restore.py")
     )
     names = set(re.findall(r"\"(_delayq\.[a-z]+)\.?\"", code))
     page = (ROOT / "docs" / "reference" / "keys.md").read_text()
