@@ -1,5 +1,5 @@
 -- luacheck settings for the store's Lua (celery_delayq/core/lua) and the Redis broker's
--- (celery_delayq/celery/lua). `python .ci/lint_lua.py`
+-- (celery_delayq/brokers/redis/lua). `python .ci/lint_lua.py`
 -- checks each file alone and each script as Redis runs it; see there.
 
 -- Redis runs a script as Lua 5.1 with these globals; only what the scripts use is

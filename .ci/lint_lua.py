@@ -1,7 +1,7 @@
 """luacheck the store's Lua scripts and the Redis broker's (settings: .luacheckrc), three
 ways:
 
-1. each file of celery_delayq/core/lua and celery_delayq/celery/lua alone; the names a
+1. each file of celery_delayq/core/lua and celery_delayq/brokers/redis/lua alone; the names a
    file takes from the code put in front of it are declared per file in .luacheckrc;
 2. each script exactly as Redis runs it (``scripts.SOURCES`` and
    ``ops.rescue.scripts.SOURCES``): the prelude's names are real locals there, so a
@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from celery_delayq.celery import redis_consume as consume
+from celery_delayq.brokers.redis import consume
 from celery_delayq.core import lua_scripts as store
 from celery_delayq.ops.rescue import scripts as rescue
 
@@ -58,7 +58,7 @@ def together() -> str:
 
 
 def main() -> int:
-    alone = luacheck("celery_delayq/core/lua") & luacheck("celery_delayq/celery/lua")
+    alone = luacheck("celery_delayq/core/lua") & luacheck("celery_delayq/brokers/redis/lua")
     print(f"each file alone: {'ok' if alone else 'FAILED'}")
     sources = {**store.SOURCES, **rescue.SOURCES, **consume.SOURCES}
     failed = [

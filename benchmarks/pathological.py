@@ -57,7 +57,7 @@ from pathlib import Path
 import redis
 
 import celery_delayq
-from celery_delayq.celery.settings import DelayqConfig
+from celery_delayq.brokers.common.settings import DelayqConfig
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.lua_scripts import StoreScripts
 from celery_delayq.core.store import DelayedStore, Scheduled

@@ -36,7 +36,7 @@ from urllib.parse import quote
 from celery import Celery
 
 import celery_delayq
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.ops.browse import Cursor
 from celery_delayq.testing import RedisServer, free_port
 from celery_delayq.web.app import make_web_server

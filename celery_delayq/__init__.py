@@ -10,18 +10,21 @@ Then ``cancel``, ``reschedule`` and ``backlog`` act on the pending delayed tasks
 keep one pending message per delay key.
 
 Layers, each importing only those below it: ``core`` (the store; Redis only) ->
-``celery`` (transport, bootstep, beat, settings) -> ``ops`` (API, doctor, rescue) ->
-``cli`` (the ``celery delayq`` commands).
+``brokers`` (the channels and transports, settings) -> ``scheduling`` (``schedule_many``,
+``debounce``) -> ``worker`` (bootstep, hooks, metrics) -> ``transport``, ``beat`` (the
+settings paths) -> ``ops`` (API, doctor, rescue) -> ``web`` -> ``cli`` (the ``celery
+delayq`` commands); see docs/explanation/design.md's module map.
 """
 
 from __future__ import annotations
 
-from .celery.bulk import BulkScheduleError, schedule_many
-from .celery.errors import ConfigurationError, InvalidETA
-from .celery.keyed import DelayKeyHeld, InvalidDelayKey, KeyedResult, debounce, schedule_keyed
-from .celery.settings import DelayqConfig
+from .brokers.common.errors import ConfigurationError, InvalidETA
+from .brokers.common.key_headers import DelayKeyHeld, InvalidDelayKey
+from .brokers.common.settings import DelayqConfig
 from .core.results import QueueBacklog
 from .ops.api import backlog, cancel, promote, reschedule
+from .scheduling.bulk import BulkScheduleError, schedule_many
+from .scheduling.debounce import KeyedResult, debounce, schedule_keyed
 
 __version__ = "0.1.0"
 

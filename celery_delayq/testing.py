@@ -37,7 +37,7 @@ import redis
 from celery import Celery
 from celery.result import AsyncResult
 
-from .celery.channel import uses_delayq
+from .brokers.common.diverter import uses_delayq
 from .core.store import DelayedStore, Scheduled
 from .ops.api import backlog
 

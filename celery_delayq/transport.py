@@ -1,29 +1,53 @@
 """``broker_transport = "celery_delayq.transport:Transport"`` (or ``:SentinelTransport``,
-``:AMQPTransport``, ``:AMQPSSLTransport``, ``:SQSTransport``): the transports live in
-``celery_delayq.celery``; this path stays for settings. The SQS one is imported only
-when asked for (it loads boto3)."""
+``:AMQPTransport``, ``:AMQPSSLTransport``, ``:SQSTransport``): the settings path of the
+transports, which live in ``celery_delayq.brokers``.
+
+A worker imports this module when it first resolves its ``broker_transport``, just
+before it sends ``worker_init``: the one moment a settings-only plugin can add its
+bootsteps, so this module (and no broker module) connects the worker's hooks
+(worker/hooks.py). The AMQP and SQS transports are imported only when asked for (they
+load py-amqp and boto3).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
 
-from .celery.amqp_transport import AMQPChannel, AMQPSSLTransport, AMQPTransport
-from .celery.transport import Channel, SentinelChannel, SentinelTransport, Transport
+from .brokers.redis import Channel, SentinelChannel, SentinelTransport, Transport
+from .worker import hooks
+
+if TYPE_CHECKING:
+    from .brokers.amqp import AMQPChannel, AMQPSSLTransport, AMQPTransport
+    from .brokers.sqs import SQSChannel, SQSTransport
 
 __all__ = [
     "AMQPChannel",
     "AMQPSSLTransport",
     "AMQPTransport",
     "Channel",
+    "SQSChannel",
+    "SQSTransport",
     "SentinelChannel",
     "SentinelTransport",
     "Transport",
 ]
 
+#: The transports imported on first use, and their modules.
+_LAZY = {
+    "AMQPChannel": ".brokers.amqp",
+    "AMQPSSLTransport": ".brokers.amqp",
+    "AMQPTransport": ".brokers.amqp",
+    "SQSChannel": ".brokers.sqs",
+    "SQSTransport": ".brokers.sqs",
+}
+
 
 def __getattr__(name: str) -> Any:
-    if name in ("SQSChannel", "SQSTransport"):
-        from .celery import sqs_transport
-
-        return getattr(sqs_transport, name)
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name], __package__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+# A worker that uses one of these transports gets the mover step and the delayed listing.
+hooks.connect()

@@ -18,7 +18,7 @@ Lost: an expected message none of whose executions ended. By cause:
   SIGKILLed before the task's first line.
 - celery-delayq (ours): never pushed onto the queue list although its publish was
   confirmed, or still in the delayed store at the end. Or taken off the queue list with
-  no ``unacked`` entry ever written: the worker's consume path (celery/redis_consume.py)
+  no ``unacked`` entry ever written: the worker's consume path (brokers/redis/consume.py)
   takes and records a message in one step, so that is ours too. (With kombu's own BRPOP,
   ``delayq_reliable_consume = False``, a SIGKILL, a CLIENT KILL or a Redis restart loses
   the reply, or writing the entry fails, and the message is gone: the chaos report of

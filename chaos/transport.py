@@ -17,7 +17,7 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 
 from celery_delayq import transport as delayq_transport
-from celery_delayq.celery.redis_restore import LockFreeQoS
+from celery_delayq.brokers.redis.restore import LockFreeQoS
 
 from .config import ENV_FAULTS, ENV_INCARNATION
 from .ledger import process_ledger

@@ -29,8 +29,8 @@ from celery.result import AsyncResult
 from click.testing import CliRunner, Result
 from kombu import Connection, Queue
 
-from celery_delayq.celery.amqp_envelope import destination, envelope
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.amqp.envelope import destination, envelope
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.cli import delayq
 from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import publish, wait_until
@@ -144,7 +144,7 @@ def scrape(app: Celery, alive_within: float | None = None) -> str:
     """What the delayq collector exposes for ``app`` now (needs prometheus_client)."""
     import prometheus_client
 
-    from celery_delayq.celery.metrics import DelayqCollector
+    from celery_delayq.worker.metrics import DelayqCollector
 
     registry = prometheus_client.CollectorRegistry(auto_describe=False)
     registry.register(DelayqCollector(app, alive_within))

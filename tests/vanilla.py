@@ -8,7 +8,7 @@ from datetime import datetime, timedelta, timezone
 
 from celery import Celery
 
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 
 #: kombu's list for priority 3 to 5 of queue "default".
 PRIORITY_LIST = "default\x06\x163"

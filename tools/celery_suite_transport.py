@@ -31,7 +31,7 @@ def celery_parameters() -> Mapping[str, Any]:
 @pytest.fixture(scope="session", autouse=True)
 def _delayq_transport_in_use(celery_session_app: Any) -> None:
     """Fail loudly if the override did not take (the run would silently be a plain one)."""
-    from celery_delayq.celery.channel import uses_delayq
+    from celery_delayq.brokers.common.diverter import uses_delayq
 
     assert uses_delayq(celery_session_app), celery_session_app.conf.broker_transport
 

@@ -19,7 +19,7 @@ from typing import Any
 from celery import Celery
 
 import celery_delayq
-from celery_delayq.celery.connect import mover_thread
+from celery_delayq.brokers.connect import mover_thread
 from celery_delayq.testing import (
     CHROMIUM_FLAGS,
     RedisServer,

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import kombu
 import redis
 
-from celery_delayq.celery.redis_publisher import RedisListPublisher
+from celery_delayq.brokers.redis.list_publisher import RedisListPublisher
 from celery_delayq.core.store import Scheduled
 
 from .stores import RunningStore, StoreSetup, store_on

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import redis
 
-from celery_delayq.celery.separate_store import store_client
+from celery_delayq.brokers.common.separate_store import store_client
 from celery_delayq.core.handover import ClaimPublishAck, Publisher
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, ReplicaWait

@@ -11,8 +11,8 @@ from typing import Any
 import amqp
 from kombu import Connection, Producer
 
-from celery_delayq.celery.amqp_envelope import destination, envelope
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.amqp.envelope import destination, envelope
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import wait_until
 

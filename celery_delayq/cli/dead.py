@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from ..celery.message import describe
+from ..brokers.common.message import describe
 from ..core.results import DeadLetter
 from ..ops import api
 from ..ops.when import iso

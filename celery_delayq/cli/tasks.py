@@ -8,8 +8,8 @@ from typing import Any
 
 import click
 
-from ..celery.connect import open_store
-from ..celery.message import describe
+from ..brokers.common.message import describe
+from ..brokers.connect import open_store
 from ..core.results import PendingMessage
 from ..ops import api
 from ..ops.when import iso

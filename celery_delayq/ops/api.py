@@ -12,9 +12,9 @@ from datetime import datetime, timedelta, timezone
 from celery import Celery
 from celery.utils.time import maybe_make_aware
 
-from ..celery.connect import open_store
-from ..celery.message import due_ms, with_eta
-from ..celery.settings import config_of
+from ..brokers.common.message import due_ms, with_eta
+from ..brokers.common.settings import config_of
+from ..brokers.connect import open_store
 from ..core.results import DeadLetter, QueueBacklog
 from ..core.store import DelayedStore
 from ..core.store_status import StoreStatus, read_status

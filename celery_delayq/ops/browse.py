@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from ..celery.message import describe
+from ..brokers.common.message import describe
 from ..core.results import DeadLetter, PendingMessage, Position
 from ..core.store import DelayedStore
 

@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 from celery import Celery
 
-from ..celery.broker_health import broker_findings
-from ..celery.connect import open_store
-from ..celery.settings import config_of
+from ..brokers.broker_health import broker_findings
+from ..brokers.common.settings import config_of
+from ..brokers.connect import open_store
 from ..core.consistency import consistency_findings
 from ..core.health_checks import (
     FAIL,

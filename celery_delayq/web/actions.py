@@ -12,7 +12,7 @@ from typing import Any
 
 from flask import Blueprint, abort, flash, redirect, render_template, request
 
-from ..celery.connect import open_store
+from ..brokers.connect import open_store
 from ..ops import api
 from ..ops.browse import TaskFilter, count_matching, matching
 from ..ops.when import iso, parse_moment

@@ -22,9 +22,9 @@ from kombu.exceptions import OperationalError
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from ..celery.connect import open_store
-from ..celery.errors import STORE_OUTAGES, StoreUnavailable
-from ..celery.settings import WebConfig
+from ..brokers.common.errors import STORE_OUTAGES, StoreUnavailable
+from ..brokers.common.settings import WebConfig
+from ..brokers.connect import open_store
 from ..ops.when import ago, iso
 from .access import Access, access_of, check_address
 from .actions import actions

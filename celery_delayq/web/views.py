@@ -16,9 +16,9 @@ from urllib.parse import quote, urlsplit
 
 from flask import Blueprint, current_app, flash, redirect, render_template, request, session
 
-from ..celery.connect import open_store
-from ..celery.message import message_headers
-from ..celery.settings import config_of
+from ..brokers.common.message import message_headers
+from ..brokers.common.settings import config_of
+from ..brokers.connect import open_store
 from ..core.store_status import read_status
 from ..ops import api
 from ..ops.browse import Cursor, Task, TaskFilter, browse

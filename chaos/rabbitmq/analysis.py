@@ -6,7 +6,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from celery_delayq.celery.separate_store import store_client
+from celery_delayq.brokers.common.separate_store import store_client
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.record import task_key
 

@@ -21,8 +21,8 @@ from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
-SETTINGS_MODULE = "celery_delayq.celery.settings"
-METRICS_MODULE = "celery_delayq.celery.metrics"
+SETTINGS_MODULE = "celery_delayq.brokers.common.settings"
+METRICS_MODULE = "celery_delayq.worker.metrics"
 KEYS_MODULE = "celery_delayq.core.keys"
 
 #: Examples for the settings whose default (None, or a bare default) shows no use.
@@ -99,7 +99,7 @@ def validation_of(cls: type | None, field: str, name: str) -> str:
     value of no sensible type, without the value."""
     if cls is None:
         return "not checked when read (see above)"
-    from celery_delayq.celery.errors import ConfigurationError
+    from celery_delayq.brokers.common.errors import ConfigurationError
 
     try:
         cls(**{field: object()})
@@ -118,7 +118,7 @@ def type_name(annotation: Any) -> str:
 def settings() -> list[Setting]:
     """Every setting, from the one registry ``SETTINGS`` (name -> dataclass field, its doc
     in ``metadata["doc"]``, its rule in ``metadata["valid"]``, its variable in ``"env"``)."""
-    import celery_delayq.celery.settings as module
+    import celery_delayq.brokers.common.settings as module
 
     owners = (module.DelayqConfig, module.WebConfig)
     found = []
@@ -194,7 +194,7 @@ class Metric:
 def metrics() -> list[Metric]:
     """Every metric family the collector can yield: the GAUGES and COUNTERS tables, and
     each ``*MetricFamily("celery_delayq_...", ...)`` call written out in the module."""
-    import celery_delayq.celery.metrics as module
+    import celery_delayq.worker.metrics as module
 
     found = [Metric(name, "gauge", doc, ("queue",)) for name, doc, _ in module.GAUGES]
     found += [Metric(name, "counter", doc, ("queue",)) for name, doc, _ in module.COUNTERS]

@@ -1,5 +1,5 @@
-"""Hostile messages on a queue list, consumed atomically (celery/redis_consume.py and
-celery/lua/consume.lua) on a real Redis: through a kombu channel, and by a real worker.
+"""Hostile messages on a queue list, consumed atomically (brokers/redis/consume.py and
+brokers/redis/lua/consume.lua) on a real Redis: through a kombu channel, and by a real worker.
 
 The property, for every message: it is delivered (and recorded as unacknowledged), or it
 is in the dead letters of its queue with the reason; never in neither place, and no

@@ -25,7 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import celery_delayq
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.ops import browse
 from celery_delayq.web import create_app, views
 from celery_delayq.web.access import Access, AddressRefused, check_address

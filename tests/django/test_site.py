@@ -12,7 +12,7 @@ from django.test import Client
 
 import celery_delayq
 from celery_delayq import ConfigurationError
-from celery_delayq.celery.settings import DelayqConfig, WebConfig, config_of
+from celery_delayq.brokers.common.settings import DelayqConfig, WebConfig, config_of
 
 pytestmark = pytest.mark.django_db
 

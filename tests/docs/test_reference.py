@@ -10,7 +10,7 @@ import sys
 import pytest
 from celery import Celery
 
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 
 from .snippets import ROOT
 
@@ -21,7 +21,7 @@ import delayq_reference  # noqa: E402
 
 
 def test_the_metrics_page_lists_what_the_collector_yields(app: Celery) -> None:
-    from celery_delayq.celery.metrics import DelayqCollector
+    from celery_delayq.worker.metrics import DelayqCollector
 
     app.send_task("x.y", countdown=3600, queue="alpha")
     families = {f.name: f.type for f in DelayqCollector(app).collect()}
@@ -45,8 +45,8 @@ def test_the_keys_page_names_the_consume_paths_keys() -> None:
     """The consume path's keys beside kombu's (a table written by hand on the keys page):
     every ``_delayq.`` name the code forms is on it."""
     code = "".join(
-        (ROOT / "celery_delayq" / "celery" / name).read_text()
-        for name in ("redis_consume.py", "redis_restore.py")
+        (ROOT / "celery_delayq" / "brokers" / "redis" / name).read_text()
+        for name in ("consume.py", "landing.py", "restore.py")
     )
     names = set(re.findall(r"\"(_delayq\.[a-z]+)\.?\"", code))
     page = (ROOT / "docs" / "reference" / "keys.md").read_text()

@@ -14,10 +14,10 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 import celery_delayq
-from celery_delayq.celery.amqp_envelope import ETA_HEADER
-from celery_delayq.celery.connect import mover_thread, open_store
-from celery_delayq.celery.errors import ConfigurationError
-from celery_delayq.celery.message import STABLE_ID_HEADER
+from celery_delayq.brokers.amqp.envelope import ETA_HEADER
+from celery_delayq.brokers.common.errors import ConfigurationError
+from celery_delayq.brokers.common.message import STABLE_ID_HEADER
+from celery_delayq.brokers.connect import mover_thread, open_store
 from celery_delayq.core.handover import ClaimPublishAck, Outgoing
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import wait_until

@@ -14,7 +14,7 @@ import redis
 from celery import Celery
 
 import celery_delayq
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.results import PendingMessage
 from celery_delayq.testing import wait_until
 

@@ -18,8 +18,8 @@ from celery import Celery
 from kombu import Queue
 
 import celery_delayq
-from celery_delayq.celery.amqp_envelope import destination, envelope
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.amqp.envelope import destination, envelope
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.keys import QueueKeys
 from celery_delayq.core.record import key_index_field, task_key
 from celery_delayq.core.store import DelayedStore, Scheduled

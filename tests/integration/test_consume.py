@@ -1,4 +1,4 @@
-"""Atomic consume on the Redis broker (celery/redis_consume.py), on a real Redis through
+"""Atomic consume on the Redis broker (brokers/redis/consume.py), on a real Redis through
 real kombu channels: ours, and stock kombu's beside it as the reference."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import redis
 from kombu import Consumer, Exchange, Queue
 from kombu.utils.json import loads
 
-from celery_delayq.celery.redis_consume import SOURCES
+from celery_delayq.brokers.redis.consume import SOURCES
 from celery_delayq.testing import wait_until as wait_for
 
 from ..helpers import VISIBILITY, channel_of, drain

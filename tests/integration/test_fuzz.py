@@ -50,7 +50,7 @@ from kombu.entity import Exchange
 from kombu.utils.json import dumps, loads
 
 from celery_delayq import InvalidETA
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import PRIORITY_SEP as SEP
 from celery_delayq.testing import RedisServer, wait_until

@@ -17,8 +17,8 @@ from kombu.utils.json import loads
 import celery_delayq
 import celery_delayq.ops.api
 from celery_delayq import DelayKeyHeld, InvalidDelayKey
-from celery_delayq.celery.connect import open_store
-from celery_delayq.celery.message import describe
+from celery_delayq.brokers.common.message import describe
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.results import PendingMessage
 
 from ..helpers import invoke, noop_task

@@ -33,7 +33,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_stat
 from kombu.utils.json import dumps, loads
 
 import celery_delayq
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.delay_keys import DelayKey
 from celery_delayq.core.record import key_index_field, message_key, task_key
 from celery_delayq.core.results import MoveResult

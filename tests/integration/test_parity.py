@@ -15,7 +15,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 import celery_delayq
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import wait_until
 
 TRANSPORTS = {"plain kombu": "redis", "celery-delayq": "celery_delayq.transport:Transport"}

@@ -9,8 +9,8 @@ from datetime import timezone
 
 import pytest
 
-from celery_delayq.celery.connect import open_store
-from celery_delayq.celery.message import due_ms, eta_timestamp
+from celery_delayq.brokers.common.message import due_ms, eta_timestamp
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.ops.rescue import Outcome, UnreadableMessage, open_rescuer, rescue
 
 from ..helpers import invoke, remember

@@ -1,4 +1,4 @@
-"""Unacknowledged messages come back without kombu's mutex (celery/redis_restore.py), on
+"""Unacknowledged messages come back without kombu's mutex (brokers/redis/restore.py), on
 a real Redis through real kombu channels: ours, and stock kombu's beside it."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import redis
 from kombu import Queue
 from kombu.utils.json import loads
 
-from celery_delayq.celery.redis_restore import REDELIVERIES_HEADER
+from celery_delayq.brokers.redis.restore import REDELIVERIES_HEADER
 
 from ..helpers import VISIBILITY, channel_of, parse_metrics, scrape
 
@@ -118,7 +118,7 @@ def test_the_setting_off_gives_kombus_own_restore(make_app, redis_client) -> Non
 
 @pytest.mark.parametrize("value", ["yes", 1])
 def test_the_setting_is_checked(make_app, value: Any) -> None:
-    from celery_delayq.celery.settings import config_of
+    from celery_delayq.brokers.common.settings import config_of
 
     with pytest.raises(Exception, match="delayq_reliable_consume must be True or False"):
         config_of(make_app(delayq_reliable_consume=value))

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 from celery import Celery
 
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 
 from ..helpers import noop_task
 

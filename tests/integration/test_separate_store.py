@@ -15,8 +15,8 @@ import redis
 from celery import Celery
 
 import celery_delayq
-from celery_delayq.celery.connect import open_store
-from celery_delayq.celery.message import STABLE_ID_HEADER
+from celery_delayq.brokers.common.message import STABLE_ID_HEADER
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import RedisServer
 

@@ -13,7 +13,7 @@ import boto3
 from celery import Celery
 
 import celery_delayq
-from celery_delayq.celery.message import STABLE_ID_HEADER
+from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.ops.api import deliver_all_due
 
 

@@ -16,7 +16,7 @@ from celery import Celery
 from kombu import Queue
 
 import celery_delayq
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.web import create_app, views
 from celery_delayq.web.access import Access, AddressRefused, access_of, check_address

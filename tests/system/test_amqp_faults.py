@@ -12,7 +12,7 @@ from celery import Celery
 from kombu import Queue
 
 import celery_delayq
-from celery_delayq.celery.message import STABLE_ID_HEADER
+from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.testing import wait_until
 from celery_delayq.testing_rabbitmq import RabbitMQNode, RabbitMQUnavailable
 

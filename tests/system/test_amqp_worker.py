@@ -12,7 +12,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 import celery_delayq
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import wait_until
 
 from ..helpers import celery_process, remember, runs

@@ -18,7 +18,7 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import RedisServer, delivered_numbers, schedule_numbered, wait_until
 
 from ..helpers import standalone_mover

@@ -13,8 +13,8 @@ import pytest
 from kombu import Queue
 
 import celery_delayq
-from celery_delayq.celery.amqp_envelope import destination, envelope
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.amqp.envelope import destination, envelope
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import wait_until
 from celery_delayq.testing_cluster import RedisClusterServers, slot_of

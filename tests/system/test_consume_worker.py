@@ -1,5 +1,5 @@
 """What Celery does with the messages a worker holds works as on stock kombu when the
-worker consumes atomically (celery/redis_consume.py): ``inspect active`` and
+worker consumes atomically (brokers/redis/consume.py): ``inspect active`` and
 ``reserved``, revoking a reserved task, and ``task_reject_on_worker_lost`` when a pool
 child is SIGKILLed mid-task."""
 

@@ -21,16 +21,16 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq import ConfigurationError
-from celery_delayq.celery.connect import open_store
-from celery_delayq.celery.inspect import (
+from celery_delayq.brokers.common.settings import DelayqConfig
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.brokers.redis.channel import Channel
+from celery_delayq.core.store import LISTING_CLAIM_MS
+from celery_delayq.testing import wait_until
+from celery_delayq.worker.inspect import (
     DelayedScheduleNode,
     delayed_schedule,
     list_delayed_in_scheduled,
 )
-from celery_delayq.celery.redis_channel import DelayedPublishMixin
-from celery_delayq.celery.settings import DelayqConfig
-from celery_delayq.core.store import LISTING_CLAIM_MS
-from celery_delayq.testing import wait_until
 
 from ..helpers import celery_process, runs
 
@@ -215,7 +215,7 @@ def test_a_queue_is_claimed_once_per_request_under_the_apps_key_prefixes(make_ap
 def test_a_listing_that_fails_adds_nothing_and_is_logged(make_app, caplog):
     """Celery's own entries are never lost to Redis failing while delayed ones are read."""
 
-    class Unreachable(DelayedPublishMixin):
+    class Unreachable(Channel):
         def __init__(self) -> None:
             pass
 

@@ -9,7 +9,7 @@ from datetime import datetime, timezone
 
 import pytest
 
-from celery_delayq.celery.message import due_ms, eta_timestamp
+from celery_delayq.brokers.common.message import due_ms, eta_timestamp
 from celery_delayq.ops.rescue import rescue
 from celery_delayq.testing import wait_until, wait_until_quiescent
 

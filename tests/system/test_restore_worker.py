@@ -1,5 +1,5 @@
 """A SIGKILLed worker's acks_late task runs again on another worker while a worker that
-died inside kombu's restore still holds its ``unacked_mutex`` (celery/redis_restore.py)."""
+died inside kombu's restore still holds its ``unacked_mutex`` (brokers/redis/restore.py)."""
 
 from __future__ import annotations
 

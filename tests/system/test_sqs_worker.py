@@ -8,7 +8,7 @@ from datetime import datetime
 
 import pytest
 
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import wait_until
 
 from ..helpers import celery_process, remember, runs

@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
     InMemorySpanExporter,
 )
 
-from celery_delayq.celery.connect import open_store  # noqa: E402
+from celery_delayq.brokers.connect import open_store  # noqa: E402
 from celery_delayq.testing import publish, wait_until  # noqa: E402
 
 from ..helpers import REMEMBER, WatchedProcess, celery_process, runs  # noqa: E402

@@ -19,7 +19,7 @@ import pytest
 from celery import Celery
 
 import celery_delayq
-from celery_delayq.celery.connect import open_store
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import (
     CHROMIUM_FLAGS,
     chromium_binary,

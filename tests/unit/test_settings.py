@@ -12,7 +12,7 @@ import pytest
 from celery import Celery
 
 from celery_delayq import ConfigurationError
-from celery_delayq.celery.settings import (
+from celery_delayq.brokers.common.settings import (
     SETTINGS,
     WEB_PREFIX,
     WEB_SETTINGS,

@@ -1,5 +1,5 @@
 """Messages that kept failing to reach a broker in another system (lua/handover.lua),
-and messages a worker could not read off its queue (celery/redis_consume.py).
+and messages a worker could not read off its queue (brokers/redis/consume.py).
 
 They leave the schedule (or the queue) with the reason, so nothing is dropped silently;
 an operator lists them, sends them again once the cause is fixed, or drops them.

@@ -14,8 +14,8 @@ from typing import Any
 from kombu.utils.json import dumps
 from redis.commands.core import Script
 
-from ...celery.errors import InvalidETA
-from ...celery.message import eta_of, eta_timestamp
+from ...brokers.common.errors import InvalidETA
+from ...brokers.common.message import eta_of, eta_timestamp
 from ...core.lua_scripts import ScheduleCall
 from ...core.store import DelayedStore
 from .messages import decode_message, decode_unacked, mark_redelivered

@@ -17,9 +17,9 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
-from ..core.handover import ClaimPublishAck, HandOverPolicy, Publisher
-from ..core.keys import KeySpace
-from ..core.store import DelayedStore
+from ...core.handover import ClaimPublishAck, HandOverPolicy, Publisher
+from ...core.keys import KeySpace
+from ...core.store import DelayedStore
 from .settings import DelayqConfig
 
 _clients: dict[str, redis.Redis] = {}

@@ -1,5 +1,5 @@
 -- return_landed.lua: put back, at the head of their queues, the messages that consumers now
--- gone had moved off a queue with BLMOVE but not yet taken (redis_consume.py). A consumer
+-- gone had moved off a queue with BLMOVE but not yet taken (consume.py). A consumer
 -- holds a lease while it lives; its landing lists are listed in a set while they may hold
 -- anything.
 --

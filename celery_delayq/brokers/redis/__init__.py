@@ -7,7 +7,7 @@ Select one with Celery settings only::
 
 or, behind Redis Sentinel, ``sentinel://...`` with
 ``broker_transport = "celery_delayq.transport:SentinelTransport"``. RabbitMQ: see
-amqp_transport.py.
+brokers/amqp.
 """
 
 from __future__ import annotations
@@ -16,34 +16,26 @@ from typing import Any
 
 from kombu.transport import redis as kombu_redis
 
-from . import worker_hooks
-from .channel import store_retrying_errors
-from .redis_channel import DelayedPublishMixin
-from .redis_consume import AtomicConsumeMixin, ConsumingPoller
-from .settings import SENTINEL_SCHEMES
+from ..common.diverter import store_retrying_errors
+from .channel import Channel, SentinelChannel
+from .consume import ConsumingPoller
 
-
-class Channel(AtomicConsumeMixin, DelayedPublishMixin, kombu_redis.Channel):
-    """Redis channel with the delayed store, consuming atomically (redis_consume.py)."""
+__all__ = ["Channel", "SentinelChannel", "SentinelTransport", "Transport"]
 
 
 class Transport(kombu_redis.Transport):
     """Redis transport with the delayed store (``driver_type`` stays ``redis``), consuming
-    atomically and renewing the leases of what its worker holds (redis_consume.py,
-    redis_restore.py)."""
+    atomically and renewing the leases of what its worker holds (consume.py,
+    restore.py)."""
 
     Channel = Channel
     recoverable_connection_errors = store_retrying_errors(kombu_redis.Transport)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # kombu annotates the base Transport's cycle as a FairCycle; its Redis transport
+        # keeps its poller there, as here
         self.cycle = ConsumingPoller()  # type: ignore[assignment]
-
-
-class SentinelChannel(AtomicConsumeMixin, DelayedPublishMixin, kombu_redis.SentinelChannel):
-    """Redis Sentinel channel with the delayed store, consuming atomically."""
-
-    url_schemes = SENTINEL_SCHEMES
 
 
 class SentinelTransport(kombu_redis.SentinelTransport):
@@ -54,8 +46,6 @@ class SentinelTransport(kombu_redis.SentinelTransport):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        # kombu annotates the base Transport's cycle as a FairCycle; its Redis transport
+        # keeps its poller there, as here
         self.cycle = ConsumingPoller()  # type: ignore[assignment]
-
-
-# A worker that uses this transport gets the mover step and the delayed listing.
-worker_hooks.connect()

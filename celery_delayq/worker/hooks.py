@@ -3,8 +3,9 @@
 A worker loads its broker transport's module when it first looks at the transport,
 just before it sends ``worker_init`` and builds its blueprint: the one moment a
 settings-only plugin can add bootsteps to the worker (its mover, and DueTimers) and
-choose how its remote-control node answers ``inspect scheduled``. Every transport module connects
-this handler; ``dispatch_uid`` keeps it to one connection.
+choose how its remote-control node answers ``inspect scheduled``. The transports' settings
+path (celery_delayq/transport.py) connects this handler; the broker modules have no
+import-time effects. ``dispatch_uid`` keeps it to one connection.
 """
 
 from __future__ import annotations
@@ -13,8 +14,8 @@ from typing import Any
 
 from celery import signals
 
+from ..brokers.common.diverter import check_store_setting, uses_delayq
 from .bootstep import WorkerMover
-from .channel import check_store_setting, uses_delayq
 from .due_timers import DueTimers
 from .inspect import list_delayed_in_scheduled
 

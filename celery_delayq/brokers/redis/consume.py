@@ -9,7 +9,7 @@ in its socket) loses the message for good. Here:
   (queue rotation, then priority), and writes kombu's own ``unacked`` entry in the same
   call. It does not block, so it is sent the way kombu sends BRPOP, and read when the
   reply arrives.
-- When every list was empty, the channel waits with one ``BLMOVE`` per list (queue x
+- When every list was empty, the channel waits (landing.py) with one ``BLMOVE`` per list (queue x
   priority step), each on a connection of its own, moving a message into a landing list
   of this consumer's; BLMOVE is atomic, but takes one source list, and a Lua script cannot
   block. The landed message is then taken from the landing list by ``consume.lua`` (and
@@ -17,7 +17,7 @@ in its socket) loses the message for good. Here:
   to the head of its queue.
 - While its consumer lives, a landing list is covered by the consumer's lease (a key
   with ``visibility_timeout`` to live, renewed with the leases of the messages it holds,
-  redis_restore.py); once the lease is gone, any worker's restore puts its messages back
+  restore.py); once the lease is gone, any worker's restore puts its messages back
   at the head of their queues (``return_landed.lua``).
 
 - A message the worker cannot read (not kombu's JSON envelope, or one kombu cannot turn
@@ -49,19 +49,17 @@ from kombu.utils.json import loads
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
-from ..core.lua_scripts import read_lua, register_all
-from ..core.record import Record, message_key
-from .redis_restore import LeasingPoller
+from ...core.lua_scripts import read_lua, register_all
+from ...core.record import Record, message_key
+from .landing import WAIT_TYPE, LandingWait, LandingWaits
+from .restore import LeasingPoller
 
 logger = logging.getLogger(__name__)
-
-#: The poller's event type of a landing wait, followed by its kombu list.
-WAIT_TYPE = "BLMOVE "
 
 
 @dataclass(frozen=True)
 class ConsumeScripts:
-    """The consume path's two scripts (celery/lua), bound to one client."""
+    """The consume path's two scripts (brokers/redis/lua), bound to one client."""
 
     consume: Script
     return_landed: Script
@@ -82,7 +80,7 @@ class UnreadableMessage(Exception):
     """kombu cannot turn a message taken off a queue into a message (the reason)."""
 
 
-class CheckedMessage(virtual.Message):  # type: ignore[misc]
+class CheckedMessage(virtual.Message):
     """kombu's message, whose construction failing (no delivery tag, a body that does not
     decode...) is told apart from errors of the consumer that receives it."""
 
@@ -126,161 +124,102 @@ def read_payload(message: bytes) -> dict[str, Any]:
     return payload
 
 
-@dataclass
-class LandingWait:
-    """One connection waiting (BLMOVE) for a message on one kombu list."""
+class AtomicConsumer:
+    """The atomic consume path of one Redis channel (see the module), which the channel
+    hands kombu's BRPOP start and read, ``basic_get`` and its landing waits.
 
-    kombu_list: str
-    queue: str
-    source: str  # the list's Redis key
-    landing: str  # this consumer's landing list for it
-    client: Any  # a redis.Redis holding one connection of its own (kombu's poller reads it)
-    waiting: bool = False
-    sent_at: float = 0.0
-    #: An error left it unknown whether a message landed: give the landing back first.
-    unsure: bool = False
-    #: When Redis last refused it (the key is not a list, say): not sent again for a while.
-    refused_at: float = float("-inf")
+    ``channel`` is a kombu Redis channel of ours (brokers/redis/channel.py): kombu's
+    lists, poller and QoS are its own; the consumer keeps only its waits and scripts.
+    """
 
-    @property
-    def event_type(self) -> str:
-        return WAIT_TYPE + self.kombu_list
-
-
-class AtomicConsumeMixin:
-    """kombu Redis channel methods replaced by the atomic consume path (see the module)."""
-
-    #: kombu builds the messages it delivers with this class.
-    Message = CheckedMessage
-
-    # Provided by kombu's Redis Channel and the delayq channel mixin.
-    client: Any
-    connection: Any
-    global_keyprefix: str
-    handlers: dict[str, Any]
-    priority_steps: list[int]
-    unacked_key: str
-    unacked_index_key: str
-    visibility_timeout: Any
-    ack_emulation: bool
-    active_queues: Any
-    connection_errors: tuple[type[BaseException], ...]
-    pool: Any
-    _queue_cycle: Any
-    _in_poll: Any
-    _brpop_sent_at: Any
-    delayq_config: Any
-    delayed_store: Any
-    qos: Any
-    real_key: Any  # redis_channel.DelayedPublishMixin: kombu's global_keyprefix applied
+    def __init__(self, channel: Any) -> None:
+        self.channel = channel
+        self.waits = LandingWaits(self)
+        #: Queues consumed with no_ack: what is taken from them is not recorded.
+        self.noack_queues: set[str] = set()
+        #: Delivery tags that consume.lua recorded: QoS.append must not write them again.
+        self.recorded_tags: set[str] = set()
+        #: Whether the last look at every list found them empty, so the channel now waits.
+        self.consume_waits = False
+        #: The lists of the consume.lua call in flight: (kombu list, queue) each.
+        self._consume_sent: list[tuple[str, str]] = []
+        #: When the last warning of a call Redis refused was logged (monotonic seconds).
+        self._refused_warned_at = float("-inf")
 
     @property
-    def atomic_consume(self) -> bool:
-        """Whether this channel consumes atomically (kombu's ack emulation is on, and
+    def on(self) -> bool:
+        """Whether the channel consumes atomically (kombu's ack emulation is on, and
         ``delayq_reliable_consume`` is not turned off)."""
-        return bool(self.ack_emulation and self.delayq_config.reliable_consume)
+        channel = self.channel
+        return bool(channel.ack_emulation and channel.diverter.config.reliable_consume)
 
     @property
     def wait_timeout(self) -> float:
         """Seconds a BLMOVE waits: kombu's BRPOP timeout (1 s before kombu 5.6 named it)."""
-        return float(getattr(self, "brpop_timeout", 1))
-
-    @cached_property
-    def consumer_id(self) -> str:
-        return uuid.uuid4().hex
+        return float(getattr(self.channel, "brpop_timeout", 1))
 
     @cached_property
     def plain_client(self) -> redis.Redis:
         """An unprefixed client on kombu's pool: script keys are prefixed here."""
-        return redis.Redis(connection_pool=self.pool)
+        return redis.Redis(connection_pool=self.channel.pool)
 
     @cached_property
-    def consume_scripts(self) -> ConsumeScripts:
+    def scripts(self) -> ConsumeScripts:
         return ConsumeScripts.register(self.plain_client)
-
-    @cached_property
-    def landing_waits(self) -> dict[str, LandingWait]:
-        return {}
-
-    @cached_property
-    def noack_queues(self) -> set[str]:
-        """Queues consumed with no_ack: what is taken from them is not recorded."""
-        return set()
-
-    @cached_property
-    def recorded_tags(self) -> set[str]:
-        """Delivery tags that consume.lua recorded: QoS.append must not write them again."""
-        return set()
-
-    #: Whether the last look at every list found them empty, so the channel now waits.
-    consume_waits = False
-    #: The lists of the consume.lua call in flight: (kombu list, queue) each.
-    _consume_sent: list[tuple[str, str]]
-
-    @property
-    def lease_prefix(self) -> str:
-        return self.real_key("_delayq.consumer.")
-
-    @property
-    def landing_prefix(self) -> str:
-        return self.real_key("_delayq.landing.")
-
-    @property
-    def landings_key(self) -> str:
-        return self.real_key("_delayq.landings")
 
     def consume_lists(self, queues: list[str]) -> list[tuple[str, str]]:
         """(kombu list, queue) in the order kombu's BRPOP names them."""
+        channel = self.channel
         lists = [
-            (self._q_for_pri(queue, pri), queue)  # type: ignore[attr-defined]
-            for pri in self.priority_steps
+            (channel._q_for_pri(queue, pri), queue)
+            for pri in channel.priority_steps
             for queue in queues
         ]
         return list(dict.fromkeys(lists))
 
     def unacked_keys(self) -> list[str]:
         """KEYS[1] and KEYS[2] of the consume scripts: kombu's unacked hash and index."""
-        return [self.real_key(self.unacked_key), self.real_key(self.unacked_index_key)]
+        channel = self.channel
+        return [channel.real_key(channel.unacked_key), channel.real_key(channel.unacked_index_key)]
 
     def consume_call(self, lists: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
         """KEYS and ARGV of consume.lua taking from these lists."""
-        keys = self.unacked_keys() + [self.real_key(kombu_list) for kombu_list, _ in lists]
+        real_key = self.channel.real_key
+        keys = self.unacked_keys() + [real_key(kombu_list) for kombu_list, _ in lists]
         record_as = ["" if queue in self.noack_queues else queue for _, queue in lists]
         return keys, [repr(time()), *record_as]
 
     # -- consuming from the event loop: kombu's BRPOP start and read, replaced --
 
-    def _brpop_start(self, timeout: float | None = None) -> None:
-        if not self.atomic_consume:  # kombu's own default timeout unless one is given
-            start = super()._brpop_start  # type: ignore[misc]
-            return start() if timeout is None else start(timeout)  # type: ignore[no-any-return]
-        queues = self._queue_cycle.consume(len(self.active_queues))
+    def start(self, timeout: float | None = None) -> None:
+        """Send consume.lua the way kombu sends BRPOP (or wait, when all were empty)."""
+        channel = self.channel
+        queues = channel._queue_cycle.consume(len(channel.active_queues))
         if not queues:
-            return None
+            return
         lists = self.consume_lists(queues)
         if self.consume_waits:
-            self.wait_on(lists, self.wait_timeout if timeout is None else timeout)
-            return None
+            self.waits.wait_on(lists, self.wait_timeout if timeout is None else timeout)
+            return
         keys, args = self.consume_call(lists)
-        connection = self.client.connection
+        connection = channel.client.connection
         self._consume_sent = lists
-        self._in_poll = connection
-        self._brpop_sent_at = monotonic()
-        sha = self.consume_scripts.consume.sha
+        channel._in_poll = connection
+        channel._brpop_sent_at = monotonic()
+        sha = self.scripts.consume.sha
         connection.send_command("EVALSHA", sha, len(keys), *keys, *args)
-        return None
 
-    def _brpop_read(self, **options: Any) -> bool:
-        if not self.atomic_consume:
-            return super()._brpop_read(**options)  # type: ignore[misc,no-any-return]
-        connection = self.client.connection
+    def read(self) -> bool:
+        """Read consume.lua's reply and deliver what it took."""
+        channel = self.channel
+        connection = channel.client.connection
         try:
             try:
                 reply = connection.read_response()
             except NoScriptError:  # a restarted Redis: load it, and look again
                 self.plain_client.script_load(SOURCES["consume"])
                 raise virtual.Empty() from None
-            except self.connection_errors:
+            except channel.connection_errors:
                 connection.disconnect()
                 raise
             except ResponseError as exc:  # Redis refused the call: wait (BLMOVE), look again
@@ -291,18 +230,15 @@ class AtomicConsumeMixin:
                 self.consume_waits = True
                 raise virtual.Empty()
             kombu_list, queue = self._consume_sent[reply[0] - 1]
-            source = self.real_key(kombu_list)
+            source = channel.real_key(kombu_list)
             if not self.deliver_taken(queue, source, source, Taken.of(reply)):
                 raise virtual.Empty()
             return True
         finally:
-            self._in_poll = None
-            flush_reauth = getattr(self, "_flush_brpop_reauth", None)  # kombu >= 5.7
+            channel._in_poll = None
+            flush_reauth = getattr(channel, "_flush_brpop_reauth", None)  # kombu >= 5.7
             if flush_reauth is not None:
                 flush_reauth()
-
-    #: When the last warning of a call Redis refused was logged (monotonic seconds).
-    _refused_warned_at = float("-inf")
 
     def warn_refused(self, exc: ResponseError) -> None:
         """Log, at most once a minute, that Redis refused a consume call or a wait (a queue
@@ -317,14 +253,14 @@ class AtomicConsumeMixin:
         """Hand a message consume.lua took to kombu's consumer callback, as BRPOP's reply;
         False when it went to the dead letters instead. ``source`` is the Redis key of
         its queue list, ``taken_from`` the list it was read from (source, or a landing)."""
-        self._queue_cycle.rotate(queue)
+        self.channel._queue_cycle.rotate(queue)
         try:
             if taken.reason:  # not taken: still the last element of its list
                 raise UnreadableMessage(taken.reason)
             payload = read_payload(taken.message)
             if taken.tag:
                 self.recorded_tags.add(taken.tag)
-            self.connection._deliver(payload, queue)
+            self.channel.connection._deliver(payload, queue)
         except UnreadableMessage as exc:
             self.dead_letter(queue, source, taken_from, taken, str(exc))
             return False
@@ -341,7 +277,7 @@ class AtomicConsumeMixin:
         between leaves a second copy, never none."""
         key = message_key(None, f"unreadable:{uuid.uuid4().hex}")
         record = Record(0, source, taken.message)
-        self.delayed_store.dead.add(queue, key, record, reason)
+        self.channel.diverter.store.dead.add(queue, key, record, reason)
         if taken.reason:
             self.plain_client.transaction(
                 partial(_pop_if_last, taken_from, taken.message), taken_from
@@ -360,74 +296,20 @@ class AtomicConsumeMixin:
             reason,
         )
 
-    # -- waiting: one BLMOVE per list --
-
-    def wait_on(self, lists: list[tuple[str, str]], timeout: float) -> None:
-        """Have a BLMOVE waiting on each of these lists (those already waiting go on)."""
-        cycle = self.connection.cycle
-        for kombu_list, queue in lists:
-            wait = self.landing_waits.get(kombu_list) or self.new_wait(kombu_list, queue)
-            if wait.waiting or monotonic() - wait.refused_at < max(timeout, 1.0):
-                continue
-            if wait.unsure:
-                self.give_back(wait)
-            if not cycle._client_registered(self, wait.client, wait.event_type):
-                cycle._register(self, wait.client, wait.event_type)
-            wait.client.connection.send_command(
-                "BLMOVE", wait.source, wait.landing, "RIGHT", "LEFT", timeout or 0
-            )
-            wait.waiting, wait.sent_at = True, monotonic()
-
-    def new_wait(self, kombu_list: str, queue: str) -> LandingWait:
-        source = self.real_key(kombu_list)
-        member = self.consumer_id + source
-        pool = self.wait_pool
-        pool.max_connections = max(pool.max_connections, len(self.landing_waits) + 1)
-        client = redis.Redis(connection_pool=pool)
-        try:
-            client.connection = pool.get_connection()
-        except TypeError:  # redis-py before 6 needs a command name
-            client.connection = pool.get_connection("_")
-        wait = LandingWait(kombu_list, queue, source, self.landing_prefix + member, client)
-        self.renew_consumer_lease()
-        self.plain_client.sadd(self.landings_key, member)
-        self.landing_waits[kombu_list] = wait
-        self.handlers[wait.event_type] = partial(self.read_wait, kombu_list)
-        return wait
-
-    @cached_property
-    def wait_pool(self) -> Any:
-        """Connections for the waits, apart from kombu's pool and its connection limit."""
-        return self._get_pool(asynchronous=True)  # type: ignore[attr-defined]
-
-    def read_wait(self, kombu_list: str) -> bool:
-        """A BLMOVE replied: take the landed message (recorded) and deliver it, or give it
-        back at once if the channel has no room for it."""
-        wait = self.landing_waits[kombu_list]
-        wait.waiting = False
-        self.consume_waits = False  # look at every list again before waiting again
-        try:
-            landed = wait.client.connection.read_response()
-        except self.connection_errors:
-            wait.unsure = True
-            wait.client.connection.disconnect()
-            raise
-        except ResponseError as exc:  # nothing moved; sent again after its timeout
-            self.warn_refused(exc)
-            wait.refused_at = monotonic()
-            raise virtual.Empty() from None
-        if landed is None:
-            raise virtual.Empty()
-        if not self.qos.can_consume() or wait.queue not in self.active_queues:
-            self.give_back(wait)
+    def take_landed(self, wait: LandingWait) -> bool:
+        """Take the message that landed for ``wait`` (recorded) and deliver it, or give
+        it back at once if the channel has no room for it."""
+        channel = self.channel
+        if not channel.qos.can_consume() or wait.queue not in channel.active_queues:
+            self.waits.give_back(wait)
             raise virtual.Empty()
         record_as = "" if wait.queue in self.noack_queues else wait.queue
         keys = [*self.unacked_keys(), wait.landing]
         try:
-            reply = self.consume_scripts.consume(keys, [repr(time()), record_as])
+            reply = self.scripts.consume(keys, [repr(time()), record_as])
         except ResponseError as exc:  # Redis refused the call: nothing was taken
             self.warn_refused(exc)
-            self.give_back(wait)
+            self.waits.give_back(wait)
             raise virtual.Empty() from None
         if reply is None:  # this consumer's lease ran out and a restore returned it
             raise virtual.Empty()
@@ -435,91 +317,38 @@ class AtomicConsumeMixin:
             raise virtual.Empty()
         return True
 
-    def give_back(self, wait: LandingWait) -> None:
-        """Move what landed for this wait back to the head of its queue."""
-        while self.plain_client.lmove(wait.landing, wait.source, "RIGHT", "RIGHT"):
-            pass
-        wait.unsure = False
-
-    def renew_consumer_lease(self) -> None:
-        """Keep this consumer's landing lists its own for another ``visibility_timeout``."""
-        lease_ms = max(int(self.visibility_timeout * 1000), 1)
-        self.plain_client.set(self.lease_prefix + self.consumer_id, 1, px=lease_ms)
-
-    def return_landed(self) -> int:
-        """Put back what consumers now gone left in their landing lists; how many."""
-        prefixes = [self.lease_prefix, self.landing_prefix]
-        return int(self.consume_scripts.return_landed([self.landings_key], prefixes))
-
-    def overdue_waits(self, patience: float) -> list[LandingWait]:
-        """Waits that should have replied (BLMOVE's own timeout) ``patience`` ago."""
-        now = monotonic()
-        return [
-            wait
-            for wait in self.landing_waits.values()
-            if wait.waiting and now - wait.sent_at > self.wait_timeout + patience
-        ]
-
-    def stop_waiting(self) -> None:
-        """Close the waits' connections, give back what landed, drop the lease (what lands
-        after this is returned by the next restore of any worker)."""
-        for wait in self.landing_waits.values():
-            wait.client.connection.disconnect()
-            wait.waiting = False
-        if not self.landing_waits:
-            return
-        try:
-            for wait in self.landing_waits.values():
-                self.give_back(wait)
-            self.plain_client.delete(self.lease_prefix + self.consumer_id)
-        except self.connection_errors:
-            pass  # the lease runs out; a restore returns them
-        self.landing_waits.clear()
-        self.wait_pool.disconnect()
-
-    def _poll_error(self, type: str, **options: Any) -> Any:
-        if type.startswith(WAIT_TYPE):
-            return self.read_wait(type[len(WAIT_TYPE) :])
-        return super()._poll_error(type, **options)  # type: ignore[misc]
-
-    def close(self) -> None:
-        if "landing_waits" in self.__dict__:
-            self.stop_waiting()
-        super().close()  # type: ignore[misc]
-
-    def basic_consume(self, queue: str, *args: Any, **kwargs: Any) -> Any:
-        no_ack = kwargs["no_ack"] if "no_ack" in kwargs else bool(args and args[0])
+    def consumed(self, queue: str, no_ack: bool) -> None:
+        """``basic_consume`` of ``queue``: whether what is taken from it is recorded."""
         (self.noack_queues.add if no_ack else self.noack_queues.discard)(queue)
-        return super().basic_consume(queue, *args, **kwargs)  # type: ignore[misc]
 
     # -- basic_get --
 
-    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
-        if not self.atomic_consume:
-            return super().basic_get(queue, no_ack, **kwargs)  # type: ignore[misc]
+    def get(self, queue: str, no_ack: bool = False) -> Any:
+        """kombu's ``basic_get``, taking the message with consume.lua."""
+        channel = self.channel
         lists = self.consume_lists([queue])
         keys, args = self.consume_call(lists)
         if no_ack:
             args = [args[0]] + [""] * len(lists)
-        reply = self.consume_scripts.consume(keys, args)
-        refresh_expiry = getattr(self, "_maybe_update_queues_expire", None)  # kombu >= 5.6
+        reply = self.scripts.consume(keys, args)
+        refresh_expiry = getattr(channel, "_maybe_update_queues_expire", None)  # kombu >= 5.6
         if refresh_expiry is not None:  # a get counts as use of a queue with x-expires
-            with self.conn_or_acquire() as client:  # type: ignore[attr-defined]
+            with channel.conn_or_acquire() as client:
                 refresh_expiry(client, queue)
         if reply is None:
             return None
         taken = Taken.of(reply)
-        source = self.real_key(lists[reply[0] - 1][0])
+        source = channel.real_key(lists[reply[0] - 1][0])
         try:
             if taken.reason:
                 raise UnreadableMessage(taken.reason)
-            message = self.Message(read_payload(taken.message), channel=self)
+            message = channel.Message(read_payload(taken.message), channel=channel)
         except UnreadableMessage as exc:
             self.dead_letter(queue, source, source, taken, str(exc))
             return None
         if not no_ack:
             self.recorded_tags.add(message.delivery_tag)
-            self.qos.append(message, message.delivery_tag)
+            channel.qos.append(message, message.delivery_tag)
         return message
 
 
@@ -545,10 +374,10 @@ class ConsumingPoller(LeasingPoller):
 
     def maybe_check_brpop_health(self) -> Any:
         for channel in list(self._channels):
-            waits = getattr(channel, "overdue_waits", None)
-            if waits is None or not channel.health_check_interval:
+            consumer = getattr(channel, "consumer", None)
+            if consumer is None or not channel.health_check_interval:
                 continue
-            for wait in waits(channel.health_check_interval):
+            for wait in consumer.waits.overdue(channel.health_check_interval):
                 sock = wait.client.connection._sock
                 if sock is None or not kombu_redis._socket_readable(sock):
                     wait.unsure = True

@@ -15,7 +15,7 @@ from typing import Any
 from kombu.connection import Connection
 from kombu.utils.json import loads
 
-from ..core.handover import Outgoing, PublishReport
+from ...core.handover import Outgoing, PublishReport
 from .message import STABLE_ID_HEADER, with_header
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import amqp
 from kombu.utils.json import dumps, loads
 
-from .message import STABLE_ID_HEADER
+from ..common.message import STABLE_ID_HEADER
 
 #: Where a due message keeps its ETA when it reaches a RabbitMQ worker (amqp_message).
 ETA_HEADER = "x-delayq-eta"

@@ -19,14 +19,14 @@ import redis
 from celery import Celery
 from kombu.exceptions import KombuError
 
+from ..brokers.common.diverter import uses_delayq
+from ..brokers.common.errors import ConfigurationError
+from ..brokers.common.settings import config_of
+from ..brokers.connect import TRANSPORT_HINT, open_store
 from ..core.queue_counters import LATENESS_BUCKETS_MS
 from ..core.results import QueueBacklog
 from ..core.store import DelayedStore
 from ..core.store_status import read_status
-from .channel import uses_delayq
-from .connect import TRANSPORT_HINT, open_store
-from .errors import ConfigurationError
-from .settings import config_of
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

@@ -22,8 +22,8 @@ from urllib.parse import urlparse
 
 from celery import Celery
 
-from ..core.store import ReplicaWait
-from ..core.urls import sanitize_url, url_parts
+from ...core.store import ReplicaWait
+from ...core.urls import sanitize_url, url_parts
 from .errors import ConfigurationError
 
 SETTING_PREFIX = "delayq_"

@@ -22,10 +22,10 @@ from ..core.mover import Mover, MoverThread
 from ..core.store import DelayedStore
 from ..core.topology import redis_location
 from ..core.urls import sanitize_url
-from .channel import DelayqChannel, check_store_setting, delayq_channel_class
-from .errors import ConfigurationError
-from .separate_store import separate_store
-from .settings import config_of
+from .common.diverter import check_store_setting, delayq_channel_class, is_delayq_channel
+from .common.errors import ConfigurationError
+from .common.separate_store import separate_store
+from .common.settings import config_of
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,7 @@ def publisher_factory(app: Celery) -> Callable[[], Publisher]:
 def store_on(app: Celery, connection: Connection) -> DelayedStore:
     """The app's delayed store for an open kombu connection of our transport."""
     channel = connection.default_channel
-    if not isinstance(channel, DelayqChannel):
+    if not is_delayq_channel(channel):
         raise ConfigurationError(
             f"the broker transport is {type(channel).__module__}, not celery-delayq: "
             + TRANSPORT_HINT

@@ -36,12 +36,13 @@ from celery import Celery
 from celery.utils.imports import symbol_by_name
 from celery.worker.request import Request
 from celery.worker.strategy import hybrid_to_proto2, proto1_to_proto2
+from kombu import pidbox
 
+from ..brokers.common.diverter import DelayqChannel, is_delayq_channel, uses_delayq
+from ..brokers.common.message import kombu_message
+from ..brokers.common.settings import config_of
 from ..core.results import PendingMessage
 from ..core.store import DelayedStore
-from .channel import DelayqChannel, uses_delayq
-from .message import kombu_message
-from .settings import config_of
 
 logger = logging.getLogger(__name__)
 
@@ -53,12 +54,9 @@ SCHEDULED_COMMANDS = frozenset({"scheduled", "dump_schedule"})
 ETA_TIMER_PRIORITY = 6
 
 
-class DelayedScheduleNode:
-    """Mixin for kombu's pidbox ``Node``: ``scheduled`` also lists delayed messages."""
-
-    # Provided by kombu's Node.
-    state: Any
-    channel: Any
+class DelayedScheduleNode(pidbox.Node):
+    """kombu's pidbox ``Node`` whose ``scheduled`` also lists delayed messages (put in
+    front of the app's own node class, which is kombu's or a subclass of it)."""
 
     _ticket: str | None = None
 
@@ -73,14 +71,12 @@ class DelayedScheduleNode:
         """Keep the request's ticket at hand while its handler runs."""
         self._ticket = ticket
         try:
-            return super().dispatch(  # type: ignore[misc]
-                method, arguments, reply_to=reply_to, ticket=ticket, **kwargs
-            )
+            return super().dispatch(method, arguments, reply_to=reply_to, ticket=ticket, **kwargs)
         finally:
             self._ticket = None
 
     def handle(self, method: str, arguments: dict[str, Any] | None = None) -> Any:
-        reply = super().handle(method, arguments)  # type: ignore[misc]
+        reply = super().handle(method, arguments)
         if method in SCHEDULED_COMMANDS and isinstance(reply, list):
             reply = reply + delayed_schedule(self.state, self.channel, self._ticket)
         return reply
@@ -102,7 +98,7 @@ def delayed_schedule(state: Any, channel: Any, ticket: str | None) -> list[dict[
     to request ``ticket`` (all of its queues' when there is no ticket to share)."""
     app = state.app
     limit = config_of(app).inspect_limit
-    if not limit or not isinstance(channel, DelayqChannel):
+    if not limit or not is_delayq_channel(channel):
         return []
     try:
         listing = DelayedListing(app, channel, state.hostname, limit)
@@ -190,7 +186,7 @@ def request_of(app: Celery, message: Any, hostname: str) -> Request:
         body, decoded, utc = message.body, False, app.uses_utc_timezone()
     task = app.tasks.get(headers["task"])
     request_cls = symbol_by_name(task.Request) if task is not None else Request
-    return request_cls(  # type: ignore[no-any-return]
+    return request_cls(
         message,
         app=app,
         hostname=hostname,

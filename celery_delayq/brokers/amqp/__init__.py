@@ -14,7 +14,6 @@ routing key the producer chose, with confirms (core/handover.py).
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable
 from typing import Any
 
@@ -23,27 +22,21 @@ from celery import Celery
 from celery.app import base as celery_app_base
 from kombu.transport import pyamqp
 
-from ..core.handover import Publisher
-from ..core.store import Scheduled
-from . import worker_hooks
-from .amqp_envelope import destination, envelope
-from .amqp_publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher
-from .channel import STORE_URL_NEEDED, DelayqChannel, delayq_app, uses_delayq
-from .errors import ConfigurationError
-from .message import due_ms
-from .settings import config_of
+from ...core.handover import Publisher
+from ...core.store import DelayedStore
+from ..common.diverter import Diverter, Outbound, store_for, uses_delayq
+from ..common.settings import DelayqConfig, config_of
+from .envelope import destination, envelope
+from .publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher
 
 
-class AMQPChannel(DelayqChannel, pyamqp.Channel):
+class AMQPChannel(pyamqp.Channel):
     """py-amqp channel that keeps future-ETA messages in the delayed store."""
 
+    keeps_own_store = False
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        app = delayq_app()
-        self.delayq_config = config_of(app)
-        if self.delayq_config.store_url is None:
-            raise ConfigurationError(STORE_URL_NEEDED)
-        self._delayq_app = app
-        self._delayed_store = None
+        self.diverter = Diverter.of_current_app(self.store_for, needs_store_url=True)
         super().__init__(*args, **kwargs)
         # With the confirm_publish transport option, py-amqp makes basic_publish an
         # instance attribute that waits for each confirm; keep it for due messages.
@@ -56,38 +49,28 @@ class AMQPChannel(DelayqChannel, pyamqp.Channel):
         wait = min(CONFIRM_TIMEOUT_SECONDS, config_of(app).handover_lease / 2)
         return lambda: AMQPPublisher(app.connection_for_write, confirm_timeout=wait)
 
+    def store_for(self, config: DelayqConfig) -> DelayedStore:
+        return store_for(config, self.publisher_factory(self.diverter.app))
+
     def basic_publish(
         self, msg: amqp.Message, exchange: str = "", routing_key: str = "", *args: Any, **kw: Any
     ) -> Any:
-        """Publish, or store until due (grouped under the routing key, which is the
-        queue name in Celery's own routing)."""
+        """Publish, or store until due: grouped under the routing key (the queue name in
+        Celery's own routing), the envelope to go to the producer's exchange and key."""
         properties = msg.properties
-        if exchange == self.control_exchange:
+        if exchange == self.diverter.control_exchange:
             body = msg.body if isinstance(msg.body, bytes) else str(msg.body).encode()
             content = (properties.get("content_type"), properties.get("content_encoding"))
-            self.cancel_if_revoke(body, *content)
-        message = {
-            "headers": properties.get("application_headers") or {},
-            "properties": {"delivery_info": {"exchange": exchange, "routing_key": routing_key}},
-        }
-        if self.store_if_future(routing_key or exchange, message, lambda: envelope(msg)):
+            self.diverter.cancel_if_revoke(exchange, body, *content)
+        outbound = Outbound(
+            queue=routing_key or exchange,
+            headers=properties.get("application_headers") or {},
+            destination=destination(exchange, routing_key),
+            payload=lambda: envelope(msg),
+        )
+        if self.diverter.divert(outbound):
             return None
         return self._publish_now(msg, exchange, routing_key, *args, **kw)
-
-    def delayed(
-        self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
-    ) -> Scheduled:
-        """What the store keeps: the envelope, to go to the producer's exchange and key."""
-        task_id = message["headers"].get("id")
-        delivery_info = message["properties"]["delivery_info"]
-        return Scheduled(
-            queue=queue,
-            message_id=str(uuid.uuid4()),
-            task_id=str(task_id) if task_id is not None else None,
-            due_ms=due_ms(eta_seconds),
-            destination=destination(delivery_info["exchange"], delivery_info["routing_key"]),
-            payload=payload,
-        )
 
 
 class AMQPConnection(pyamqp.Connection):
@@ -95,15 +78,26 @@ class AMQPConnection(pyamqp.Connection):
 
 
 class AMQPTransport(pyamqp.Transport):
-    """py-amqp transport with the delayed store (``driver_type`` stays ``amqp``)."""
+    """py-amqp transport with the delayed store (``driver_type`` stays ``amqp``).
+
+    Its first construction keeps Celery's native delayed delivery away: ``send_task``
+    builds its connection's transport before it asks ``detect_quorum_queues``."""
 
     Connection = AMQPConnection
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        keep_native_delayed_delivery_away()
+        super().__init__(*args, **kwargs)
 
 
 class AMQPSSLTransport(pyamqp.SSLTransport):
-    """py-amqp transport over TLS with the delayed store."""
+    """py-amqp transport over TLS with the delayed store (as ``AMQPTransport``)."""
 
     Connection = AMQPConnection
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        keep_native_delayed_delivery_away()
+        super().__init__(*args, **kwargs)
 
 
 def keep_native_delayed_delivery_away() -> None:
@@ -128,10 +122,6 @@ def keep_native_delayed_delivery_away() -> None:
             return False, ""
         return original(app, driver_type)
 
+    # a mark on the function, so a second call does not wrap it again
     detect_quorum_queues.keeps_delayq_apps_away = True  # type: ignore[attr-defined]
     celery_app_base.detect_quorum_queues = detect_quorum_queues
-
-
-keep_native_delayed_delivery_away()
-# A worker that uses this transport gets the mover step and the delayed listing.
-worker_hooks.connect()

@@ -22,9 +22,9 @@ from typing import Any
 from amqp.exceptions import ChannelError
 from kombu.connection import Connection
 
-from ..core.handover import Outgoing, PublishReport
-from .amqp_envelope import amqp_message, exchange_and_routing_key
-from .message import STABLE_ID_HEADER
+from ...core.handover import Outgoing, PublishReport
+from ..common.message import STABLE_ID_HEADER
+from .envelope import amqp_message, exchange_and_routing_key
 
 logger = logging.getLogger(__name__)
 

@@ -14,9 +14,9 @@ from typing import Any
 import redis
 from kombu.connection import Connection
 
-from ..core.handover import Outgoing, PublishReport
-from ..core.lua_scripts import PUSH_LISTS
-from .message import STABLE_ID_HEADER, with_header
+from ...core.handover import Outgoing, PublishReport
+from ...core.lua_scripts import PUSH_LISTS
+from ..common.message import STABLE_ID_HEADER, with_header
 
 
 class RedisListPublisher:
@@ -59,7 +59,8 @@ class RedisListPublisher:
     def _script(self) -> Any:
         if self._push is None:
             self._connection = self.connect()
-            pool = self._connection.default_channel.pool  # type: ignore[attr-defined]
+            channel: Any = self._connection.default_channel  # a Redis channel: it has a pool
+            pool = channel.pool
             self._push = redis.Redis(connection_pool=pool).register_script(PUSH_LISTS)
         return self._push
 

@@ -7,13 +7,13 @@
 -- run in one pcall, and what remains are writes of ready strings. A message that cannot be
 -- read or recorded is handed back whole (RPUSH: the end it was popped from, so its place
 -- in the queue is kept); the reply names it and the reason, and the consumer moves it to
--- the dead letters (redis_consume.py). Popping first keeps the common path at one Redis
+-- the dead letters (consume.py). Popping first keeps the common path at one Redis
 -- command per message taken (an LINDEX before it would add one).
 --
 -- KEYS[1]   kombu's ``unacked`` hash (global_keyprefix applied, like every key here)
 -- KEYS[2]   kombu's ``unacked_index`` sorted set
 -- KEYS[3..] the lists to take from, in kombu's order (queue rotation, then priority); a
---           consumer's landing list (redis_consume.py) is taken from the same way
+--           consumer's landing list (consume.py) is taken from the same way
 -- ARGV[1]   the consumer's clock (seconds since the epoch): an entry's score, as kombu scores
 --           it (restores and lease renewals compare with the workers' clocks too)
 -- ARGV[i+1] for the list KEYS[i + 2]: its queue's name, to record what is taken from it, or

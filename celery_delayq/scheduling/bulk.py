@@ -45,11 +45,11 @@ from kombu.serialization import loads as deserialize
 from kombu.serialization import registry
 from kombu.utils.json import dumps, loads
 
+from ..brokers.common.diverter import DelayqChannel, is_delayq_channel
+from ..brokers.common.errors import ConfigurationError
+from ..brokers.common.message import due_ms, eta_timestamp
+from ..brokers.common.settings import config_of
 from ..core.store import ChunkPartlyStored, DelayedStore, Scheduled
-from .channel import DelayqChannel
-from .errors import ConfigurationError
-from .message import due_ms, eta_timestamp
-from .settings import config_of
 
 #: Messages per atomic store call: ~200 schedule.lua runs keep one call near 5 ms.
 DEFAULT_CHUNK_SIZE = 200
@@ -94,7 +94,7 @@ def schedule_many(
     app: Celery = task._get_app()
     with app.producer_or_acquire() as producer:
         channel = producer.channel
-        if not isinstance(channel, DelayqChannel):
+        if not is_delayq_channel(channel):
             raise ConfigurationError(
                 "schedule_many needs celery-delayq's transport (broker_transport)"
             )
@@ -129,7 +129,7 @@ class _Batch:
         self.task = task
         self.producer = producer
         self.channel: DelayqChannel = producer.channel
-        self.store: DelayedStore = self.channel.delayed_store
+        self.store: DelayedStore = self.channel.diverter.store
         self.chunk_size = chunk_size
         self.ids: list[str] = []
         self.stored_before: list[str] = []  # ids of the calls before the current chunk
@@ -211,11 +211,11 @@ def _captured(channel: DelayqChannel) -> Iterator[list[Scheduled]]:
     """While open, the channel hands its delayed messages to the list instead of the
     store."""
     captured: list[Scheduled] = []
-    channel.captured = captured
+    channel.diverter.captured = captured
     try:
         yield captured
     finally:
-        channel.captured = None
+        channel.diverter.captured = None
 
 
 def _templates_apply(app: Celery) -> bool:

@@ -53,16 +53,16 @@ REDELIVERIES_HEADER = "delayq_redeliveries"
 REDELIVERED_KEY = "_delayq.redelivered"
 
 
-class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
+class LockFreeQoS(kombu_redis.QoS):
     """kombu's Redis QoS with ``restore_visible`` freed from ``unacked_mutex``, which also
-    returns what dead consumers left in their landing lists (redis_consume.py)."""
+    returns what dead consumers left in their landing lists (consume.py)."""
 
     #: When this channel last scanned for expired messages (monotonic seconds).
     _last_scan = float("-inf")
 
     def append(self, message: Any, delivery_tag: str) -> None:
         """kombu's record of a delivered message, unless consume.lua already wrote it."""
-        recorded: set[str] = getattr(self.channel, "recorded_tags", set())
+        recorded = self.channel.consumer.recorded_tags
         if delivery_tag in recorded:
             recorded.discard(delivery_tag)
             virtual.QoS.append(self, message, delivery_tag)
@@ -70,8 +70,8 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
         super().append(message, delivery_tag)
 
     def restore_visible(self, start: int = 0, num: int = 10, interval: int = 10) -> None:
-        if not self.channel.delayq_config.reliable_consume:
-            return super().restore_visible(start, num, interval)  # type: ignore[no-any-return]
+        if not self.channel.diverter.config.reliable_consume:
+            return super().restore_visible(start, num, interval)
         now = monotonic()
         if now - self._last_scan < self.scan_interval() * 0.9:  # a timer may fire early
             return None
@@ -83,9 +83,8 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
             visible = _newest_first(client, self.unacked_index_key, ceil, num and start, num)
             for tag, _ in visible or []:
                 self.restore_expired(tag, ceil, client)
-        return_landed = getattr(self.channel, "return_landed", None)
-        if return_landed is not None and self.channel.atomic_consume:
-            return_landed()
+        if self.channel.consumer.on:
+            self.channel.consumer.waits.return_landed()
         return None
 
     def scan_interval(self) -> float:
@@ -123,10 +122,10 @@ class LockFreeQoS(kombu_redis.QoS):  # type: ignore[misc]
     def renew_leases(self) -> int:
         """Mark every message this channel holds and has not acknowledged as delivered
         now (``XX``: an entry acknowledged meanwhile is not written back); how many."""
-        if not self.channel.delayq_config.reliable_consume:
+        if not self.channel.diverter.config.reliable_consume:
             return 0
-        if getattr(self.channel, "landing_waits", None):
-            self.channel.renew_consumer_lease()
+        if self.channel.consumer.waits.by_list:
+            self.channel.consumer.waits.renew_lease()
         try:
             held = [tag for tag in tuple(self._delivered) if tag not in self._dirty]
         except RuntimeError:  # changed by a pool thread while read: renew next round
@@ -150,7 +149,7 @@ def _newest_first(client: Any, key: str, ceil: float, start: int, num: int) -> A
     return client.zrevrangebyscore(key, ceil, 0, start=start, num=num, withscores=True)
 
 
-class LeasingPoller(kombu_redis.MultiChannelPoller):  # type: ignore[misc]
+class LeasingPoller(kombu_redis.MultiChannelPoller):
     """kombu's poller, renewing every channel's leases before each restore."""
 
     def maybe_restore_messages(self) -> Any:

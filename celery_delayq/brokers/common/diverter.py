@@ -1,0 +1,297 @@
+"""The decision to keep a message whose ``eta`` lies ahead in the delayed store, and the
+write there: every broker's channel holds a ``Diverter`` and hands it one ``Outbound``
+value per publish (queue, headers, destination, payload), before kombu's own publish.
+Fanout (broadcast) messages are never delayed; a revoke broadcast also cancels its ids.
+
+kombu gives a channel no reference to the Celery app that opened its connection, and
+``current_app`` is Celery's empty fallback app in any thread that did not create the
+app (a thread-pool web server, for one). So a channel takes its settings from the
+thread's current app if it selects this transport, else from the one app in the
+process that does (``delayq_app``).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from functools import cached_property
+from typing import Any, Protocol, TypeGuard, TypeVar, cast
+
+from celery import Celery
+from celery._state import _get_active_apps, get_current_app
+from kombu.transport import get_transport_cls
+from kombu.transport.base import Transport
+from kombu.utils.json import dumps
+
+from ...core.backoff import Backoff
+from ...core.handover import Publisher
+from ...core.store import DelayedStore, Scheduled
+from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
+from .key_headers import InvalidDelayKey, delay_key_of, report
+from .message import due_ms, eta_span, eta_timestamp
+from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
+from .separate_store import separate_store
+from .settings import DelayqConfig, check_broker_url, config_of
+
+STORE_URL_NEEDED = (
+    "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
+    'where delayed messages wait (e.g. delayq_store_url = "redis://localhost:6379/0")'
+)
+
+T = TypeVar("T")
+
+#: Per store URL and process: how long publishers wait before trying a store that just
+#: failed (channels come and go with kombu's retries; the outage outlives them).
+_store_backoffs: dict[str, Backoff] = {}
+
+
+def store_retrying_errors(transport: type[Transport]) -> tuple[type[BaseException], ...]:
+    """``recoverable_connection_errors`` for a virtual transport: kombu's own fallback
+    (every connection and channel error), declared. Undeclared, kombu re-raises an error
+    that persists once it has reconnected to the broker: a store outage (the broker is
+    fine) would get one retry whatever the publish's ``max_retries``."""
+    return (*transport.connection_errors, *transport.channel_errors)
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """What the diverter needs of a message a channel is about to publish."""
+
+    queue: str  # the queue it belongs to (the store groups by it)
+    headers: Mapping[str, Any]  # Celery's message headers: eta, id, delay key
+    destination: str  # where it goes when due (a Redis list, an exchange and key, a queue)
+    payload: bytes | Callable[[], bytes]  # the envelope to store, or how to make it
+    message_id: str | None = None  # its delivery tag (a new id when it has none)
+    expires_ms: int | None = None  # its queue's x-expires, when declared
+
+
+class DelayqChannel(Protocol):
+    """What the rest of celery-delayq uses of a broker's channel: its diverter, its
+    store, and how a mover publishes to this kind of broker."""
+
+    #: Whether the broker itself can hold the store (a Redis broker); otherwise
+    #: delayq_store_url is needed.
+    keeps_own_store: bool
+    diverter: Diverter
+
+    @classmethod
+    def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
+        """How a mover of ``app`` opens its publisher to this kind of broker."""
+
+    def store_for(self, config: DelayqConfig) -> DelayedStore:
+        """A delayed store with the given settings, for this channel's broker."""
+
+
+def is_delayq_channel(channel: object) -> TypeGuard[DelayqChannel]:
+    """Whether ``channel`` (an instance, or a class) is one of celery-delayq's."""
+    return isinstance(getattr(channel, "keeps_own_store", None), bool) and hasattr(
+        channel, "publisher_factory"
+    )
+
+
+def store_for(
+    config: DelayqConfig,
+    make_publisher: Callable[[], Publisher],
+    own_store: Callable[[DelayqConfig], DelayedStore] | None = None,
+) -> DelayedStore:
+    """A delayed store with the given settings: at ``delayq_store_url`` when set
+    (handing messages over with confirms), else in the broker itself (``own_store``:
+    only a Redis broker has one)."""
+    if config.store_url is not None:
+        return separate_store(config, make_publisher)
+    if own_store is None:
+        raise ConfigurationError(STORE_URL_NEEDED)
+    return own_store(config)
+
+
+class Diverter:
+    """Keeps a message whose ``eta`` lies ahead (or that has a delay key) in the store
+    instead of the broker; a channel holds one, made with ``Diverter.of_current_app``."""
+
+    def __init__(self, app: Celery, open_store: Callable[[DelayqConfig], DelayedStore]) -> None:
+        self.app = app
+        self.config = config_of(app)
+        self._open_store = open_store
+        self._store: DelayedStore | None = None
+        #: While set (scheduling/bulk.py's schedule_many), delayed messages are collected
+        #: here instead of written one by one.
+        self.captured: list[Scheduled] | None = None
+
+    @classmethod
+    def of_current_app(
+        cls,
+        open_store: Callable[[DelayqConfig], DelayedStore],
+        url_schemes: frozenset[str] | None = None,
+        needs_store_url: bool = False,
+    ) -> Diverter:
+        """The diverter of a new channel, with the settings of the app it serves
+        (``delayq_app``), its broker URL checked against ``url_schemes``."""
+        app = delayq_app()
+        if url_schemes is not None:
+            check_broker_url(app, url_schemes)
+        diverter = cls(app, open_store)
+        if needs_store_url and diverter.config.store_url is None:
+            raise ConfigurationError(STORE_URL_NEEDED)
+        return diverter
+
+    @property
+    def store(self) -> DelayedStore:
+        """The store delayed messages go to (opened on first use)."""
+        if self._store is None:
+            self._store = self._open_store(self.config)
+        return self._store
+
+    def divert(self, message: Outbound) -> bool:
+        """Keep ``message`` in the store when its ``eta`` lies ahead, or when it has a
+        delay key (key_headers.py; then even when already due); whether it was kept."""
+        eta = message.headers.get("eta")
+        if eta is None:
+            return False
+        seconds = eta_timestamp(eta, self.config.timezone)
+        delay_key = delay_key_of(message.headers)
+        if delay_key is None and seconds <= time.time():
+            return False
+        scheduled = self.scheduled(message, seconds)
+        if delay_key is not None and delay_key.max_wait_ms:
+            scheduled = replace(scheduled, eta_span=eta_span(scheduled.payload, eta))
+        if self.captured is not None:  # schedule_many stores it with its chunk
+            if delay_key is not None:
+                raise InvalidDelayKey("schedule_many does not take keyed messages")
+            self.captured.append(scheduled)
+        elif delay_key is None:
+            self._write(lambda store: store.schedule(scheduled))
+        else:
+            outcome = self._write(lambda store: store.schedule_keyed(scheduled, delay_key))
+            report(delay_key, outcome)
+        return True
+
+    def scheduled(self, message: Outbound, eta_seconds: float) -> Scheduled:
+        """What the store keeps of a message due at ``eta_seconds``."""
+        task_id = message.headers.get("id")
+        payload = message.payload
+        return Scheduled(
+            queue=message.queue,
+            message_id=message.message_id or str(uuid.uuid4()),
+            task_id=str(task_id) if task_id is not None else None,
+            due_ms=due_ms(eta_seconds),
+            destination=message.destination,
+            payload=payload() if callable(payload) else payload,
+            expires_ms=message.expires_ms,
+        )
+
+    def _write(self, write: Callable[[DelayedStore], T]) -> T:
+        """Write to the store; an outage of a store at ``delayq_store_url`` backs off
+        and raises ``StoreUnavailable`` (kombu retries it as a connection error)."""
+        url = self.config.store_url
+        if url is None:  # the broker's own Redis: kombu knows its errors and waits
+            return write(self.store)
+        backoff = _store_backoffs.setdefault(url, Backoff())
+        backoff.wait()
+        try:
+            written = write(self.store)
+        except STORE_OUTAGES as exc:
+            backoff.failed()
+            raise StoreUnavailable(
+                f"the delayed store (delayq_store_url) is unreachable: {exc}"
+            ) from exc
+        backoff.succeeded()
+        return written
+
+    @cached_property
+    def control_exchange(self) -> str:
+        """Where Celery's remote-control broadcasts go (read once: every publish asks)."""
+        return pidbox_exchange(self.app.conf.control_exchange)
+
+    def cancel_if_revoke(
+        self,
+        exchange: str,
+        body: bytes,
+        content_type: str | None,
+        content_encoding: str | None,
+    ) -> None:
+        """Cancel in the store the ids of an ``app.control.revoke`` broadcast passing
+        through ``exchange`` (revoke.py); a store outage fails the broadcast, as for a
+        delayed task."""
+        if exchange != self.control_exchange:
+            return
+        for task_id in revoked_task_ids(body, content_type, content_encoding):
+            try:
+                self.store.cancel(task_id)
+            except STORE_OUTAGES as exc:
+                raise StoreUnavailable(f"the delayed store is unreachable: {exc}") from exc
+
+    def cancel_if_revoke_in(self, exchange: str, message: Mapping[str, Any]) -> None:
+        """``cancel_if_revoke`` for a kombu virtual transport's message."""
+        if exchange == self.control_exchange:
+            body = kombu_message_body(message)
+            content = (message.get("content-type"), message.get("content-encoding"))
+            self.cancel_if_revoke(exchange, body, *content)
+
+
+def virtual_outbound(
+    queue: str, message: Mapping[str, Any], destination: str, expires_ms: int | None = None
+) -> Outbound:
+    """The ``Outbound`` of a kombu virtual transport's message: its delivery tag as id,
+    stored as kombu's JSON envelope."""
+    headers = message.get("headers")
+    properties = message.get("properties") or {}
+    tag = properties.get("delivery_tag")
+    return Outbound(
+        queue=queue,
+        headers=headers if isinstance(headers, dict) else {},
+        destination=destination,
+        payload=lambda: dumps(message).encode(),
+        message_id=str(tag) if tag else None,
+        expires_ms=expires_ms,
+    )
+
+
+def delayq_channel_class(app: Celery) -> type[DelayqChannel] | None:
+    """The celery-delayq channel class of ``app``'s ``broker_transport``, or None."""
+    transport = app.conf.broker_transport
+    if not transport:
+        return None
+    try:
+        cls: Any = get_transport_cls(transport) if isinstance(transport, str) else transport
+    except (ImportError, KeyError, ValueError, AttributeError):
+        return None
+    # kombu's virtual transports name their channel class; py-amqp's, their connection's.
+    channel = getattr(cls, "Channel", None) or getattr(
+        getattr(cls, "Connection", None), "Channel", None
+    )
+    if isinstance(channel, type) and is_delayq_channel(channel):
+        return cast("type[DelayqChannel]", channel)
+    return None
+
+
+def uses_delayq(app: Celery) -> bool:
+    """Whether ``app``'s ``broker_transport`` is a celery-delayq transport."""
+    return delayq_channel_class(app) is not None
+
+
+def check_store_setting(app: Celery) -> None:
+    """At start (worker, beat, mover): a broker that is not Redis needs delayq_store_url."""
+    channel = delayq_channel_class(app)
+    own_store = channel is None or channel.keeps_own_store
+    if not own_store and config_of(app).store_url is None:
+        raise ConfigurationError(STORE_URL_NEEDED)
+
+
+def delayq_app() -> Celery:
+    """The app a new channel takes its ``delayq_*`` settings from."""
+    current = get_current_app()
+    if uses_delayq(current):
+        return current
+    candidates = [app for app in list(_get_active_apps()) if uses_delayq(app)]
+    if not candidates:
+        return current  # kombu used directly, with the transport named in code
+    settings = {config_of(app) for app in candidates}
+    if len(settings) > 1:
+        raise ConfigurationError(
+            "several Celery apps in this process use celery-delayq with different delayq_* "
+            "settings; make the publishing app current with app.set_current() in this "
+            "thread, or app.set_default()"
+        )
+    return candidates[0]

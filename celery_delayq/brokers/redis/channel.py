@@ -1,0 +1,222 @@
+"""The kombu Redis channel that keeps future-ETA messages in the delayed store and
+consumes atomically.
+
+Every non-fanout publish passes through ``Channel._put``: the channel hands its
+``Diverter`` (brokers/common/diverter.py) the message with the list kombu would push it
+to, and a message whose ``eta`` header lies in the future is written to the delayed
+store instead of that list; everything else goes exactly the way kombu's Redis transport
+sends it. The store lives in the broker's own Redis unless ``delayq_store_url`` says
+otherwise; a queue's purge and delete take its delayed messages with it, as they take
+the messages in its lists. Consuming is the ``AtomicConsumer``'s (consume.py), and
+unacknowledged messages come back without kombu's mutex (restore.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from contextlib import suppress
+from dataclasses import replace
+from functools import cached_property
+from typing import Any
+
+import redis
+from celery import Celery
+from kombu.transport import redis as kombu_redis
+from kombu.utils.encoding import bytes_to_str
+
+from ...core.handover import Publisher, SameRedisMove
+from ...core.keys import KeySpace
+from ...core.store import DelayedStore, Scheduled
+from ..common.diverter import Diverter, Outbound, store_for, virtual_outbound
+from ..common.settings import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig
+from .consume import AtomicConsumer, CheckedMessage
+from .landing import WAIT_TYPE
+from .list_publisher import RedisListPublisher
+from .restore import REDELIVERED_KEY, LockFreeQoS, count_redelivery
+
+
+class Channel(kombu_redis.Channel):
+    """kombu's Redis channel with the delayed store, consuming atomically."""
+
+    #: kombu builds the messages it delivers with this class.
+    Message = CheckedMessage
+    QoS = LockFreeQoS
+    keeps_own_store = True
+    #: Broker URL schemes this channel serves.
+    url_schemes: frozenset[str] = REDIS_SCHEMES
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.diverter = Diverter.of_current_app(self.store_for, self.url_schemes)
+        self.consumer = AtomicConsumer(self)
+        super().__init__(*args, **kwargs)
+
+    @classmethod
+    def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
+        return lambda: RedisListPublisher(app.connection_for_write)
+
+    def store_for(self, config: DelayqConfig) -> DelayedStore:
+        make_publisher = self.publisher_factory(self.diverter.app)
+        return store_for(config, make_publisher, self.store_on_broker)
+
+    def store_on_broker(self, config: DelayqConfig) -> DelayedStore:
+        """A delayed store on this channel's Redis, with the given settings.
+
+        The client is a plain (unprefixed) one on kombu's own connection pool: kombu's
+        prefixing client would prefix only some keys of a script call, so the prefix
+        is applied by ``KeySpace`` instead.
+        """
+        client = redis.Redis(connection_pool=self.pool)
+        keys = KeySpace(self.global_keyprefix, config.key_prefix, config.store_shards)
+        handover = SameRedisMove(
+            client,
+            queue_lists=self.real_queue_lists,
+            ahead_ms=round(config.move_ahead * 1000),
+            burst_ahead_ms=round(config.burst_ahead * 1000),
+        )
+        return DelayedStore(
+            client,
+            keys,
+            config.move_batch_size,
+            handover,
+            wait_for=config.replica_wait,
+            move_call_budget=config.move_call_budget,
+        )
+
+    # -- publishing --
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        """Publish, or store until due. Inside a kombu publish batch a delayed message is
+        stored at once rather than at the batch's flush."""
+        if not self.diverter.divert(self.outbound(queue, message)):
+            super()._put(queue, message, **kwargs)
+
+    def outbound(self, queue: str, message: dict[str, Any]) -> Outbound:
+        """The message as the diverter takes it: bound for the list kombu would push it
+        to (priority and ``global_keyprefix`` applied), with its queue's x-expires."""
+        priority = self._get_message_priority(message, reverse=False)
+        return virtual_outbound(
+            queue,
+            message,
+            destination=self.real_key(self._q_for_pri(queue, priority)),
+            expires_ms=(getattr(self, "_expires", None) or {}).get(queue),
+        )
+
+    def _put_fanout(self, exchange: str, message: dict[str, Any], *args: Any, **kw: Any) -> None:
+        """Broadcast; a ``revoke`` also cancels its ids in the store first."""
+        self.diverter.cancel_if_revoke_in(exchange, message)
+        super()._put_fanout(exchange, message, *args, **kw)
+
+    def put_now(self, queue: str, message: dict[str, Any]) -> None:
+        """kombu's own put, for a due message (never diverted to the store again)."""
+        super()._put(queue, message)
+
+    def delayed(
+        self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
+    ) -> Scheduled:
+        """What the store keeps of a kombu message (ops/rescue moves vanilla ETA
+        messages into the store with it): as ``_put`` would store it."""
+        outbound = replace(self.outbound(queue, message), payload=payload)
+        return self.diverter.scheduled(outbound, eta_seconds)
+
+    # -- keys --
+
+    @cached_property
+    def _keyspace(self) -> KeySpace:
+        return KeySpace(self.global_keyprefix)
+
+    def real_key(self, kombu_key: str) -> str:
+        """The Redis key of a kombu key (kombu's ``global_keyprefix`` applied)."""
+        return self._keyspace.destination(kombu_key)
+
+    def queue_lists(self, queue: str) -> list[str]:
+        """The kombu lists of one queue: the bare name and its priority sub-lists."""
+        steps = self.priority_steps
+        return list(dict.fromkeys(self._q_for_pri(queue, step) for step in steps))
+
+    def real_queue_lists(self, queue: str) -> list[str]:
+        """The Redis keys of the queue's kombu lists."""
+        return [self.real_key(name) for name in self.queue_lists(queue)]
+
+    # -- queues --
+
+    def _purge(self, queue: str) -> int:
+        """Empty the queue, its delayed messages included, in one atomic call (two with
+        ``delayq_store_url``); how many messages there were (``celery purge`` and
+        ``app.control.purge()`` count them)."""
+        store = self.diverter.store
+        if self.diverter.config.store_url is not None:
+            return int(super()._purge(queue)) + store.purge(queue)
+        return store.purge(queue, self.real_queue_lists(queue))
+
+    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
+        """Delete the queue (kombu's own), then its delayed messages: they would
+        otherwise be delivered to a queue that no longer exists."""
+        super()._delete(queue, *args, **kwargs)
+        self.diverter.store.purge(queue)
+
+    # -- restoring --
+
+    def _do_restore_message(
+        self,
+        payload: dict[str, Any],
+        exchange: str,
+        routing_key: str,
+        pipe: Any,
+        leftmost: bool = False,
+    ) -> None:
+        """kombu's restore of one message, which also counts the redelivery: in the
+        message's header, and per queue in Redis (in the restore's own transaction)."""
+        if self.diverter.config.reliable_consume:
+            count_redelivery(payload)
+            # a message kombu cannot route is logged by kombu's restore below
+            with suppress(Exception):
+                for queue in self._lookup(exchange, routing_key):
+                    pipe.hincrby(self.real_key(REDELIVERED_KEY), queue, 1)
+        super()._do_restore_message(payload, exchange, routing_key, pipe, leftmost)
+
+    def redeliveries(self) -> dict[str, int]:
+        """How many messages were put back on each queue since the count began: restored
+        after their lease ran out, requeued by a reject, or given back by a closing
+        channel."""
+        client = redis.Redis(connection_pool=self.pool)
+        counts = client.hgetall(self.real_key(REDELIVERED_KEY))
+        return {bytes_to_str(queue): int(n) for queue, n in counts.items()}
+
+    # -- consuming: kombu's BRPOP path, taken over by the atomic consumer --
+
+    def _brpop_start(self, timeout: float | None = None) -> None:
+        if self.consumer.on:
+            return self.consumer.start(timeout)
+        # kombu's own default timeout unless one is given
+        return super()._brpop_start() if timeout is None else super()._brpop_start(timeout)
+
+    def _brpop_read(self, **options: Any) -> bool:
+        if self.consumer.on:
+            return self.consumer.read()
+        return bool(super()._brpop_read(**options))
+
+    def _poll_error(self, type: str, **options: Any) -> Any:
+        if type.startswith(WAIT_TYPE):
+            return self.consumer.waits.read(type[len(WAIT_TYPE) :])
+        return super()._poll_error(type, **options)
+
+    def basic_consume(self, queue: str, *args: Any, **kwargs: Any) -> Any:
+        no_ack = kwargs["no_ack"] if "no_ack" in kwargs else bool(args and args[0])
+        self.consumer.consumed(queue, no_ack)
+        return super().basic_consume(queue, *args, **kwargs)
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        if self.consumer.on:
+            return self.consumer.get(queue, no_ack)
+        return super().basic_get(queue, no_ack, **kwargs)
+
+    def close(self) -> None:
+        self.consumer.waits.stop()
+        super().close()
+
+
+class SentinelChannel(Channel, kombu_redis.SentinelChannel):
+    """The same channel behind Redis Sentinel: kombu's ``SentinelChannel`` finds the
+    master (it subclasses kombu's Channel, as ours does, so its pool comes first)."""
+
+    url_schemes = SENTINEL_SCHEMES
