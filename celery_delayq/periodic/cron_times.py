@@ -146,6 +146,8 @@ def _matching_days(fields: CronFields, start: date) -> Iterator[date]:
     year = start.year
     while True:
         for month in months:
+            if (year, month) < (start.year, start.month):
+                continue
             last_day = calendar.monthrange(year, month)[1]
             for number in days:
                 if number > last_day:
