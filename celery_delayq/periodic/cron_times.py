@@ -31,10 +31,10 @@ from datetime import date, datetime, time, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
-__all__ = ["CronFields", "next_occurrence", "occurrences"]
+__all__ = ["CronFields", "follows_real_time", "next_occurrence", "occurrences"]
 
-#: Larger than any UTC offset's spread: a local day's instants all lie within this of its
-#: wall-clock midnight read as UTC, so a later day's never precede ``midnight - _SPREAD``.
+#: More than any UTC offset (14 hours at most): no firing of a local day comes earlier than
+#: that day's wall-clock midnight read as UTC, minus this.
 _SPREAD = timedelta(days=1)
 
 _RANGES = {
@@ -51,8 +51,9 @@ class CronFields:
     """A crontab's fields as plain sets, Celery's numbering (``days_of_week`` 0 = Sunday).
 
     ``follows_real_time`` picks the DST rule (see the module's docstring). Fields that can
-    never match (February 30, an empty set) are refused here, so that a search for the
-    next occurrence always ends.
+    never match (February 30, an empty set) are refused here with a ``ValueError``, so that
+    a search for the next occurrence always ends: any day that exists falls on each weekday
+    within 28 years.
     """
 
     minutes: frozenset[int]
