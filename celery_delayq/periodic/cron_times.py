@@ -53,7 +53,7 @@ class CronFields:
     ``follows_real_time`` picks the DST rule (see the module's docstring). Fields that can
     never match (February 30, an empty set) are refused here with a ``ValueError``, so that
     a search for the next occurrence always ends: any day that exists falls on each weekday
-    within 28 years.
+    within the calendar's 400-year cycle.
     """
 
     minutes: frozenset[int]
