@@ -18,9 +18,9 @@ import psutil
 import redis
 from celery import Celery
 
-from celery_delayq.testing import wait_until
+from celery_delayq.testing import spawn, wait_until
 
-from ..processes import spawn
+from ..processes import REPO_ROOT
 from .worker_app import READY_KEY, RUNS_KEY, make_app
 
 
@@ -92,7 +92,7 @@ class Side:
             "--loglevel=INFO",
         ]
         log_path = self.log_dir / f"{self.queue}-{name}.log"
-        process = spawn(command, {**os.environ, **self.env}, log_path)
+        process = spawn(command, {**os.environ, **self.env}, log_path, root=REPO_ROOT)
         try:
             wait_until(
                 lambda: self.client.sismember(READY_KEY, str(process.pid)),

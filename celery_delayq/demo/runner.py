@@ -37,7 +37,14 @@ from celery import Celery, Task
 
 import celery_delayq
 from celery_delayq.core.urls import sanitize_url
-from celery_delayq.testing import RedisServer, WaitAborted, redis_server_binary, wait_until
+from celery_delayq.testing import (
+    RedisServer,
+    WaitAborted,
+    celery_command,
+    redis_server_binary,
+    spawn,
+    wait_until,
+)
 
 from . import starts
 from .tasks import flaky, stamp
@@ -283,17 +290,10 @@ def running_worker(project: Project, url: str, pool: str) -> Iterator[Worker]:
     with tempfile.TemporaryDirectory(prefix="delayq-demo-") as tmp:
         logfile = Path(tmp) / "worker.log"
         env = {**os.environ, "REDIS_URL": url}
-        if project.root is not None:
-            python_path = [str(project.root), *filter(None, [os.environ.get("PYTHONPATH")])]
-            env["PYTHONPATH"] = os.pathsep.join(python_path)
         broker_url = project.app.conf.broker_url
         if broker_url.startswith("amqp"):
             env["BROKER_URL"] = broker_url
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
+        command = celery_command(
             project.module,
             "worker",
             "--pool",
@@ -306,17 +306,8 @@ def running_worker(project: Project, url: str, pool: str) -> Iterator[Worker]:
             hostname,
             "--without-gossip",
             "--without-mingle",
-        ]
-        with logfile.open("wb") as log:
-            process = subprocess.Popen(
-                command,
-                cwd=project.root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        )
+        process = spawn(command, env, logfile, root=project.root, die_with_parent=False)
         worker = Worker(process, hostname, logfile, pool)
         try:
             yield worker

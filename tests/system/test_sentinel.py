@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -12,7 +11,7 @@ import redis
 
 import celery_delayq
 from celery_delayq.ops.api import deliver_all_due
-from celery_delayq.testing import RedisServer, free_port, redis_server_binary, wait_until
+from celery_delayq.testing import RedisServer, free_port, redis_server_binary, spawn, wait_until
 
 from ..helpers import celery_process, runs
 
@@ -28,8 +27,11 @@ def sentinel(tmp_path: Path) -> Iterator[tuple[RedisServer, int]]:
         config.write_text(
             f"port {port}\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 {master.port} 1\n"
         )
-        process = subprocess.Popen(
-            [redis_server_binary(), str(config), "--sentinel"], stdout=subprocess.DEVNULL
+        process = spawn(
+            [redis_server_binary(), str(config), "--sentinel"],
+            log_path=tmp_path / "sentinel.log",
+            session=False,
+            die_with_parent=False,
         )
         try:
             client = redis.Redis(port=port)
