@@ -19,6 +19,8 @@ from typing import Any
 import redis
 from celery import Celery
 
+from celery_delayq.testing import build_app
+
 from .runconfig import RunConfig
 
 RECORD_TASK = "bench.record"
@@ -48,8 +50,8 @@ def eta_seconds(eta: Any) -> float | None:
 
 def make_app(config: RunConfig) -> Celery:
     """A Celery app for ``config``, with the recording task registered under a fixed name."""
-    app = Celery(f"bench-{config.side}", set_as_current=False)
-    app.conf.update(config.celery_settings())
+    # A vanilla side's settings name no transport: kombu's own for the URL.
+    app = build_app(f"bench-{config.side}", {"broker_transport": None, **config.celery_settings()})
 
     # shared=False: each app (one per run in the orchestrator) keeps its own task object.
     @app.task(name=RECORD_TASK, bind=True, shared=False)

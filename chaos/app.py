@@ -22,6 +22,8 @@ from typing import Any
 from celery import Celery
 from celery.exceptions import Retry
 
+from celery_delayq.testing import build_app
+
 from .config import SharedSettings, capped_countdown
 from .ledger import process_ledger
 
@@ -67,9 +69,14 @@ def make_app(
 ) -> Celery:
     """The app of every chaos process; workers differ in ``acks_late`` and whether they
     run a mover."""
-    app = Celery("chaos", set_as_current=True)
-    app.conf.update(settings.celery_settings(acks_late, worker_mover))
-    app.conf.task_publish_retry_policy = publish_retry_policy()
+    app = build_app(
+        "chaos",
+        {
+            **settings.celery_settings(acks_late, worker_mover),
+            "task_publish_retry_policy": publish_retry_policy(),
+        },
+        current=True,
+    )
 
     def work(self: Any, plan: list[float], last_eta: float) -> None:
         request = self.request
