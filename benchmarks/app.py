@@ -12,14 +12,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime
 from functools import cache
 from typing import Any
 
 import redis
 from celery import Celery
 
-from celery_delayq.testing import build_app
+from celery_delayq.testing import build_app, eta_seconds
 
 from .runconfig import RunConfig
 
@@ -38,14 +37,6 @@ PUBLISHED_HEADER = "bench_published"
 @cache
 def _results_client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url)
-
-
-def eta_seconds(eta: Any) -> float | None:
-    """A task's ``request.eta`` (ISO 8601 string or datetime) as epoch seconds."""
-    if not eta:
-        return None
-    moment = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
-    return moment.timestamp()
 
 
 def make_app(config: RunConfig) -> Celery:

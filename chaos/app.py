@@ -15,14 +15,13 @@ from __future__ import annotations
 
 import os
 from contextvars import ContextVar
-from datetime import datetime
 from itertools import count
 from typing import Any
 
 from celery import Celery
 from celery.exceptions import Retry
 
-from celery_delayq.testing import build_app
+from celery_delayq.testing import build_app, eta_seconds
 
 from .config import SharedSettings, capped_countdown
 from .ledger import process_ledger
@@ -54,14 +53,6 @@ def _note_publish_error(exc: BaseException, interval: float) -> None:
 
 def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:200]
-
-
-def eta_seconds(eta: Any) -> float | None:
-    """``request.eta`` (ISO 8601 string or datetime) as epoch seconds."""
-    if not eta:
-        return None
-    moment = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
-    return moment.timestamp()
 
 
 def make_app(

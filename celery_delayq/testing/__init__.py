@@ -4,7 +4,7 @@
   fixed sleep); ``activity`` and ``wait_until_quiescent``, a wait until nothing is left
   that could make a task run.
 - ``delivery``: ``publish`` as a given app, ``kombu_lists``, and ``schedule_numbered`` /
-  ``delivered_numbers`` to count deliveries.
+  ``delivered_numbers`` to count deliveries; ``eta_seconds``.
 - ``processes``: ``spawn`` and ``stop_group``, the one way subprocesses start and stop.
 - ``apps``: ``build_app``, the one factory of Celery apps on celery-delayq's transport.
 - Servers: ``redis_server`` (``RedisServer``), ``redis_cluster``
@@ -21,6 +21,7 @@ from .delivery import (
     PRIORITY_SEP,
     PRIORITY_STEPS,
     delivered_numbers,
+    eta_seconds,
     kombu_lists,
     publish,
     schedule_numbered,
@@ -59,6 +60,7 @@ __all__ = [
     "chromium_binary",
     "build_app",
     "delivered_numbers",
+    "eta_seconds",
     "exit_on_termination",
     "free_port",
     "fresh_vhost",

@@ -4,11 +4,13 @@
 - ``kombu_lists``: the Redis lists kombu keeps a queue's messages in.
 - ``schedule_numbered`` and ``delivered_numbers``: fill a store with numbered messages
   in pipelined round trips, and read back which were delivered (to check each once).
+- ``eta_seconds``: a running task's ETA, to measure how late it started.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
 import redis
@@ -78,3 +80,11 @@ def publish(
         return app.send_task(task_name, args, **options)
     with app.connection_for_write() as connection:
         return app.send_task(task_name, args, connection=connection, **options)
+
+
+def eta_seconds(eta: Any) -> float | None:
+    """A task's ``request.eta`` (ISO 8601 string or datetime) as epoch seconds."""
+    if not eta:
+        return None
+    moment = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
+    return moment.timestamp()

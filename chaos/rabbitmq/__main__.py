@@ -22,7 +22,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.processes import REPO_ROOT
-from celery_delayq.testing import RabbitMQNode, celery_command, exit_on_termination, spawn
+from celery_delayq.testing import (
+    RabbitMQNode,
+    celery_command,
+    exit_on_termination,
+    spawn,
+    stop_group,
+)
 
 from ..ledger import LedgerReader
 from .analysis import Outcome, analyze, render
@@ -65,13 +71,9 @@ class Supervisor:
     def stop_all(self) -> None:
         for process in self.processes.values():
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
+                os.killpg(process.pid, signal.SIGTERM)  # all at once: they stop together
         for process in self.processes.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            stop_group(process, timeout=20)
 
 
 def commands(run_dir: Path) -> dict[str, list[str]]:
