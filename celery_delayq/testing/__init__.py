@@ -7,7 +7,7 @@
   ``delivered_numbers`` to count deliveries; ``eta_seconds``.
 - ``processes``: ``spawn`` and ``stop_group``, the one way subprocesses start and stop.
 - ``apps``: ``build_app``, the one factory of Celery apps on celery-delayq's transport.
-- Servers: ``redis_server`` (``RedisServer``), ``redis_cluster``
+- Servers: ``redis_server`` (``RedisServer``, ``sentinels``), ``redis_cluster``
   (``RedisClusterServers``), ``rabbitmq`` (``rabbitmq_for_tests``, ``RabbitMQNode``).
 - ``browser``: a headless chromium's flags and binary.
 
@@ -35,7 +35,7 @@ from .rabbitmq import (
     rabbitmq_for_tests,
 )
 from .redis_cluster import SLOTS, RedisClusterServers, SlotMigration, SlotRange, slot_of
-from .redis_server import RedisServer, redis_server_binary
+from .redis_server import RedisServer, redis_server_binary, sentinels
 from .waiting import Activity, WaitAborted, activity, wait_until, wait_until_quiescent
 
 __all__ = [
@@ -69,6 +69,7 @@ __all__ = [
     "rabbitmq_for_tests",
     "redis_server_binary",
     "schedule_numbered",
+    "sentinels",
     "slot_of",
     "spawn",
     "stop_group",

