@@ -17,8 +17,9 @@ from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
 
+from celery_delayq.testing import exit_on_termination
+
 from .harness import log
-from .processes import exit_on_termination
 from .profiles import FULL, QUICK, Profile
 from .report import ScenarioResult, markdown_table, missed_lines, server_version
 from .runner import run_all

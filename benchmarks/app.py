@@ -12,12 +12,13 @@ from __future__ import annotations
 import json
 import os
 import time
-from datetime import datetime
 from functools import cache
 from typing import Any
 
 import redis
 from celery import Celery
+
+from celery_delayq.testing import build_app, eta_seconds
 
 from .runconfig import RunConfig
 
@@ -38,18 +39,10 @@ def _results_client(url: str) -> redis.Redis:
     return redis.Redis.from_url(url)
 
 
-def eta_seconds(eta: Any) -> float | None:
-    """A task's ``request.eta`` (ISO 8601 string or datetime) as epoch seconds."""
-    if not eta:
-        return None
-    moment = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
-    return moment.timestamp()
-
-
 def make_app(config: RunConfig) -> Celery:
     """A Celery app for ``config``, with the recording task registered under a fixed name."""
-    app = Celery(f"bench-{config.side}", set_as_current=False)
-    app.conf.update(config.celery_settings())
+    # A vanilla side's settings name no transport: kombu's own for the URL.
+    app = build_app(f"bench-{config.side}", {"broker_transport": None, **config.celery_settings()})
 
     # shared=False: each app (one per run in the orchestrator) keeps its own task object.
     @app.task(name=RECORD_TASK, bind=True, shared=False)

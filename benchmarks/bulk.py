@@ -21,7 +21,7 @@ import redis
 from celery import Celery
 
 import celery_delayq
-from celery_delayq.testing import RedisServer
+from celery_delayq.testing import RedisServer, build_app
 
 from .report import server_version
 from .standalone import parse_options, publish
@@ -32,12 +32,14 @@ COUNTDOWN = 3600
 
 
 def make_app(url: str, delayq: bool) -> Celery:
-    app = Celery("bench-bulk", set_as_current=False)
-    app.conf.update(
-        broker_url=url,
-        task_ignore_result=True,
-        task_default_queue="bulk",
-        **({"broker_transport": "celery_delayq.transport:Transport"} if delayq else {}),
+    app = build_app(
+        "bench-bulk",
+        {
+            "broker_url": url,
+            "task_ignore_result": True,
+            "task_default_queue": "bulk",
+            **({} if delayq else {"broker_transport": None}),  # None: kombu's own transport
+        },
     )
 
     @app.task(name="bench.bulk", shared=False)

@@ -1,73 +1,30 @@
 """Worker subprocesses: start, wait until ready, read memory, and always stop them.
 
-Workers run in their own session, so a Ctrl-C in the terminal reaches only the
-orchestrator, which then stops them deliberately (SIGTERM, then SIGKILL) from its
-``finally`` blocks. On Linux each worker also gets SIGKILL if the orchestrator
-itself dies abruptly, so no worker outlives a crashed or killed benchmark.
+Workers are started by ``celery_delayq.testing.spawn``: in their own session, so a
+Ctrl-C in the terminal reaches only the orchestrator, which then stops them
+deliberately (SIGTERM, then SIGKILL) from its ``finally`` blocks; on Linux each worker
+also gets SIGKILL if the orchestrator itself dies abruptly, so no worker outlives a
+crashed or killed benchmark.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import deque
-from collections.abc import Mapping
 from pathlib import Path
-from types import FrameType
 
 import psutil
 import redis
 
-from celery_delayq.testing import wait_until
+from celery_delayq.testing import celery_command, spawn, stop_group, wait_until
 
 from .runconfig import RunConfig
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
-
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True) if sys.platform.startswith("linux") else None
-
-
-def _die_with_parent() -> None:
-    """Runs in the child between fork and exec: SIGKILL it when the orchestrator exits."""
-    if _libc is not None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def exit_on_termination() -> None:
-    """SIGTERM and SIGHUP raise SystemExit(128 + signal), which unwinds through the
-    finally blocks that stop workers, Redis and RabbitMQ nodes."""
-
-    def raise_exit(signum: int, _frame: FrameType | None) -> None:
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, raise_exit)
-    signal.signal(signal.SIGHUP, raise_exit)
-
-
-def spawn(command: list[str], env: Mapping[str, str], log_path: Path) -> subprocess.Popen[bytes]:
-    """Start a subprocess from the repository root (importable there), its output in
-    ``log_path``, in a session of its own (so its whole group can be signalled) and
-    SIGKILLed if this process dies."""
-    env = dict(env)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
-    with open(log_path, "wb") as log:
-        return subprocess.Popen(
-            command,
-            cwd=REPO_ROOT,
-            env=env,
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - only calls prctl
-        )
 
 
 class WorkerProcess:
@@ -92,11 +49,7 @@ class WorkerProcess:
         return self.process.pid
 
     def command(self) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
+        return celery_command(
             "benchmarks.worker_app",
             "worker",
             f"--pool={self.pool}",
@@ -109,10 +62,11 @@ class WorkerProcess:
             "--without-gossip",
             "--without-heartbeat",
             "--loglevel=WARNING",
-        ]
+        )
 
     def start(self) -> None:
-        self.process = spawn(self.command(), {**os.environ, **self.config.to_env()}, self.log_path)
+        env = {**os.environ, **self.config.to_env()}
+        self.process = spawn(self.command(), env, self.log_path, root=REPO_ROOT)
 
     def wait_ready(self, client: redis.Redis, timeout: float = 60.0) -> None:
         """Block until the worker announced itself ready; fail fast if it exited."""
@@ -159,21 +113,10 @@ class WorkerProcess:
             time.sleep(interval)
 
     def stop(self, timeout: float = 5.0) -> None:
-        """SIGTERM the worker's process group, then SIGKILL it if still alive after ``timeout``.
-
-        The group is signalled only while its leader is unreaped, so its id cannot
-        have been reused by an unrelated process.
-        """
+        """SIGTERM the worker's process group, then SIGKILL it if still alive after ``timeout``."""
         process, self.process = self.process, None
-        if process is None or process.poll() is not None:
-            return
-        try:
-            os.killpg(process.pid, signal.SIGTERM)
-            process.wait(timeout)
-        except (subprocess.TimeoutExpired, KeyboardInterrupt):
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+        if process is not None:
+            stop_group(process, timeout)
 
     def kill(self) -> None:
         """SIGKILL the worker and its pool children at once (a machine or OOM kill)."""

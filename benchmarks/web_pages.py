@@ -38,7 +38,7 @@ from celery import Celery
 import celery_delayq
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.ops.browse import Cursor
-from celery_delayq.testing import RedisServer, free_port
+from celery_delayq.testing import RedisServer, build_app, free_port
 from celery_delayq.web.app import make_web_server
 
 from .report import server_version
@@ -51,14 +51,9 @@ FETCHES = 5
 
 
 def make_app(url: str) -> Celery:
-    app = Celery("bench-web", set_as_current=False)
-    app.conf.update(
-        broker_url=url,
-        broker_transport="celery_delayq.transport:Transport",
-        task_ignore_result=True,
-        task_default_queue="celery",
+    return build_app(
+        "bench-web", {"broker_url": url, "task_ignore_result": True, "task_default_queue": "celery"}
     )
-    return app
 
 
 def calls(count: int, queue: str, offset: int) -> Iterator[tuple[Any, Any, Any]]:

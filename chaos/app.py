@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import os
 from contextvars import ContextVar
-from datetime import datetime
 from itertools import count
 from typing import Any
 
 from celery import Celery
 from celery.exceptions import Retry
+
+from celery_delayq.testing import build_app, eta_seconds
 
 from .config import SharedSettings, capped_countdown
 from .ledger import process_ledger
@@ -54,22 +55,19 @@ def _short(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"[:200]
 
 
-def eta_seconds(eta: Any) -> float | None:
-    """``request.eta`` (ISO 8601 string or datetime) as epoch seconds."""
-    if not eta:
-        return None
-    moment = eta if isinstance(eta, datetime) else datetime.fromisoformat(str(eta))
-    return moment.timestamp()
-
-
 def make_app(
     settings: SharedSettings, *, acks_late: bool, incarnation: str, worker_mover: bool = True
 ) -> Celery:
     """The app of every chaos process; workers differ in ``acks_late`` and whether they
     run a mover."""
-    app = Celery("chaos", set_as_current=True)
-    app.conf.update(settings.celery_settings(acks_late, worker_mover))
-    app.conf.task_publish_retry_policy = publish_retry_policy()
+    app = build_app(
+        "chaos",
+        {
+            **settings.celery_settings(acks_late, worker_mover),
+            "task_publish_retry_policy": publish_retry_policy(),
+        },
+        current=True,
+    )
 
     def work(self: Any, plan: list[float], last_eta: float) -> None:
         request = self.request

@@ -25,7 +25,8 @@ import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 
-from benchmarks.processes import spawn
+from benchmarks.processes import REPO_ROOT
+from celery_delayq.testing import celery_command, spawn, stop_group
 
 from .config import ENV_ACKS_LATE, ENV_INCARNATION, ENV_WORKER_MOVER, QUEUE
 from .ledger import LedgerWriter
@@ -37,8 +38,9 @@ RESTART_DELAY = (0.5, 2.0)
 MOVER_READY_LINE = b"standalone mover running"
 
 
-def celery_command(*args: str) -> list[str]:
-    return [sys.executable, "-m", "celery", "-A", "chaos.celery_app", *args]
+def chaos_celery(*args: str) -> list[str]:
+    """``celery -A chaos.celery_app <args>``."""
+    return celery_command("chaos.celery_app", *args)
 
 
 class Slot:
@@ -85,7 +87,7 @@ class Slot:
             ENV_ACKS_LATE: "1" if self.acks_late else "0",
             ENV_WORKER_MOVER: "1" if self.worker_mover else "0",
         }
-        self.process = spawn(self.command(self.incarnation), env, self.log_path)
+        self.process = spawn(self.command(self.incarnation), env, self.log_path, root=REPO_ROOT)
         self.started_at = time.time()
         self.killed = False
         self.restart_at = None
@@ -133,17 +135,7 @@ class Slot:
             process = self.process
             if process is None or process.poll() is None:
                 return
-            self.ledger.write(
-                "X",
-                ev="exit",
-                inc=self.incarnation,
-                role=self.role,
-                code=process.returncode,
-                killed=self.killed,
-            )
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)  # orphaned pool children, if any
-            self.process = None
+            self._ended(process, killed=self.killed)
             if restart:
                 self.restart_at = time.monotonic() + rng.uniform(*RESTART_DELAY)
 
@@ -153,32 +145,23 @@ class Slot:
             process, self.restart_at = self.process, None
             if process is None:
                 return
-            if process.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout)
-                except subprocess.TimeoutExpired:
-                    with contextlib.suppress(ProcessLookupError):
-                        os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
-            self.ledger.write(
-                "X",
-                ev="exit",
-                inc=self.incarnation,
-                role=self.role,
-                code=process.returncode,
-                killed=False,
-                stopped=True,
-            )
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            self.process = None
+            stop_group(process, timeout)
+            self._ended(process, killed=False, stopped=True)
+
+    def _ended(self, process: subprocess.Popen[bytes], **note: bool) -> None:
+        """Note the exit of ``process`` in the ledger, and SIGKILL what is left of its
+        group (orphaned pool children, if any)."""
+        self.ledger.write(
+            "X", ev="exit", inc=self.incarnation, role=self.role, code=process.returncode, **note
+        )
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        self.process = None
 
 
 def worker_command(concurrency: int) -> Callable[[str], list[str]]:
     def command(incarnation: str) -> list[str]:
-        return celery_command(
+        return chaos_celery(
             "worker",
             "-P",
             "prefork",
@@ -202,7 +185,7 @@ def beat_command(run_dir: Path) -> Callable[[str], list[str]]:
     def command(incarnation: str) -> list[str]:
         # A schedule file per incarnation: one left behind by a SIGKILL may be torn.
         schedule = run_dir / f"beat-schedule-{incarnation}"
-        return celery_command(
+        return chaos_celery(
             "beat",
             "-S",
             "celery_delayq.beat:Scheduler",
@@ -217,7 +200,7 @@ def beat_command(run_dir: Path) -> Callable[[str], list[str]]:
 
 
 def mover_command(incarnation: str) -> list[str]:
-    return celery_command("delayq", "mover", "-l", "WARNING")
+    return chaos_celery("delayq", "mover", "-l", "WARNING")
 
 
 def producer_command(rate: float, seed: int, last_eta: float) -> Callable[[str], list[str]]:

@@ -48,7 +48,7 @@ from .processes import (
     Slot,
     Supervisor,
     beat_command,
-    celery_command,
+    chaos_celery,
     mover_command,
     producer_command,
     worker_command,
@@ -286,7 +286,7 @@ class Run:
             return
         found: dict[tuple[str, int], str] = {}
         listing = subprocess.run(
-            celery_command("delayq", "list", "--json", "--limit", "1000000"),
+            chaos_celery("delayq", "list", "--json", "--limit", "1000000"),
             env={**os.environ, **self.env, "PYTHONPATH": str(REPO_ROOT)},
             cwd=REPO_ROOT,
             capture_output=True,

@@ -11,10 +11,11 @@
 from __future__ import annotations
 
 import socket
-import subprocess
 import sys
+import tempfile
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import kombu.pools
@@ -22,13 +23,20 @@ import pytest
 import redis
 from celery import Celery
 
-from celery_delayq.testing import RedisServer, free_port, wait_until
-from celery_delayq.testing_cluster import RedisClusterServers
-from celery_delayq.testing_rabbitmq import RabbitMQUnavailable, rabbitmq_for_tests
+from celery_delayq.testing import (
+    AMQP_TRANSPORT,
+    SQS_TRANSPORT,
+    RabbitMQUnavailable,
+    RedisClusterServers,
+    RedisServer,
+    build_app,
+    free_port,
+    rabbitmq_for_tests,
+    spawn,
+    wait_until,
+)
 
 from .helpers import NOWHERE
-
-TRANSPORT = "celery_delayq.transport:Transport"
 
 
 @pytest.fixture(scope="session")
@@ -60,15 +68,15 @@ def app_factory() -> Iterator[Callable[..., Celery]]:
     kombu.pools.reset()
 
     def make(url: str = NOWHERE, **settings: Any) -> Celery:
-        app = Celery("tests", set_as_current=True)
-        app.conf.update(
+        app = build_app(
+            "tests",
             {
                 "broker_url": url,
-                "broker_transport": TRANSPORT,
                 "broker_connection_retry_on_startup": False,
                 "task_default_queue": "default",
                 **settings,
-            }
+            },
+            current=True,
         )
         app.set_current()
         apps.append(app)
@@ -97,12 +105,9 @@ def app(make_app: Callable[..., Celery]) -> Celery:
     return make_app()
 
 
-AMQP_TRANSPORT = "celery_delayq.transport:AMQPTransport"
-
-
 @pytest.fixture(scope="session")
 def rabbitmq_url() -> Iterator[str]:
-    """A RabbitMQ of this test session (celery_delayq.testing_rabbitmq): a fresh vhost on
+    """A RabbitMQ of this test session (celery_delayq.testing.rabbitmq): a fresh vhost on
     ``RABBITMQ_URL``, else a private node; the tests skip, saying how to get one, if
     there is neither."""
     try:
@@ -187,18 +192,17 @@ def make_cluster_app(
     return make
 
 
-SQS_TRANSPORT = "celery_delayq.transport:SQSTransport"
-
-
 @pytest.fixture(scope="session")
 def sqs_server() -> Iterator[str]:
     """An SQS-compatible server of this session: moto in server mode (an emulator of
     AWS, from PyPI's moto[server]); its ``sqs://`` URL."""
     port = free_port()
-    process = subprocess.Popen(
+    log = Path(tempfile.mkdtemp(prefix="delayq-moto-")) / "moto.log"
+    process = spawn(
         [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        log_path=log,
+        session=False,
+        die_with_parent=False,
     )
     try:
         wait_until(

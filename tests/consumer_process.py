@@ -11,18 +11,18 @@ import socket
 import sys
 from contextlib import suppress
 
-from celery import Celery
 from kombu import Connection, Consumer, Queue
 
-TRANSPORT = "celery_delayq.transport:Transport"
+from celery_delayq.testing import build_app
 
 
 def connection(url: str, which: str, visibility: float) -> Connection:
     options = {"visibility_timeout": visibility}
     if which == "stock":
         return Connection(url, transport_options=options)
-    app = Celery("consumer", set_as_current=True)
-    app.conf.update(broker_url=url, broker_transport=TRANSPORT, broker_transport_options=options)
+    app = build_app(
+        "consumer", {"broker_url": url, "broker_transport_options": options}, current=True
+    )
     return app.connection_for_write()
 
 

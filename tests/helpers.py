@@ -12,17 +12,17 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import types
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import amqp
+import pytest
 import redis
 from celery import Celery
 from celery.result import AsyncResult
@@ -33,7 +33,14 @@ from celery_delayq.brokers.amqp.envelope import destination, envelope
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.cli import delayq
 from celery_delayq.core.store import Scheduled
-from celery_delayq.testing import publish, wait_until
+from celery_delayq.testing import (
+    CHROMIUM_FLAGS,
+    celery_command,
+    chromium_binary,
+    publish,
+    spawn,
+    wait_until,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 #: A broker URL nothing listens on, for apps and processes that must never reach a server.
@@ -120,7 +127,7 @@ def run_celery(
 ) -> subprocess.CompletedProcess[str]:
     """``celery -A tests.worker_app <args>`` in a process of its own, run to its end."""
     return subprocess.run(
-        [sys.executable, "-m", "celery", "-A", "tests.worker_app", *args],
+        celery_command("tests.worker_app", *args),
         cwd=REPO_ROOT,
         env=worker_app_env(broker_url, settings),
         capture_output=True,
@@ -169,7 +176,7 @@ class WatchedProcess:
     """A subprocess whose output (stdout and stderr) a thread reads from the start, so
     the test can wait for a line with a real deadline and see everything it printed."""
 
-    def __init__(self, popen: subprocess.Popen[str], name: str) -> None:
+    def __init__(self, popen: subprocess.Popen[bytes], name: str) -> None:
         self.popen = popen
         self.name = name
         self._lines: list[str] = []
@@ -179,7 +186,7 @@ class WatchedProcess:
     def _read(self) -> None:
         assert self.popen.stdout is not None
         for line in self.popen.stdout:
-            self._lines.append(line)
+            self._lines.append(line.decode(errors="replace").replace("\r\n", "\n"))
 
     @property
     def pid(self) -> int:
@@ -239,6 +246,13 @@ class WatchedProcess:
         self.wait()
 
 
+def watched(command: list[str], name: str, env: Mapping[str, str] | None = None) -> WatchedProcess:
+    """``command`` started from the repository root (``celery_delayq.testing.spawn``),
+    a child of the test in its session, its output read as it comes."""
+    popen = spawn(command, env, root=REPO_ROOT, session=False, die_with_parent=False)
+    return WatchedProcess(popen, name)
+
+
 @contextmanager
 def celery_process(
     command: str,
@@ -258,25 +272,17 @@ def celery_process(
     failing test leaves nothing running. A worker starts ``--without-mingle`` (its
     start-up exchange with other workers waits a second for replies) unless ``mingle``.
     """
-    popen = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
+    process = watched(
+        celery_command(
             "tests.worker_app",
             command,
             *(["-l", log_level] if log_level else []),
             *(["--without-mingle"] if command == "worker" and not mingle else []),
             *args,
-        ],
-        cwd=REPO_ROOT,
-        env=worker_app_env(broker_url, settings, record_url),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        ),
+        f"celery {command}",
+        worker_app_env(broker_url, settings, record_url),
     )
-    process = WatchedProcess(popen, f"celery {command}")
     try:
         process.wait_for_output(ready, timeout)
         yield process
@@ -347,3 +353,28 @@ def drain(channel: Any, timeout: float = 5.0) -> bool:
     except socket.timeout:
         return False
     return True
+
+
+def missing_browser(reason: str) -> NoReturn:
+    """Skip a browser test for want of ``reason`` (chromium, Playwright), or fail it
+    where ``DELAYQ_REQUIRE_BROWSER`` is set (CI installs both)."""
+    if os.environ.get("DELAYQ_REQUIRE_BROWSER"):
+        pytest.fail(f"DELAYQ_REQUIRE_BROWSER is set, but {reason}")
+    pytest.skip(reason)
+
+
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """Debian's chromium on PATH, headless, driven by Playwright (its own browser
+    downloads are not used); ``missing_browser`` without either."""
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        missing_browser("Playwright is not installed (pip install playwright)")
+    executable = chromium_binary()
+    if executable is None:
+        missing_browser("no chromium on PATH (apt-get install chromium)")
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+        yield browser
+        browser.close()

@@ -15,17 +15,10 @@ import time
 from typing import Any
 
 import redis
-from celery import Celery
 from kombu import Exchange, Queue
 
-app = Celery("worker_app")
-app.conf.update(
-    broker_url=os.environ.get("BROKER_URL", "redis://127.0.0.1:6379/0"),
-    broker_transport="celery_delayq.transport:Transport",
-    task_default_queue="default",
-    worker_prefetch_multiplier=1,
-    beat_schedule_filename=os.environ.get("BEAT_SCHEDULE_FILE", "celerybeat-schedule"),
-)
+from celery_delayq.testing import build_app
+
 settings = json.loads(os.environ.get("DELAYQ_SETTINGS", "{}"))
 if "task_queues" in settings:  # JSON: each queue as a dict of its parts
     settings["task_queues"] = [
@@ -37,7 +30,17 @@ if "task_queues" in settings:  # JSON: each queue as a dict of its parts
         )
         for queue in settings["task_queues"]
     ]
-app.conf.update(settings)
+app = build_app(
+    "worker_app",
+    {
+        "broker_url": os.environ.get("BROKER_URL", "redis://127.0.0.1:6379/0"),
+        "task_default_queue": "default",
+        "worker_prefetch_multiplier": 1,
+        "beat_schedule_filename": os.environ.get("BEAT_SCHEDULE_FILE", "celerybeat-schedule"),
+        **settings,
+    },
+    current=True,
+)
 
 
 def eta_of(request: Any) -> Any:

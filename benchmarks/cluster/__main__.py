@@ -17,10 +17,9 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
-from celery_delayq.testing import RedisServer
+from celery_delayq.testing import RedisServer, exit_on_termination
 
 from ..harness import log
-from ..processes import exit_on_termination
 from ..report import server_version
 from .measures import drain, memory_per_message, schedule_rate
 from .stores import StoreSetup, running

@@ -13,7 +13,7 @@ from celery_delayq.core.handover import ClaimPublishAck, Publisher
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, ReplicaWait
 from celery_delayq.testing import RedisServer
-from celery_delayq.testing_cluster import RedisClusterServers
+from celery_delayq.testing.redis_cluster import RedisClusterServers
 
 
 @dataclass(frozen=True)

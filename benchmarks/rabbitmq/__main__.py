@@ -17,11 +17,9 @@ from datetime import datetime, timezone
 from importlib.metadata import version
 from pathlib import Path
 
-from celery_delayq.testing import RedisServer
-from celery_delayq.testing_rabbitmq import RabbitMQNode
+from celery_delayq.testing import RabbitMQNode, RedisServer, exit_on_termination
 
 from ..harness import log
-from ..processes import exit_on_termination
 from ..report import ScenarioResult, markdown_table, missed_lines, server_version
 from .scenarios import ConsumerTimeout, Lateness, MoveRate, WorkerMemory
 from .side import Side

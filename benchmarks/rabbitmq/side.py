@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import uuid
@@ -18,9 +17,9 @@ import psutil
 import redis
 from celery import Celery
 
-from celery_delayq.testing import wait_until
+from celery_delayq.testing import spawn, stop_group, wait_until
 
-from ..processes import spawn
+from ..processes import REPO_ROOT
 from .worker_app import READY_KEY, RUNS_KEY, make_app
 
 
@@ -92,7 +91,7 @@ class Side:
             "--loglevel=INFO",
         ]
         log_path = self.log_dir / f"{self.queue}-{name}.log"
-        process = spawn(command, {**os.environ, **self.env}, log_path)
+        process = spawn(command, {**os.environ, **self.env}, log_path, root=REPO_ROOT)
         try:
             wait_until(
                 lambda: self.client.sismember(READY_KEY, str(process.pid)),
@@ -102,13 +101,7 @@ class Side:
             )
             yield process
         finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait()
+            stop_group(process, timeout=20)
 
     def log_of(self, name: str = "w1") -> str:
         return (self.log_dir / f"{self.queue}-{name}.log").read_text(errors="replace")

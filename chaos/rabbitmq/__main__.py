@@ -21,8 +21,14 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.processes import exit_on_termination, spawn
-from celery_delayq.testing_rabbitmq import RabbitMQNode
+from benchmarks.processes import REPO_ROOT
+from celery_delayq.testing import (
+    RabbitMQNode,
+    celery_command,
+    exit_on_termination,
+    spawn,
+    stop_group,
+)
 
 from ..ledger import LedgerReader
 from .analysis import Outcome, analyze, render
@@ -53,7 +59,8 @@ class Supervisor:
                 self.starts[role] += 1
                 incarnation = f"{role}.{self.starts[role]}"
                 env = {**self.env, ENV_INCARNATION: incarnation}
-                self.processes[role] = spawn(command, env, self.logs / f"{incarnation}.log")
+                log_path = self.logs / f"{incarnation}.log"
+                self.processes[role] = spawn(command, env, log_path, root=REPO_ROOT)
 
     def kill(self, role: str) -> None:
         process = self.processes.get(role)
@@ -64,17 +71,13 @@ class Supervisor:
     def stop_all(self) -> None:
         for process in self.processes.values():
             if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
+                os.killpg(process.pid, signal.SIGTERM)  # all at once: they stop together
         for process in self.processes.values():
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            stop_group(process, timeout=20)
 
 
 def commands(run_dir: Path) -> dict[str, list[str]]:
-    celery = [sys.executable, "-m", "celery", "-A", "chaos.rabbitmq.app"]
+    celery = celery_command("chaos.rabbitmq.app")
     worker = [
         *celery,
         "worker",
@@ -158,6 +161,7 @@ def chaos(
         [sys.executable, "-m", "chaos.rabbitmq.app", str(args.rate), str(args.duration)],
         {**env, ENV_INCARNATION: "producer"},
         run_dir / "producer.log",
+        root=REPO_ROOT,
     )
     actions: Counter[str] = Counter()
     next_kill = time.time() + rng.uniform(2, 5)

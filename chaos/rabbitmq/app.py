@@ -13,6 +13,8 @@ from typing import Any
 
 from celery import Celery
 
+from celery_delayq.testing import AMQP_TRANSPORT, build_app
+
 from ..ledger import LedgerWriter
 
 ENV = "CHAOS_RMQ"
@@ -31,24 +33,26 @@ def ledger() -> LedgerWriter:
 
 def make_app() -> Celery:
     config = settings()
-    app = Celery("chaos_rmq", set_as_current=False)
-    app.conf.update(
-        broker_url=config["broker_url"],
-        broker_transport="celery_delayq.transport:AMQPTransport",
-        broker_transport_options={"confirm_publish": True},
-        broker_connection_retry_on_startup=True,
-        broker_connection_max_retries=None,
-        delayq_store_url=config["store_url"],
-        delayq_store_shards=config.get("shards", 1),
-        delayq_store_wait_replicas=config.get("wait_replicas", 0),
-        delayq_handover_lease=config["lease"],
-        delayq_mover_retry_max=2.0,
-        task_default_queue=QUEUE,
-        task_acks_late=True,
-        task_ignore_result=True,
-        worker_prefetch_multiplier=4,
-        worker_enable_remote_control=False,
-        beat_schedule_filename=os.path.join(config["ledger_dir"], "..", "beat-schedule"),
+    app = build_app(
+        "chaos_rmq",
+        {
+            "broker_url": config["broker_url"],
+            "broker_transport": AMQP_TRANSPORT,
+            "broker_transport_options": {"confirm_publish": True},
+            "broker_connection_retry_on_startup": True,
+            "broker_connection_max_retries": None,
+            "delayq_store_url": config["store_url"],
+            "delayq_store_shards": config.get("shards", 1),
+            "delayq_store_wait_replicas": config.get("wait_replicas", 0),
+            "delayq_handover_lease": config["lease"],
+            "delayq_mover_retry_max": 2.0,
+            "task_default_queue": QUEUE,
+            "task_acks_late": True,
+            "task_ignore_result": True,
+            "worker_prefetch_multiplier": 4,
+            "worker_enable_remote_control": False,
+            "beat_schedule_filename": os.path.join(config["ledger_dir"], "..", "beat-schedule"),
+        },
     )
     app.task(name=TASK, bind=True)(work)
     return app

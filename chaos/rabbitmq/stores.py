@@ -12,7 +12,7 @@ from typing import Any
 
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.testing import RedisServer
-from celery_delayq.testing_cluster import RedisClusterServers, slot_of
+from celery_delayq.testing.redis_cluster import RedisClusterServers, slot_of
 
 from .app import QUEUE
 

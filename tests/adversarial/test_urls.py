@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import re
 import socket
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from celery_delayq.brokers.common.errors import ConfigurationError
 from celery_delayq.brokers.common.settings import DelayqConfig
 from celery_delayq.cli import delayq
 from celery_delayq.core.urls import sanitize_url
-from celery_delayq.testing import RedisServer, free_port, redis_server_binary, wait_until
+from celery_delayq.testing import RedisServer, free_port, sentinels, wait_until
 
 from ..helpers import NOWHERE, celery_process, fetch_metrics, invoke, remember, runs
 
@@ -257,37 +256,8 @@ def test_the_readme_cluster_form_with_several_nodes_starts_every_process(
 @pytest.fixture
 def two_sentinels(tmp_path: Path) -> Iterator[tuple[RedisServer, list[int]]]:
     """A master and two sentinels, each monitoring it as ``mymaster``."""
-    with RedisServer() as master:
-        ports = [free_port(), free_port()]
-        processes = []
-        try:
-            for port in ports:
-                config = tmp_path / f"sentinel-{port}.conf"
-                config.write_text(
-                    f"port {port}\nbind 127.0.0.1\n"
-                    f"sentinel monitor mymaster 127.0.0.1 {master.port} 1\n"
-                )
-                processes.append(
-                    subprocess.Popen(
-                        [redis_server_binary(), str(config), "--sentinel"],
-                        stdout=subprocess.DEVNULL,
-                    )
-                )
-            for port in ports:
-                wait_until(lambda port=port: _master_known(port), timeout=10)
-            yield master, ports
-        finally:
-            for process in processes:
-                process.kill()
-                process.wait()
-
-
-def _master_known(port: int) -> bool:
-    try:
-        with redis.Redis(port=port) as client:
-            return bool(client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"))
-    except redis.ConnectionError:
-        return False
+    with RedisServer() as master, sentinels(master, tmp_path, count=2) as ports:
+        yield master, ports
 
 
 @pytest.mark.slow

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import timedelta
@@ -15,11 +13,11 @@ from datetime import timedelta
 import pytest
 from django.test import Client
 
-from celery_delayq.testing import wait_until
+from celery_delayq.testing import celery_command, wait_until
 from example_project.django_site.shop.models import Order
 from example_project.django_site.shop.tasks import CONFIRM_AFTER
 
-from ..helpers import REPO_ROOT, WatchedProcess
+from ..helpers import WatchedProcess, watched
 from .conftest import SETTINGS_MODULE, TEST_DB
 from .test_site import pending
 
@@ -36,15 +34,9 @@ def site_process(redis_url: str, *args: str, ready: str) -> Iterator[WatchedProc
         REDIS_URL=redis_url,
         DJANGO_SITE_DB=str(TEST_DB),
     )
-    popen = subprocess.Popen(
-        [sys.executable, "-m", "celery", "-A", "example_project.django_site", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+    process = watched(
+        celery_command("example_project.django_site", *args), f"celery {args[0]}", env
     )
-    process = WatchedProcess(popen, f"celery {args[0]}")
     try:
         process.wait_for_output(ready, timeout=60)
         yield process

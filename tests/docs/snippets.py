@@ -25,7 +25,7 @@ import pytest
 from celery import Celery
 from celery import _state as celery_state
 
-from celery_delayq.testing import RedisServer
+from celery_delayq.testing import RedisServer, build_app
 
 from .commands import check_block
 
@@ -121,11 +121,10 @@ def app(redis_url: str) -> Iterator[Celery]:
     # the page's tasks are the page's own, so they are dropped with it.
     finalizers = set(celery_state._on_app_finalizers)
     previous_app = getattr(celery_state._tls, "current_app", None)
-    celery_app = Celery("docs", set_as_current=True)
-    celery_app.conf.update(
-        broker_url=redis_url,
-        broker_transport="celery_delayq.transport:Transport",
-        broker_connection_retry_on_startup=False,
+    celery_app = build_app(
+        "docs",
+        {"broker_url": redis_url, "broker_connection_retry_on_startup": False},
+        current=True,
     )
     yield celery_app
     celery_app.close()

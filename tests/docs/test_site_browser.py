@@ -17,7 +17,7 @@ from urllib.parse import unquote, urlsplit
 
 import pytest
 
-from celery_delayq.testing import CHROMIUM_FLAGS, chromium_binary
+from ..helpers import chromium
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -41,25 +41,10 @@ def site() -> Path:
     return Path(folder).resolve()
 
 
-def _missing(reason: str) -> None:
-    if os.environ.get("DELAYQ_REQUIRE_BROWSER"):
-        pytest.fail(f"DELAYQ_REQUIRE_BROWSER is set, but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def browser(site: Path) -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("Playwright is not installed (pip install playwright)")
-    executable = chromium_binary()
-    if executable is None:
-        _missing("no chromium on PATH (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture

@@ -21,6 +21,8 @@ import redis
 from celery import Celery
 from kombu import Exchange, Queue
 
+from celery_delayq.testing import build_app
+
 #: The task every fixture message runs: it appends its label to ``RAN`` in ``RESULTS_DB``.
 TASK = "format.record"
 RAN = "format:ran"
@@ -87,14 +89,15 @@ def settings(kind: str, redis_url: str, amqp_url: str) -> dict[str, Any]:
 
 def make_app(kind: str, redis_url: str, amqp_url: str = "", **overrides: Any) -> Celery:
     """The app of one kind, with its task; ``overrides``: further Celery settings."""
-    app = Celery(f"format-{kind}", set_as_current=True)
-    app.conf.update(
+    app = build_app(
+        f"format-{kind}",
         {
             **settings(kind, redis_url, amqp_url),
             "broker_connection_retry_on_startup": True,
             "worker_hijack_root_logger": False,
             **overrides,
-        }
+        },
+        current=True,
     )
     results = f"{redis_url}/{RESULTS_DB}"
 

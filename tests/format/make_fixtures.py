@@ -40,8 +40,7 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.core.mover import Mover
-from celery_delayq.testing import RedisServer, publish, wait_until
-from celery_delayq.testing_rabbitmq import rabbitmq_for_tests
+from celery_delayq.testing import RedisServer, publish, rabbitmq_for_tests, wait_until
 
 from .apps import BLOCKED, MISSING_EXCHANGE, TASK, make_app, queues
 from .redis_dump import dump_db, write_fixture

@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
@@ -34,7 +32,14 @@ from celery import Celery
 from click.testing import CliRunner
 
 import celery_delayq
-from celery_delayq.testing import RedisServer, wait_until, wait_until_quiescent
+from celery_delayq.testing import (
+    RedisServer,
+    celery_command,
+    spawn,
+    stop_group,
+    wait_until,
+    wait_until_quiescent,
+)
 
 from .apps import BLOCKED, KINDS, RAN, RESULTS_DB, make_app, queues
 from .redis_dump import load_db, read_fixture
@@ -49,27 +54,15 @@ def workers(base: str, amqp_url: str, logs: Path) -> Iterator[None]:
     started = []
     for kind in KINDS:
         env = {**os.environ, "FORMAT_APP": kind, "FORMAT_REDIS": base, "FORMAT_AMQP": amqp_url}
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
         names = ",".join(queue.name for queue in queues(kind))
-        command = [sys.executable, "-m", "celery", "-A", "tests.format.worker", "worker"]
         options = ["--pool=solo", "-Q", names, "-n", f"format-{kind}@%h", "--without-mingle"]
-        with open(logs / f"{kind}.log", "wb") as out:
-            started.append(
-                subprocess.Popen(
-                    [*command, *options, "-l", "info"], env=env, cwd=ROOT, stdout=out, stderr=out
-                )
-            )
+        command = celery_command("tests.format.worker", "worker", *options, "-l", "info")
+        started.append(spawn(command, env, logs / f"{kind}.log", root=ROOT))
     try:
         yield
     finally:
         for process in started:
-            process.terminate()
-        for process in started:
-            try:
-                process.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+            stop_group(process, timeout=20)
 
 
 def delayq(app: Celery, *args: str) -> str:

@@ -1,4 +1,4 @@
-"""The Redis Cluster harness of the tests (``celery_delayq.testing_cluster``) against real
+"""The Redis Cluster harness of the tests (``celery_delayq.testing.redis_cluster``) against real
 servers: a cluster starts and serves keys on every master; a master fails over to its
 replica without losing a replicated key, and comes back as a replica; a slot moves to
 another master while its keys stay readable through a cluster client."""
@@ -11,7 +11,7 @@ import pytest
 from redis.cluster import RedisCluster
 
 from celery_delayq.testing import RedisServer
-from celery_delayq.testing_cluster import SLOTS, RedisClusterServers
+from celery_delayq.testing.redis_cluster import SLOTS, RedisClusterServers
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -24,7 +24,7 @@ from celery_delayq.core.keys import QueueKeys
 from celery_delayq.core.record import key_index_field, task_key
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.ops.api import deliver_all_due
-from celery_delayq.testing_cluster import RedisClusterServers, slot_of
+from celery_delayq.testing.redis_cluster import RedisClusterServers, slot_of
 
 from ..helpers import invoke, noop_task, take_all
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -19,7 +18,7 @@ from kombu.utils.json import loads
 from celery_delayq.brokers.redis.consume import SOURCES
 from celery_delayq.testing import wait_until as wait_for
 
-from ..helpers import VISIBILITY, channel_of, drain
+from ..helpers import VISIBILITY, channel_of, drain, watched
 
 
 def publish(channel: Any, queue: str, body: Any, **options: Any) -> None:
@@ -238,10 +237,9 @@ def test_a_consumer_killed_with_a_message_taken_but_unread(
     over, and the consumer is SIGKILLed before it reads the reply. Stock kombu's BRPOP had
     taken it off the list: it is gone. Ours had moved it to its landing list: once the
     consumer's lease runs out, a restore puts it back at the head of its queue."""
-    consumer = subprocess.Popen(
+    consumer = watched(
         [sys.executable, "-m", "tests.consumer_process", redis_server.url, "q", side, "1"],
-        stdout=subprocess.PIPE,
-        text=True,
+        "consumer",
     )
     try:
         waiting = "brpop" if side == "stock" else "blmove"
@@ -253,7 +251,7 @@ def test_a_consumer_killed_with_a_message_taken_but_unread(
     finally:
         consumer.kill()
         consumer.wait()
-    assert consumer.stdout is not None and consumer.stdout.read() == ""  # never received
+    assert consumer.output == ""  # never received
     if side == "stock":
         assert redis_client.hlen("unacked") == 0 and redis_client.llen("q") == 0  # lost
         return

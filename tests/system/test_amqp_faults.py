@@ -14,7 +14,7 @@ from kombu import Queue
 import celery_delayq
 from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.testing import wait_until
-from celery_delayq.testing_rabbitmq import RabbitMQNode, RabbitMQUnavailable
+from celery_delayq.testing.rabbitmq import RabbitMQNode, RabbitMQUnavailable
 
 from ..helpers import ready_in, schedule_overdue, standalone_mover, take_all
 

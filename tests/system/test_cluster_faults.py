@@ -20,7 +20,7 @@ from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.record import task_key
 from celery_delayq.testing import RedisServer, wait_until
-from celery_delayq.testing_cluster import RedisClusterServers, slot_of
+from celery_delayq.testing.redis_cluster import RedisClusterServers, slot_of
 
 from ..helpers import ready_in, schedule_overdue, standalone_mover, take_all
 

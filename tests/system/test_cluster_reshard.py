@@ -17,7 +17,7 @@ from celery_delayq.brokers.amqp.envelope import destination, envelope
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import wait_until
-from celery_delayq.testing_cluster import RedisClusterServers, slot_of
+from celery_delayq.testing.redis_cluster import RedisClusterServers, slot_of
 
 from ..helpers import ready_in, standalone_mover, take_all
 

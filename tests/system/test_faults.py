@@ -4,7 +4,6 @@ Redis restart. Nothing is lost or delivered twice in any of them."""
 from __future__ import annotations
 
 import random
-import subprocess
 import sys
 
 import pytest
@@ -19,7 +18,7 @@ from celery_delayq.testing import (
     wait_until,
 )
 
-from ..helpers import REPO_ROOT, WatchedProcess, celery_process, remember, runs
+from ..helpers import WatchedProcess, celery_process, remember, runs, watched
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -34,14 +33,10 @@ LEAST_KILLS_MID_DRAIN = 5
 
 def start_mover(port: int, batch: int) -> WatchedProcess:
     """``python -m tests.system.mover_process``, once it runs."""
-    popen = subprocess.Popen(
+    mover = watched(
         [sys.executable, "-m", "tests.system.mover_process", str(port), str(batch)],
-        cwd=REPO_ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
+        "mover process",
     )
-    mover = WatchedProcess(popen, "mover process")
     mover.wait_for_output("ready", timeout=30)
     return mover
 

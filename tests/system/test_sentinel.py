@@ -3,16 +3,14 @@
 from __future__ import annotations
 
 import json
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redis
 
 import celery_delayq
 from celery_delayq.ops.api import deliver_all_due
-from celery_delayq.testing import RedisServer, free_port, redis_server_binary, wait_until
+from celery_delayq.testing import RedisServer, sentinels, wait_until
 
 from ..helpers import celery_process, runs
 
@@ -22,31 +20,8 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture
 def sentinel(tmp_path: Path) -> Iterator[tuple[RedisServer, int]]:
     """A master and one sentinel monitoring it as ``mymaster``."""
-    with RedisServer() as master:
-        port = free_port()
-        config = tmp_path / "sentinel.conf"
-        config.write_text(
-            f"port {port}\nbind 127.0.0.1\nsentinel monitor mymaster 127.0.0.1 {master.port} 1\n"
-        )
-        process = subprocess.Popen(
-            [redis_server_binary(), str(config), "--sentinel"], stdout=subprocess.DEVNULL
-        )
-        try:
-            client = redis.Redis(port=port)
-            wait_until(lambda: _master_known(client), timeout=10)
-            yield master, port
-        finally:
-            process.kill()
-            process.wait()
-
-
-def _master_known(client: redis.Redis) -> bool:
-    try:
-        # Not sentinel_get_master_addr_by_name: on a plain client, redis-py 6.x passes it
-        # an option its reply parser refuses (TypeError: ... keyword argument 'once').
-        return bool(client.execute_command("SENTINEL", "GET-MASTER-ADDR-BY-NAME", "mymaster"))
-    except redis.ConnectionError:
-        return False
+    with RedisServer() as master, sentinels(master, tmp_path) as (port,):
+        yield master, port
 
 
 def test_sentinel_transport_delays_and_delivers_through_the_master(make_app, sentinel):

@@ -21,38 +21,21 @@ from celery import Celery
 import celery_delayq
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import (
-    CHROMIUM_FLAGS,
-    chromium_binary,
     free_port,
     wait_until,
     wait_until_quiescent,
 )
 from celery_delayq.web.access import Access
 
-from ..helpers import REMEMBER, celery_process, runs
+from ..helpers import REMEMBER, celery_process, chromium, runs
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
 
-def _missing(reason: str) -> None:
-    if os.environ.get("DELAYQ_REQUIRE_BROWSER"):
-        pytest.fail(f"DELAYQ_REQUIRE_BROWSER is set, but {reason}")
-    pytest.skip(reason)
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    try:
-        from playwright.sync_api import sync_playwright
-    except ImportError:
-        _missing("Playwright is not installed (pip install playwright)")
-    executable = chromium_binary()
-    if executable is None:
-        _missing("no chromium on PATH (apt-get install chromium)")
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
+    with chromium() as browser:
         yield browser
-        browser.close()
 
 
 @pytest.fixture

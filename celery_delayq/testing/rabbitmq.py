@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import signal
 import subprocess
 import tempfile
 import uuid
@@ -22,7 +21,8 @@ from urllib.parse import quote, urlparse, urlunparse
 
 import amqp
 
-from .testing import free_port, wait_until
+from .processes import free_port, spawn, stop_group
+from .waiting import wait_until
 
 HOW_TO_GET_ONE = (
     "install Debian's rabbitmq-server (apt-get install rabbitmq-server) for a private node, "
@@ -92,15 +92,9 @@ class RabbitMQNode:
             RABBITMQ_ENABLED_PLUGINS_FILE=str(self.dir / "enabled_plugins"),
             RABBITMQ_PID_FILE=str(self.dir / "pid"),
         )
-        with open(self.dir / "server.out", "wb") as out:
-            self.process = subprocess.Popen(
-                [binary],
-                env=env,
-                cwd=self.dir,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        self.process = spawn(
+            [binary], env, self.dir / "server.out", root=self.dir, die_with_parent=False
+        )
         wait_until(
             lambda: broker_reachable(self.url),
             timeout=timeout,
@@ -119,13 +113,7 @@ class RabbitMQNode:
         """A clean shutdown (SIGTERM to the node's process group); then its directories
         go, unless ``keep_data`` (to start the same node again: ``restart``)."""
         if self.process is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.process.pid, signal.SIGKILL)
-                self.process.wait()
+            stop_group(self.process, timeout=30)
             self.process = None
         if not keep_data:
             shutil.rmtree(self.dir, ignore_errors=True)

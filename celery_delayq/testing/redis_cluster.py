@@ -29,7 +29,9 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.crc import key_slot
 
-from .testing import RedisServer, free_port, wait_until
+from .processes import free_port
+from .redis_server import RedisServer
+from .waiting import wait_until
 
 SLOTS = 16384
 HOST = "127.0.0.1"

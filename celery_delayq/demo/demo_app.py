@@ -1,4 +1,4 @@
-"""The packaged demo's Celery app: ``celery -A celery_delayq.demo.app worker`` finds it.
+"""The packaged demo's Celery app: ``celery -A celery_delayq.demo.demo_app worker`` finds it.
 
 Its settings are those of a real project on celery-delayq: a ``redis://`` broker URL
 and the celery-delayq transport (on RabbitMQ, ``BROKER_URL=amqp://...``: the AMQP
@@ -17,7 +17,7 @@ from . import DEMO_QUEUE
 REDIS_URL = os.environ.get("REDIS_URL", "redis://localhost:6379/0")
 BROKER_URL = os.environ.get("BROKER_URL") or REDIS_URL
 
-app = Celery("celery_delayq.demo", include=["celery_delayq.demo.tasks"])
+app = Celery("celery_delayq.demo", include=["celery_delayq.demo.demo_tasks"])
 app.conf.update(
     broker_url=BROKER_URL,
     broker_transport="celery_delayq.transport:Transport",
