@@ -223,7 +223,9 @@ class MoveRate:
                 "batched",
                 "messages/s, batches of 500; vanilla column: py-amqp loop, confirms per 500",
                 "",
-                digits=0,
+                Target(">= 0.9x the py-amqp loop", lambda v: v >= 0.9),
+                0,
+                on_ratio=True,
             ),
         )
 
