@@ -87,12 +87,14 @@ class AMQPPublisher:
             "basic_ack": batch.on_ack,
             "basic_nack": batch.on_nack,
         }
-        # Listen before the first publish: a frame read in between (none is, today)
-        # would otherwise be dropped unheard.
+        # Listen before publishing, so that no answer to this batch is read unheard.
         for event, handler in handlers.items():
             channel.events[event].add(handler)
         try:
-            frames = PublishFrames(channel.channel_id, channel.connection.frame_max)
+            connection = channel.connection  # py-amqp's, under kombu's
+            if connection is None:
+                raise RecoverableConnectionError("basic_publish: connection closed")
+            frames = PublishFrames(channel.channel_id, connection.frame_max)
             commands = []
             for message in messages:
                 exchange, routing_key = exchange_and_routing_key(message.destination)
@@ -101,22 +103,15 @@ class AMQPPublisher:
             first = self._published + 1
             self._published += len(messages)
             batch.expect(first, messages)
-            self._write(channel, b"".join(commands))
+            # The whole batch in one write, where py-amqp's publish writes each message
+            # and reads the socket before each. (Not this package's publish either: it
+            # would delay again a message whose ETA is ahead by this host's clock.)
+            connection.transport.write(b"".join(commands))
+            connection.bytes_sent += 1  # what py-amqp's heartbeat check looks at
             self._await_confirms(batch)
         finally:
             for event, handler in handlers.items():
                 channel.events[event].discard(handler)
-
-    @staticmethod
-    def _write(channel: Any, data: bytes) -> None:
-        """The batch's frames in one write: py-amqp's own publish (``_basic_publish``,
-        not this package's, which would delay again a message whose ETA is still ahead
-        by this host's clock) writes them one by one."""
-        connection = channel.connection
-        if connection is None:
-            raise RecoverableConnectionError("basic_publish: connection closed")
-        connection.transport.write(data)
-        connection.bytes_sent += 1  # what py-amqp's heartbeat check looks at
 
     def _await_confirms(self, batch: BatchConfirms) -> None:
         assert self._connection is not None
