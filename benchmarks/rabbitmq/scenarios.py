@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Callable
 from typing import Any
 
 import amqp
+from celery import Celery
 from kombu import Connection, Producer
 
 from celery_delayq.brokers.amqp.envelope import destination, envelope
@@ -18,7 +20,7 @@ from celery_delayq.testing import wait_until
 
 from ..report import MetricSpec, Target
 from .side import Side, percentile, rss_mib
-from .worker_app import RECORD_TASK
+from .worker_app import RECORD_TASK, make_app
 
 MIB_TARGET = 1.0
 
@@ -192,10 +194,13 @@ class Lateness:
 
 class MoveRate:
     """One mover handing due messages to RabbitMQ with confirms, against a plain kombu
-    publish loop with confirms (``confirm_publish``) of the same messages."""
+    publish loop with confirms (``confirm_publish``) of the same messages, and, with
+    fixed batches of 500, against a py-amqp loop confirmed per 500 (the most one
+    Python process publishes with confirms: the hand-over minus Redis), best of three."""
 
     key = "moverate"
     sides = ("limit", "delayq")
+    ROUNDS = 3
 
     def __init__(self, messages: int) -> None:
         self.messages = messages
@@ -218,21 +223,50 @@ class MoveRate:
             ),
             MetricSpec(
                 "batched",
-                "messages/s; vanilla column: py-amqp loop, confirms per 500",
+                "messages/s, batches of 500, best of 3; "
+                "vanilla column: py-amqp loop, confirms per 500",
                 "",
-                digits=0,
+                Target(">= 0.9x the py-amqp loop", lambda v: v >= 0.9),
+                0,
+                on_ratio=True,
             ),
         )
 
     def measure(self, side: Side) -> dict[str, float | None]:
+        """The two comparisons of batches of 500 run next to each other in time (the
+        limit side's last, the delayq side's first), each the best of ``ROUNDS`` from an
+        empty queue: on a shared machine a round is only ever slowed by other work."""
         side.declare()
         body = b'{"n": 0, "padding": "' + b"x" * 300 + b'"}'
         if side.name != "delayq":
-            return {
-                "rate": self.kombu_confirm_loop(side, body),
-                "batched": self.batched_confirm_loop(side, body),
-            }
-        with open_store(side.app) as store:
+            rate = self.kombu_confirm_loop(side, body)
+            self.purge(side)
+            return {"rate": rate, "batched": self.best(side, self.batched_confirm_loop, body)}
+        # Fixed batches of 500 like the py-amqp loop's (delayq_move_call_budget 0: the
+        # batch size alone bounds a call), then batches sized by time (the default).
+        fixed = make_app({**side.env, "BENCH_MOVE_CALL_BUDGET": "0"})
+        try:
+            batched = self.best(side, lambda side, body: self.move(fixed, side, body), body)
+        finally:
+            fixed.close()
+        return {"rate": self.move(side.app, side, body), "batched": batched}
+
+    def best(self, side: Side, measure: Callable[[Side, bytes], float], body: bytes) -> float:
+        rates = []
+        for _ in range(self.ROUNDS):
+            rates.append(measure(side, body))
+            self.purge(side)
+        return max(rates)
+
+    @staticmethod
+    def purge(side: Side) -> None:
+        with Connection(side.env["BENCH_BROKER_URL"]) as connection:
+            connection.default_channel.queue_purge(side.queue)
+
+    def move(self, app: Celery, side: Side, body: bytes) -> float:
+        """Messages/s of one mover moving ``messages`` due messages into the queue."""
+        app.set_current()  # two apps with different delayq settings: say which publishes
+        with open_store(app) as store:
             due = store.server_time_ms() - 1
             message = envelope(amqp.Message(body, application_headers={"task": RECORD_TASK}))
             store.schedule_many(
@@ -242,8 +276,7 @@ class MoveRate:
             moved, start = 0, time.perf_counter()
             while moved < self.messages:
                 moved += store.move_all_due().moved
-            rate = self.messages / (time.perf_counter() - start)
-        return {"rate": rate, "batched": rate}
+            return self.messages / (time.perf_counter() - start)
 
     def batched_confirm_loop(self, side: Side, body: bytes, batch: int = 500) -> float:
         """The physical limit of confirmed publishing from one Python process: publish a

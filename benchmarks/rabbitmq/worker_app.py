@@ -7,6 +7,8 @@ and of the orchestrator, configured from the environment:
   AMQPTransport) or ``native`` (pyamqp with quorum queues: Celery's native delayed
   delivery);
 - ``BENCH_PREFETCH``: ``worker_prefetch_multiplier`` (default 1);
+- ``BENCH_MOVE_CALL_BUDGET``: ``delayq_move_call_budget`` (default: the setting's own;
+  0: batches of ``delayq_move_batch_size``, 500);
 - ``BENCH_QUEUE``: the queue (a quorum queue on a topic exchange for ``native`` and,
   to compare like with like, for ``delayq`` when ``BENCH_QUORUM=1``).
 """
@@ -42,6 +44,8 @@ def make_app(env: dict[str, str] | None = None) -> Celery:
     if side == "delayq":
         settings["broker_transport"] = "celery_delayq.transport:AMQPTransport"
         settings["delayq_store_url"] = env["BENCH_RECORD_URL"]
+        if env.get("BENCH_MOVE_CALL_BUDGET"):
+            settings["delayq_move_call_budget"] = float(env["BENCH_MOVE_CALL_BUDGET"])
     if side == "native" or env.get("BENCH_QUORUM") == "1":
         exchange = Exchange(queue, type="topic")
         quorum = {"x-queue-type": "quorum"}

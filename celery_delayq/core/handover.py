@@ -204,7 +204,7 @@ class ClaimPublishAck:
     """
 
     #: Claimed messages go out when due: the AMQP hand-over renames their ``eta`` header
-    #: (amqp_envelope.py), so a worker would start one moved ahead at once.
+    #: (brokers/amqp/envelope.py), so a worker would start one moved ahead at once.
     ahead_ms = 0
     burst_ahead_ms = 0
 

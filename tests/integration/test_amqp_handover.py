@@ -3,8 +3,10 @@ claim -> publish with confirms -> ack hand-over (real RabbitMQ, real Redis, no w
 
 from __future__ import annotations
 
+import json
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import kombu.exceptions
@@ -56,6 +58,33 @@ def test_a_delayed_task_waits_in_redis_and_reaches_its_queue_once_when_due(
     assert "eta" not in message.headers and message.headers[ETA_HEADER]
     assert celery_delayq.backlog(app)[0].pending == 0
     assert redis_client.keys("*inflight*") == [] and redis_client.keys("*claims*") == []
+
+
+def test_a_due_message_keeps_its_properties_headers_and_a_body_over_frame_max(
+    make_amqp_app: Callable[..., Celery],
+) -> None:
+    """The hand-over writes the publish frames itself (frames.py): what RabbitMQ
+    delivers is what the producer published, a body of several frames included."""
+    app = make_amqp_app()
+    big = "x" * 300_000  # over RabbitMQ's frame_max of 128 KiB
+    extra = {
+        "nested": {"list": [1, "two", None, True, 1.5], "big": 2**40},
+        "flag": False,
+        "text": "\u00e9",
+        "when": datetime(2030, 1, 2, 3, 4, 5),  # not JSON: encoded by py-amqp
+    }
+    sent = app.send_task("tests.remember", (big,), countdown=3600, priority=5, headers=extra)
+    overdue(app, sent)
+    assert deliver_all_due(app) == 1
+
+    (message,) = take_all(app, app.conf.task_default_queue)
+    assert {name: message.headers[name] for name in extra} == extra
+    assert message.headers["id"] == sent.id and message.headers[ETA_HEADER]
+    assert json.loads(message.body)[0] == [big]
+    assert message.properties["priority"] == 5
+    assert message.properties["correlation_id"] == sent.id
+    assert message.properties["content_type"] == "application/json"
+    assert message.properties["content_encoding"] == "utf-8"
 
 
 def test_a_message_nobody_can_route_is_retried_then_dead_lettered_with_the_reason(

@@ -19,12 +19,13 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from amqp.exceptions import ChannelError
+from amqp.exceptions import ChannelError, RecoverableConnectionError
 from kombu.connection import Connection
 
 from ...core.handover import Outgoing, PublishReport
 from ..common.message import STABLE_ID_HEADER
-from .envelope import amqp_message, exchange_and_routing_key
+from .envelope import due_content, exchange_and_routing_key
+from .frames import PublishFrames
 
 logger = logging.getLogger(__name__)
 
@@ -86,24 +87,27 @@ class AMQPPublisher:
             "basic_ack": batch.on_ack,
             "basic_nack": batch.on_nack,
         }
-        # Listen before the first publish: py-amqp's publish itself reads what the broker
-        # sent (to notice connection.blocked), confirms of this batch's first messages
-        # included, and would drop them unheard.
+        # Listen before publishing, so that no answer to this batch is read unheard.
         for event, handler in handlers.items():
             channel.events[event].add(handler)
         try:
+            connection = channel.connection  # py-amqp's, under kombu's
+            if connection is None:
+                raise RecoverableConnectionError("basic_publish: connection closed")
+            frames = PublishFrames(channel.channel_id, connection.frame_max)
+            commands = []
             for message in messages:
                 exchange, routing_key = exchange_and_routing_key(message.destination)
-                self._published += 1
-                batch.expect(self._published, message)
-                # amqp.Channel's own publish: not this package's, which would delay again
-                # a message whose ETA is still ahead by this host's clock.
-                channel._basic_publish(
-                    amqp_message(message.payload, message.stable_id),
-                    exchange=exchange,
-                    routing_key=routing_key,
-                    mandatory=True,
-                )
+                body, properties = due_content(message.payload, message.stable_id)
+                commands.append(frames.publish(exchange, routing_key, body, properties))
+            first = self._published + 1
+            self._published += len(messages)
+            batch.expect(first, messages)
+            # The whole batch in one write, where py-amqp's publish writes each message
+            # and reads the socket before each. (Not this package's publish either: it
+            # would delay again a message whose ETA is ahead by this host's clock.)
+            connection.transport.write(b"".join(commands))
+            connection.bytes_sent += 1  # what py-amqp's heartbeat check looks at
             self._await_confirms(batch)
         finally:
             for event, handler in handlers.items():
@@ -116,7 +120,7 @@ class AMQPPublisher:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 raise ConfirmTimeout(
-                    f"the broker did not confirm {len(batch.unconfirmed)} message(s) within "
+                    f"the broker did not confirm {batch.unconfirmed} message(s) within "
                     f"{self.confirm_timeout:g} s"
                 )
             with contextlib.suppress(socket.timeout):
@@ -139,20 +143,33 @@ class AMQPPublisher:
 
 
 class BatchConfirms:
-    """The broker's answers to one batch, sorted into its report as they arrive."""
+    """The broker's answers to one batch, sorted into its report as they arrive.
+
+    A batch's delivery tags are consecutive (``first`` on), and the broker confirms
+    them in order, most with ``multiple``: settling walks each tag once.
+    """
 
     def __init__(self, report: PublishReport) -> None:
         self.report = report
-        self.unconfirmed: dict[int, bytes] = {}  # delivery tag -> message key
-        self._by_id: dict[str, bytes] = {}
+        self.unconfirmed = 0
+        self._first = 0
+        self._keys: list[bytes | None] = []  # by delivery tag - first; None: settled
+        self._lowest = 0  # below this index every message is settled
+        self._messages: Sequence[Outgoing] = ()
+        self._by_id: dict[str, bytes] | None = None  # made on the first return (rare)
         self._returned: dict[bytes, str] = {}
 
-    def expect(self, delivery_tag: int, message: Outgoing) -> None:
-        self.unconfirmed[delivery_tag] = message.key
-        self._by_id[message.stable_id] = message.key
+    def expect(self, first: int, messages: Sequence[Outgoing]) -> None:
+        """``messages`` go out with the delivery tags ``first``, ``first + 1``..."""
+        self._first = first
+        self._keys = [message.key for message in messages]
+        self.unconfirmed = len(messages)
+        self._messages = messages
 
     def on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
         """``basic.return``: unroutable; it comes before the message's ``basic.ack``."""
+        if self._by_id is None:
+            self._by_id = {outgoing.stable_id: outgoing.key for outgoing in self._messages}
         headers = message.properties.get("application_headers") or {}
         key = self._by_id.get(str(headers.get(STABLE_ID_HEADER)))
         if key is not None:
@@ -161,9 +178,10 @@ class BatchConfirms:
             )
 
     def on_ack(self, delivery_tag: int, multiple: bool) -> None:
+        returned = self._returned
         for key in self._settled(delivery_tag, multiple):
-            if key in self._returned:
-                self.report.refused[key] = self._returned[key]
+            if key in returned:
+                self.report.refused[key] = returned[key]
             else:
                 self.report.confirmed.append(key)
 
@@ -172,5 +190,16 @@ class BatchConfirms:
             self.report.refused[key] = "nacked: the broker could not take the message"
 
     def _settled(self, delivery_tag: int, multiple: bool) -> list[bytes]:
-        tags = [t for t in self.unconfirmed if t <= delivery_tag] if multiple else [delivery_tag]
-        return [key for key in map(self.unconfirmed.pop, tags, [None] * len(tags)) if key]
+        """The keys this answer settles, each once (a tag not of this batch: none)."""
+        keys = self._keys
+        position = delivery_tag - self._first
+        if position < 0 or (position >= len(keys) and not multiple):
+            return []
+        end = min(position + 1, len(keys))
+        start = self._lowest if multiple else position
+        settled = [key for key in keys[start:end] if key is not None]
+        keys[start:end] = [None] * max(0, end - start)
+        if multiple:
+            self._lowest = max(start, end)
+        self.unconfirmed -= len(settled)
+        return settled
