@@ -17,7 +17,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import Any, Protocol, TypeGuard, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from celery import Celery
 from celery._state import _get_active_apps, get_current_app
@@ -34,6 +34,9 @@ from .message import due_ms, eta_span, eta_timestamp
 from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
 from .separate_store import separate_store
 from .settings import DelayqConfig, check_broker_url, config_of
+
+if TYPE_CHECKING:
+    from typing import TypeGuard  # Python 3.10+; only the type checker reads it
 
 STORE_URL_NEEDED = (
     "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
