@@ -51,6 +51,6 @@ nitpick_ignore_regex = [
     (r"py:class", r"(Celery|Signature|Task|AsyncResult|tzinfo|datetime|timedelta)"),
     (r"py:class", r"(Any|Iterable|Mapping|Sequence|Callable|Iterator)"),
     # Internal types in public signatures, not exported themselves.
-    (r"py:class", r"(celery_delayq\.core\.store\.)?ReplicaWait"),
-    (r"py:class", r"(celery_delayq\.core\.keyed\.)?KeyedOutcome"),
+    (r"py:class", r"(celery_delayq\.core\.store\.(state\.)?)?ReplicaWait"),
+    (r"py:class", r"(celery_delayq\.core\.delay_keys\.)?KeyedOutcome"),
 ]
