@@ -74,7 +74,8 @@ def delayq(app: Celery, *args: str) -> str:
         if hasattr(found, "select")
         else found.get("celery.commands", ())
     )  # Python 3.9's entry_points() is a dict
-    (command,) = [point for point in group if point.name == "delayq"]
+    # one entry point, seen twice when a source tree's egg-info is on the path too
+    (command,) = {point.value: point for point in group if point.name == "delayq"}.values()
     app.set_current()  # as in a `celery -A` process, where it is the only app
     result = CliRunner().invoke(command.load(), list(args), obj=SimpleNamespace(app=app))
     assert result.exit_code == 0, result.output
