@@ -64,7 +64,9 @@ class Outbound:
 
     queue: str  # the queue it belongs to (the store groups by it)
     headers: Mapping[str, Any]  # Celery's message headers: eta, id, delay key
-    destination: str  # where it goes when due (a Redis list, an exchange and key, a queue)
+    #: where it goes when due (a Redis list, an exchange and key, a queue), or how to
+    #: find it: only a message that is kept needs it
+    destination: str | Callable[[], str]
     payload: bytes | Callable[[], bytes]  # the envelope to store, or how to make it
     message_id: str | None = None  # its delivery tag (a new id when it has none)
     expires_ms: int | None = None  # its queue's x-expires, when declared
@@ -173,13 +175,13 @@ class Diverter:
     def scheduled(self, message: Outbound, eta_seconds: float) -> Scheduled:
         """What the store keeps of a message due at ``eta_seconds``."""
         task_id = message.headers.get("id")
-        payload = message.payload
+        payload, destination = message.payload, message.destination
         return Scheduled(
             queue=message.queue,
             message_id=message.message_id or str(uuid.uuid4()),
             task_id=str(task_id) if task_id is not None else None,
             due_ms=due_ms(eta_seconds),
-            destination=message.destination,
+            destination=destination() if callable(destination) else destination,
             payload=payload() if callable(payload) else payload,
             expires_ms=message.expires_ms,
         )
@@ -234,7 +236,10 @@ class Diverter:
 
 
 def virtual_outbound(
-    queue: str, message: Mapping[str, Any], destination: str, expires_ms: int | None = None
+    queue: str,
+    message: Mapping[str, Any],
+    destination: str | Callable[[], str],
+    expires_ms: int | None = None,
 ) -> Outbound:
     """The ``Outbound`` of a kombu virtual transport's message: its delivery tag as id,
     stored as kombu's JSON envelope."""

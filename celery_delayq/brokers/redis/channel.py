@@ -92,14 +92,18 @@ class Channel(kombu_redis.Channel):
 
     def outbound(self, queue: str, message: dict[str, Any]) -> Outbound:
         """The message as the diverter takes it: bound for the list kombu would push it
-        to (priority and ``global_keyprefix`` applied), with its queue's x-expires."""
-        priority = self._get_message_priority(message, reverse=False)
+        to (priority and ``global_keyprefix`` applied, worked out only for a message
+        that is kept), with its queue's x-expires."""
         return virtual_outbound(
             queue,
             message,
-            destination=self.real_key(self._q_for_pri(queue, priority)),
+            destination=lambda: self.real_key(self._kombu_list(queue, message)),
             expires_ms=(getattr(self, "_expires", None) or {}).get(queue),
         )
+
+    def _kombu_list(self, queue: str, message: dict[str, Any]) -> str:
+        """The list kombu pushes ``message`` to: the queue's, or its priority's."""
+        return self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], *args: Any, **kw: Any) -> None:
         """Broadcast; a ``revoke`` also cancels its ids in the store first."""
