@@ -27,15 +27,19 @@ import calendar
 from bisect import bisect_left
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import date, datetime, time, timedelta, timezone
+from datetime import MAXYEAR, date, datetime, time, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
-__all__ = ["CronFields", "follows_real_time", "next_occurrence", "occurrences"]
+__all__ = ["LAST_YEAR", "CronFields", "follows_real_time", "next_occurrence", "occurrences"]
 
 #: More than any UTC offset (14 hours at most): no firing of a local day comes earlier than
 #: that day's wall-clock midnight read as UTC, minus this.
 _SPREAD = timedelta(days=1)
+
+#: The last year searched: the one before ``datetime.MAXYEAR``, so that a day's horizon and
+#: a zone's offset can still be added to its instants.
+LAST_YEAR = MAXYEAR - 1
 
 _RANGES = {
     "minutes": (0, 59),
@@ -51,9 +55,11 @@ class CronFields:
     """A crontab's fields as plain sets, Celery's numbering (``days_of_week`` 0 = Sunday).
 
     ``follows_real_time`` picks the DST rule (see the module's docstring). Fields that can
-    never match (February 30, an empty set) are refused here with a ``ValueError``, so that
-    a search for the next occurrence always ends: any day that exists falls on each weekday
-    within the calendar's 400-year cycle.
+    never match a day (February 30, an empty set) are refused here with a ``ValueError``:
+    any day that exists falls on each weekday within the calendar's 400-year cycle. An
+    entry can still never *fire* in a given zone, when it follows real time and every wall
+    time it matches lies in a DST gap (``* 1 31 3 sun`` in Antarctica/Troll):
+    :func:`next_occurrence` answers None for it.
     """
 
     minutes: frozenset[int]
@@ -99,15 +105,21 @@ def follows_real_time(minute_text: object, hour_text: object) -> bool:
     return minute.startswith("*") or "*" in hour or "/" in hour
 
 
-def next_occurrence(fields: CronFields, zone: ZoneInfo, after: datetime) -> datetime:
-    """The first firing strictly after ``after`` (aware), as an aware UTC datetime."""
-    return next(occurrences(fields, zone, after))
+def next_occurrence(fields: CronFields, zone: ZoneInfo, after: datetime) -> datetime | None:
+    """The first firing strictly after ``after`` (aware), as an aware UTC datetime.
+
+    None when the entry never fires in this zone before the year :data:`LAST_YEAR` ends
+    (every wall time it matches lies in a DST gap); the search then walks its matching
+    days to that year, which takes up to a second or two for such an entry.
+    """
+    return next(occurrences(fields, zone, after), None)
 
 
 def occurrences(
     fields: CronFields, zone: ZoneInfo, after: datetime, until: datetime | None = None
 ) -> Iterator[datetime]:
-    """Every firing in ``(after, until]`` in order (no end when ``until`` is None), in UTC.
+    """Every firing in ``(after, until]`` in order, in UTC; with no ``until``, up to the
+    end of :data:`LAST_YEAR`.
 
     Walks the matching local days only; a day's firings are held back until no later day
     can fire before them (a fall-back across midnight interleaves two days).
@@ -132,6 +144,8 @@ def occurrences(
                 last = instant
                 yield instant
         del held[:ready]
+        if until_utc is not None and horizon > until_utc:
+            return  # every firing still to come lands at or after the horizon
 
 
 def _as_utc(moment: datetime, name: str) -> datetime:
@@ -145,7 +159,7 @@ def _matching_days(fields: CronFields, start: date) -> Iterator[date]:
     months = sorted(fields.months)
     days = sorted(fields.days_of_month)
     year = start.year
-    while True:
+    while year <= LAST_YEAR:
         for month in months:
             if (year, month) < (start.year, start.month):
                 continue
