@@ -42,21 +42,30 @@ def test_a_killed_workers_task_runs_again_though_a_dead_worker_holds_the_lock(
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("reliable, starts", [(True, 1), (False, 2)])
+@pytest.mark.parametrize("reliable", [True, False], ids=["leases", "kombu"])
 def test_a_task_longer_than_the_visibility_timeout_runs_once_on_a_live_worker(
-    make_app, redis_server, redis_client, reliable: bool, starts: int
+    make_app, redis_server, redis_client, reliable: bool
 ) -> None:
     """An acks_late task of 8 s, visibility_timeout 3 s, a second worker beside it: kombu
-    (``delayq_reliable_consume`` off) hands it to the second worker while the first still
-    runs it; renewed leases keep it with the first."""
+    (``delayq_reliable_consume`` off) hands it to the other worker while the first still
+    runs it; renewed leases keep it with the first.
+
+    Both workers run their tasks in a pool child, so whichever takes it keeps renewing
+    from its event loop (a solo pool runs the task in that loop, and renews only between
+    tasks: with a solo worker taking it, the lease would rightly expire)."""
     settings = {**SETTINGS, "delayq_reliable_consume": reliable}
     app = make_app(**settings)
-    prefork = ("-P", "prefork", "-c", "1")  # the task runs in a child; the loop renews
+    prefork = ("-P", "prefork", "-c", "1")
     with (
         celery_process("worker", redis_server.url, settings, *prefork),
-        celery_process("worker", redis_server.url, settings, "-P", "solo", "-n", "second@%h"),
+        celery_process("worker", redis_server.url, settings, *prefork, "-n", "second@%h"),
     ):
         sent = app.send_task("tests.worker_app.hold", ("long",), kwargs={"seconds": 8})
         wait_until(lambda: runs(redis_client), timeout=30, what="the task started")
         wait_until_quiescent(app, workers=2, timeout=60)
-    assert [run["id"] for run in runs(redis_client)] == [sent.id] * starts
+    started = [run["id"] for run in runs(redis_client)]
+    assert set(started) == {sent.id}
+    if reliable:
+        assert len(started) == 1
+    else:  # each copy outlives its 3 s on one worker while it runs 8 s on the other
+        assert len(started) >= 2
