@@ -33,7 +33,9 @@ class SQSChannel(SQS.Channel):
     keeps_own_store = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.diverter = Diverter.of_current_app(self.store_for)
+        self.diverter = Diverter.of_current_app(
+            self.store_for, broker=getattr(args[0], "client", None)
+        )
         super().__init__(*args, **kwargs)
 
     @classmethod

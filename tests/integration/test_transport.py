@@ -187,6 +187,22 @@ def test_a_publish_from_another_thread_uses_the_apps_own_settings(make_app, redi
     assert celery_delayq.backlog(app)[0].pending == 2
 
 
+def test_a_channel_takes_the_settings_of_the_app_whose_broker_it_connects_to(
+    make_app, redis_client
+):
+    """Several celery-delayq apps in one process, none current in the publishing thread:
+    the app whose broker the channel connects to gives the settings (a Django site's app
+    and a test's, say), not an error."""
+    make_app(url="redis://127.0.0.1:1/0", delayq_key_prefix="elsewhere")  # never connected
+    app = make_app(delayq_key_prefix="mine")
+    task = noop_task(app)
+    publisher = threading.Thread(target=lambda: task.apply_async(countdown=60))
+    publisher.start()
+    publisher.join()
+
+    assert redis_client.hlen("mine:{default}:msg") == 1
+
+
 @pytest.mark.xfail(
     strict=True,
     reason="kombu's producer pool is keyed by broker URL and transport options, so app B "

@@ -36,7 +36,9 @@ class AMQPChannel(pyamqp.Channel):
     keeps_own_store = False
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.diverter = Diverter.of_current_app(self.store_for, needs_store_url=True)
+        self.diverter = Diverter.of_current_app(
+            self.store_for, needs_store_url=True, broker=getattr(args[0], "client", None)
+        )
         super().__init__(*args, **kwargs)
         # With the confirm_publish transport option, py-amqp makes basic_publish an
         # instance attribute that waits for each confirm; keep it for due messages.

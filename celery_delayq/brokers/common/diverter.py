@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
 
 from celery import Celery
 from celery._state import _get_active_apps, get_current_app
+from kombu.connection import Connection
 from kombu.transport import get_transport_cls
 from kombu.transport.base import Transport
 from kombu.utils.json import dumps
@@ -130,10 +131,11 @@ class Diverter:
         open_store: Callable[[DelayqConfig], DelayedStore],
         url_schemes: frozenset[str] | None = None,
         needs_store_url: bool = False,
+        broker: Connection | None = None,
     ) -> Diverter:
-        """The diverter of a new channel, with the settings of the app it serves
-        (``delayq_app``), its broker URL checked against ``url_schemes``."""
-        app = delayq_app()
+        """The diverter of a new channel of ``broker``, with the settings of the app it
+        serves (``delayq_app``), its broker URL checked against ``url_schemes``."""
+        app = delayq_app(broker)
         if url_schemes is not None:
             check_broker_url(app, url_schemes)
         diverter = cls(app, open_store)
@@ -287,19 +289,34 @@ def check_store_setting(app: Celery) -> None:
         raise ConfigurationError(STORE_URL_NEEDED)
 
 
-def delayq_app() -> Celery:
-    """The app a new channel takes its ``delayq_*`` settings from."""
+def delayq_app(broker: Connection | None = None) -> Celery:
+    """The app a new channel takes its ``delayq_*`` settings from: the current app, else
+    the one celery-delayq app of the process, else the one among them whose broker URL is
+    ``broker``'s (the connection the channel belongs to)."""
     current = get_current_app()
     if uses_delayq(current):
         return current
     candidates = [app for app in list(_get_active_apps()) if uses_delayq(app)]
     if not candidates:
         return current  # kombu used directly, with the transport named in code
-    settings = {config_of(app) for app in candidates}
-    if len(settings) > 1:
+    if len({config_of(app) for app in candidates}) > 1 and broker is not None:
+        candidates = [app for app in candidates if _connects_to(app, broker)] or candidates
+    if len({config_of(app) for app in candidates}) > 1:
         raise ConfigurationError(
             "several Celery apps in this process use celery-delayq with different delayq_* "
             "settings; make the publishing app current with app.set_current() in this "
             "thread, or app.set_default()"
         )
     return candidates[0]
+
+
+def _connects_to(app: Celery, broker: Connection) -> bool:
+    """Whether ``broker`` is ``app``'s broker, at its URL or one of its failover URLs
+    (builds connection objects only: no I/O)."""
+    own = app.connection_for_write()
+    addresses = {_address(each) for each in [Connection(url) for url in own.alt] or [own]}
+    return _address(broker) in addresses
+
+
+def _address(connection: Connection) -> tuple[object, ...]:
+    return (connection.hostname, connection.port, connection.virtual_host, connection.userid)

@@ -46,7 +46,9 @@ class Channel(kombu_redis.Channel):
     url_schemes: frozenset[str] = REDIS_SCHEMES
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.diverter = Diverter.of_current_app(self.store_for, self.url_schemes)
+        self.diverter = Diverter.of_current_app(
+            self.store_for, self.url_schemes, broker=getattr(args[0], "client", None)
+        )
         self.consumer = AtomicConsumer(self)
         super().__init__(*args, **kwargs)
 
