@@ -67,7 +67,10 @@ def test_a_worker_runs_the_delayed_confirmation_and_beat_sends_periodic_tasks(
     ) as worker:
         order = Client().post("/orders/", {"item": "book"}).json()["order"]
         assert pending(site_app) == 1, "the countdown waits in the store, not in a worker"
-        wait_until(lambda: confirmed(order), timeout=30, abort=worker.exited)
+        try:
+            wait_until(lambda: confirmed(order), timeout=60, abort=worker.exited)
+        except TimeoutError as exc:
+            raise AssertionError(f"{exc}; the worker printed:\n{worker.output}") from exc
         with site_process(
             redis_server.url, "beat", "-l", "info", ready="Sending due task confirm the pen"
         ) as beat:
