@@ -31,7 +31,14 @@ from datetime import MAXYEAR, date, datetime, time, timedelta, timezone
 from typing import Any
 from zoneinfo import ZoneInfo
 
-__all__ = ["LAST_YEAR", "CronFields", "follows_real_time", "next_occurrence", "occurrences"]
+__all__ = [
+    "LAST_YEAR",
+    "CronFields",
+    "as_utc",
+    "follows_real_time",
+    "next_occurrence",
+    "occurrences",
+]
 
 #: More than any UTC offset (14 hours at most): no firing of a local day comes earlier than
 #: that day's wall-clock midnight read as UTC, minus this.
@@ -124,8 +131,8 @@ def occurrences(
     Walks the matching local days only; a day's firings are held back until no later day
     can fire before them (a fall-back across midnight interleaves two days).
     """
-    after_utc = _as_utc(after, "after")
-    until_utc = None if until is None else _as_utc(until, "until")
+    after_utc = as_utc(after, "after")
+    until_utc = None if until is None else as_utc(until, "until")
     # Days before after's local date: their gap firings may land after it.
     start = after_utc.astimezone(zone).date() - timedelta(days=2)
     hours = sorted(fields.hours)
@@ -148,7 +155,8 @@ def occurrences(
             return  # every firing still to come lands at or after the horizon
 
 
-def _as_utc(moment: datetime, name: str) -> datetime:
+def as_utc(moment: datetime, name: str) -> datetime:
+    """``moment`` in UTC; a naive one is refused (it names no instant)."""
     if moment.tzinfo is None or moment.utcoffset() is None:
         raise ValueError(f"{name} must be an aware datetime")
     return moment.astimezone(timezone.utc)
