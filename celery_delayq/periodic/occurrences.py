@@ -8,9 +8,11 @@ schedule, its time zone and, for an interval, its anchor: the instant it was fir
 created, which the store keeps), so any beat, at any time, names the same occurrences:
 
 - an interval (``timedelta``, a number of seconds, ``celery.schedules.schedule``) fires
-  at ``anchor + k * run_every``; with ``relative=True``, as in Celery, the times are
-  rounded to the interval's resolution: the anchor is first rounded down, in the entry's
-  zone, to the day, hour, minute or second (``celery.utils.time.delta_resolution``);
+  at ``anchor + k * run_every`` for k = 1, 2, ...: first one interval after the entry was
+  created, as Celery's beat first sends a new entry; with ``relative=True``, as in
+  Celery, the times are rounded to the interval's resolution: the anchor is first
+  rounded down, in the entry's zone, to the day, hour, minute or second
+  (``celery.utils.time.delta_resolution``);
 - a ``crontab`` fires by ``cron_times`` in the entry's zone, DST included;
 - a ``solar`` event fires when ``ephem`` says it happens; where it does not happen every
   day (the polar night's sunrise), at its next occurrence, up to a year ahead.
@@ -82,9 +84,7 @@ def _interval(every: timedelta, relative: bool, zone: ZoneInfo, anchor: datetime
         start = delta_resolution(anchor.astimezone(zone), every).astimezone(timezone.utc)
 
     def next_after(moment: datetime) -> datetime:
-        if moment < start:
-            return start
-        return start + ((moment - start) // every + 1) * every
+        return start + max(1, (moment - start) // every + 1) * every
 
     return next_after
 

@@ -19,10 +19,11 @@ def utc(*parts: int) -> datetime:
     return datetime(*parts, tzinfo=UTC)
 
 
-def test_an_interval_fires_at_its_anchor_then_every_interval() -> None:
+def test_an_interval_fires_one_interval_after_its_anchor_then_every_interval() -> None:
     every = Occurrences(timedelta(seconds=15), BERLIN, anchor=utc(2026, 6, 1, 10))
-    assert every.after(utc(2026, 6, 1, 9)) == utc(2026, 6, 1, 10)
+    assert every.after(utc(2026, 6, 1, 9)) == utc(2026, 6, 1, 10, 0, 15)
     assert every.after(utc(2026, 6, 1, 10)) == utc(2026, 6, 1, 10, 0, 15)
+    assert every.after(utc(2026, 6, 1, 10, 0, 15)) == utc(2026, 6, 1, 10, 0, 30)
     assert every.after(utc(2026, 6, 1, 10, 0, 14, 999999)) == utc(2026, 6, 1, 10, 0, 15)
     # far from the anchor: computed, not walked
     assert every.after(utc(2126, 6, 1, 10, 0, 1)) == utc(2126, 6, 1, 10, 0, 15)
