@@ -25,6 +25,7 @@ local helpers_exports = {
   "parse", "remove_entry", "head", "duplicate_of", "forget_duplicate", "message_keys",
   "collect_due", "drop_taken", "bury", "bury_unreadable", "lateness_histogram", "server_now", "call_chunked",
   "index_field", "key_holder", "release_key", "hold_key_again", "remove_message", "with_due",
+  "counted",
 }
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
@@ -52,6 +53,9 @@ end
 local lua = "celery_delayq/core/lua/"
 files[lua .. "cancel.lua"] = reads({"MSG", "DUP", "STATS", "remove_message", "message_keys"},
                                    "prelude.lua and helpers.lua")
+files[lua .. "write_ahead.lua"] = reads({"MSG", "STATS", "store_message", "counted",
+                                         "remove_message", "forget_duplicate"},
+                                        "prelude.lua and helpers.lua")
 files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"},
                                   "prelude.lua and helpers.lua")
 files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram", "collect_due",

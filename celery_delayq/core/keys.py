@@ -28,6 +28,10 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:{Q}:tries         HASH   message key -> failed hand-overs so far
     P:{Q}:dead          HASH   message key -> record of a message that kept failing
     P:{Q}:dead:why      HASH   message key -> "<ms when> <tries> <reason>"
+    P:{Q}:periodic      HASH   periodic entry name -> its mark: the version of the entry
+                                and the last occurrence written ahead (store/ahead.py)
+    P:{Q}:periodic:ahead HASH  periodic entry name -> message keys of the occurrences
+                                written ahead, each "<len>:<bytes>" (lua/write_ahead.lua)
     P:{Q}:inspect:<T>   STRING the worker (node name) that lists Q's delayed messages in
                                 its reply to the remote-control request with ticket T;
                                 set once (NX), expires after a minute
@@ -108,6 +112,14 @@ class QueueKeys:
     @property
     def dead(self) -> str:
         return f"{self.tagged}:dead"
+
+    @property
+    def periodic_marks(self) -> str:
+        return f"{self.tagged}:periodic"
+
+    @property
+    def periodic_ahead(self) -> str:
+        return f"{self.tagged}:periodic:ahead"
 
     @property
     def dead_reasons(self) -> str:

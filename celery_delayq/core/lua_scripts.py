@@ -67,6 +67,7 @@ class StoreScripts:
     ack_claimed: Script
     release_claimed: Script
     resend_dead: Script
+    write_ahead: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> StoreScripts:

@@ -7,7 +7,8 @@ messages leave through the store's ``HandOver`` (handover.py).
 
 ``DelayedStore`` is the front its callers hold. The work is done by its facets, one
 module each, which share one ``StoreState`` (state.py): writes, changes (cancel,
-reschedule), moves, listing, counts, admin (purge, repair) and dead letters.
+reschedule), moves, listing, counts, admin (purge, repair), dead letters, and periodic
+occurrences written ahead.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from ..keys import KeySpace, QueueKeys
 from ..lua_scripts import ScheduleCall, StoreScripts
 from ..results import MoveResult, PendingMessage, Position, QueueBacklog
 from .admin import Admin
+from .ahead import AheadOutcome, WriteAhead
 from .changes import Changes
 from .counts import Counts
 from .dead_letters import DeadLetters
@@ -35,6 +37,7 @@ from .writes import ChunkPartlyStored, Scheduled, Writes
 
 __all__ = [
     "LISTING_CLAIM_MS",
+    "AheadOutcome",
     "ChunkPartlyStored",
     "DelayedStore",
     "ReplicaWait",
@@ -47,7 +50,7 @@ class DelayedStore:
 
     Each method hands the call to the facet that owns it; the facets are attributes
     too (``writes``, ``changes``, ``moves``, ``listing``, ``counts``, ``admin``,
-    ``dead``).
+    ``dead``, ``ahead``).
     """
 
     def __init__(
@@ -78,6 +81,7 @@ class DelayedStore:
         self.counts = Counts(self.state)
         self.admin = Admin(self.state)
         self.dead = DeadLetters(self.state)
+        self.ahead = WriteAhead(self.state, self.writes)
 
     # -- the shared state, read-only
 

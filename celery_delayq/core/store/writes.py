@@ -111,7 +111,7 @@ class Writes:
     def _run_schedule(
         self, script: Script, message: Scheduled, delay_key: DelayKey | None = None
     ) -> Any:
-        self._register([message.queue])
+        self.register([message.queue])
         call = self.schedule_call(message, delay_key)
         if self.state.wait_for is not None:
             return self._run_schedules([(script, call.keys, call.args)])[0]
@@ -125,7 +125,7 @@ class Writes:
             self.state.client, calls, self.state.wait_for.replicas, self.state.wait_for.timeout_ms
         )
 
-    def _register(self, queues: Iterable[str]) -> None:
+    def register(self, queues: Iterable[str]) -> None:
         """On a cluster, add queues to the registry before their first message, and
         again every REGISTRY_REFRESH seconds while this process schedules into them (SADD
         is idempotent): a registry lost with its master comes back within that time."""
@@ -156,7 +156,7 @@ class Writes:
     def _schedule_pipelined(self, messages: list[Scheduled]) -> int:
         if not messages:
             return 0
-        self._register(message.queue for message in messages)
+        self.register(message.queue for message in messages)
         calls = []
         for message in messages:
             call = self.schedule_call(message)
@@ -170,7 +170,7 @@ class Writes:
         chunk is its own atomic call; ``ChunkPartlyStored`` says which parts were not."""
         if not messages:
             return
-        self._register(message.queue for message in messages)
+        self.register(message.queue for message in messages)
         parts = self._shard_chunks(messages)
         if not self.state.cluster:
             self._run_schedules([(self.state.scripts.schedule_many, *schedule_many_args(parts))])

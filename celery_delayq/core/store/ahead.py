@@ -1,0 +1,100 @@
+"""Periodic entries' occurrences written ahead into the store (lua/write_ahead.lua).
+
+A beat that finds an entry's next occurrences unwritten stores them as delayed messages
+in one atomic call that also moves the entry's mark from the value the beat read to a new
+one. If another beat moved the mark first, the call writes nothing and returns the mark it
+found, so of any number of beats, one writes each occurrence. The mark is the caller's
+text (periodic/ says what it holds); the store only compares it.
+
+An entry's mark and occurrences live in one shard of its queue, chosen by the entry's
+name, so each call touches one Redis Cluster slot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..keys import QueueKeys
+from ..record import Record, message_key
+from .state import StoreState
+from .writes import Scheduled, Writes
+
+
+@dataclass(frozen=True)
+class AheadOutcome:
+    """What one write-ahead call did."""
+
+    written: bool  # False: the mark was not the one read, and nothing was written
+    mark: str | None  # the entry's mark now: the new one, or the one found
+    stored: int = 0  # occurrences stored
+    withdrawn: int = 0  # occurrences written ahead before and withdrawn, still pending
+
+
+class WriteAhead:
+    """Writes periodic occurrences ahead, each entry's under a compare-and-set of its mark."""
+
+    def __init__(self, state: StoreState, writes: Writes) -> None:
+        self.state = state
+        self.writes = writes
+
+    def keys_of(self, queue: str, entry: str) -> QueueKeys:
+        """The shard of ``queue`` that holds ``entry``'s mark and occurrences."""
+        return self.state.keys.shard_of(queue, entry.encode("utf-8", "surrogatepass"))
+
+    def mark(self, queue: str, entry: str) -> str | None:
+        """The entry's mark in ``queue``, or None when it has none."""
+        found = self.state.client.hget(self.keys_of(queue, entry).periodic_marks, entry)
+        return None if found is None else _text(found)
+
+    def write(
+        self,
+        queue: str,
+        entry: str,
+        read_mark: str | None,
+        new_mark: str | None,
+        occurrences: Sequence[Scheduled] = (),
+        withdraw: bool = False,
+    ) -> AheadOutcome:
+        """If the entry's mark is still ``read_mark``: withdraw what was written ahead
+        before (``withdraw``), store ``occurrences`` (messages of ``queue``) and set the
+        mark to ``new_mark`` (None: forget the entry), in one atomic call."""
+        keys = self.keys_of(queue, entry)
+        triples: list[Any] = []
+        for message in occurrences:
+            if message.queue != queue:
+                raise ValueError(f"an occurrence of {queue!r} is for queue {message.queue!r}")
+            record = Record(
+                message.due_ms, message.destination, message.payload, message.expires_ms
+            )
+            key = message_key(message.task_id, message.message_id)
+            triples += (key, message.due_ms, record.encode(keys.own_list))
+        self.writes.register([queue])
+        reply = self.state.scripts.write_ahead(
+            keys=[
+                *keys.as_list(),
+                keys.periodic_marks,
+                keys.periodic_ahead,
+                *self.state.registry_in_scripts(),
+            ],
+            args=[
+                *keys.page_args(),
+                entry,
+                read_mark or "",
+                new_mark or "",
+                "1" if withdraw else "0",
+                self.state.keys.wakeup_channel,
+                queue,
+                len(occurrences),
+                *triples,
+            ],
+        )
+        if not int(reply[0]):
+            return AheadOutcome(written=False, mark=_text(reply[1]) if reply[1] else None)
+        return AheadOutcome(True, new_mark, stored=int(reply[1]), withdrawn=int(reply[2]))
+
+
+def _text(value: Any) -> str:
+    """A mark as Redis returns it (bytes), as text; crafted bytes are kept, replaced."""
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
