@@ -53,7 +53,7 @@ end
 local lua = "celery_delayq/core/lua/"
 files[lua .. "cancel.lua"] = reads({"MSG", "DUP", "STATS", "remove_message", "message_keys"},
                                    "prelude.lua and helpers.lua")
-files[lua .. "write_ahead.lua"] = reads({"MSG", "STATS", "store_message", "counted",
+files[lua .. "write_ahead.lua"] = reads({"MSG", "STATS", "store_message", "counted", "parse",
                                          "remove_message", "forget_duplicate"},
                                         "prelude.lua and helpers.lua")
 files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"},

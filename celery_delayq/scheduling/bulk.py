@@ -22,7 +22,6 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta, tzinfo
 from typing import Any, Union
@@ -168,7 +167,7 @@ class _Batch:
     ) -> Scheduled | None:
         """The call through Celery's own path; its delayed message, captured (also kept as
         the template of its options), or None when it was published at once."""
-        with _captured(self.channel) as captured:
+        with self.channel.diverter.capture() as captured:
             result = self.task.apply_async(args, kwargs, producer=self.producer, **options)
         self.ids.append(result.id)
         if not captured:
@@ -204,18 +203,6 @@ class _Batch:
             raise BulkScheduleError(self.chunks, lost, self.stored_before, exc) from exc
         self.stored_before = self.ids[:ids_so_far]
         self.chunks += 1
-
-
-@contextmanager
-def _captured(channel: DelayqChannel) -> Iterator[list[Scheduled]]:
-    """While open, the channel hands its delayed messages to the list instead of the
-    store."""
-    captured: list[Scheduled] = []
-    channel.diverter.captured = captured
-    try:
-        yield captured
-    finally:
-        channel.diverter.captured = None
 
 
 def _templates_apply(app: Celery) -> bool:

@@ -91,15 +91,15 @@ def test_a_change_withdraws_what_was_written_ahead_and_writes_the_new(redis_clie
     store.ahead.write(QUEUE, ENTRY, None, "1", old)
 
     new = [occurrence(base + n * 30 * SECOND, version=2) for n in range(1, 3)]
-    changed = store.ahead.write(QUEUE, ENTRY, "1", "2", new, withdraw=True)
+    changed = store.ahead.write(QUEUE, ENTRY, "1", "2", new, withdraw_after_ms=0)
     assert (changed.written, changed.withdrawn, changed.stored) == (True, 3, 2)
     listed = store.pending(queue=QUEUE, limit=10)
     assert sorted(m.task_id for m in listed) == sorted(m.task_id for m in new)
     assert int(redis_client.hget(store.keys.for_queue(QUEUE).stats, "cancelled")) == 3
 
-    paused = store.ahead.write(QUEUE, ENTRY, "2", "2 paused", [], withdraw=True)
+    paused = store.ahead.write(QUEUE, ENTRY, "2", "2 paused", [], withdraw_after_ms=0)
     assert (paused.withdrawn, pending_dues(store)) == (2, [])
-    removed = store.ahead.write(QUEUE, ENTRY, "2 paused", None, [], withdraw=True)
+    removed = store.ahead.write(QUEUE, ENTRY, "2 paused", None, [], withdraw_after_ms=0)
     assert removed.written and store.ahead.mark(QUEUE, ENTRY) is None
     keys = store.keys.for_queue(QUEUE)
     assert not redis_client.exists(keys.periodic_marks, keys.periodic_ahead)
@@ -113,7 +113,7 @@ def test_occurrences_are_moved_when_due_and_then_no_longer_withdrawn(redis_clien
 
     assert store.move_all_due().moved == 1
     assert redis_client.llen(QUEUE) == 1
-    changed = store.ahead.write(QUEUE, ENTRY, "1", "2", [], withdraw=True)
+    changed = store.ahead.write(QUEUE, ENTRY, "1", "2", [], withdraw_after_ms=0)
     assert changed.withdrawn == 1  # the one still pending; the moved one ran
     assert redis_client.llen(QUEUE) == 1
 
@@ -125,9 +125,9 @@ def test_crafted_bytes_in_the_ahead_list_stop_nothing(redis_client):
     for crafted in [b"garbage", b"999999999999999999:x", b"5:ab", b"\xff" * 40, b"3:abc7:"]:
         redis_client.hset(keys.periodic_ahead, ENTRY, crafted)
         redis_client.hset(keys.periodic_marks, ENTRY, "m")
-        outcome = store.ahead.write(QUEUE, ENTRY, "m", "m", [occurrence(base)], withdraw=True)
+        outcome = store.ahead.write(QUEUE, ENTRY, "m", "m", [occurrence(base)], withdraw_after_ms=0)
         assert outcome.written
-        store.ahead.write(QUEUE, ENTRY, "m", "m", [], withdraw=True)  # withdraws it again
+        store.ahead.write(QUEUE, ENTRY, "m", "m", [], withdraw_after_ms=0)  # withdraws it again
     assert pending_dues(store) == []
 
 

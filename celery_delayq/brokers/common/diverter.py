@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
@@ -150,6 +151,18 @@ class Diverter:
             self._store = self._open_store(self.config)
         return self._store
 
+    @contextmanager
+    def capture(self) -> Iterator[list[Scheduled]]:
+        """While open, the delayed messages this channel would store are collected in
+        the list instead, for a caller that stores them in its own atomic call (bulk
+        scheduling's chunks, periodic occurrences under their entry's mark)."""
+        captured: list[Scheduled] = []
+        self.captured = captured
+        try:
+            yield captured
+        finally:
+            self.captured = None
+
     def divert(self, message: Outbound) -> bool:
         """Keep ``message`` in the store when its ``eta`` lies ahead, or when it has a
         delay key (key_headers.py; then even when already due); whether it was kept."""
@@ -163,9 +176,9 @@ class Diverter:
         scheduled = self.scheduled(message, seconds)
         if delay_key is not None and delay_key.max_wait_ms:
             scheduled = replace(scheduled, eta_span=eta_span(scheduled.payload, eta))
-        if self.captured is not None:  # schedule_many stores it with its chunk
+        if self.captured is not None:  # the capturing caller stores it (capture)
             if delay_key is not None:
-                raise InvalidDelayKey("schedule_many does not take keyed messages")
+                raise InvalidDelayKey("keyed messages cannot be captured (schedule_many)")
             self.captured.append(scheduled)
         elif delay_key is None:
             self._write(lambda store: store.schedule(scheduled))

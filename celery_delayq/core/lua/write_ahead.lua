@@ -11,7 +11,8 @@
 -- ARGV[3]  entry name
 -- ARGV[4]  the mark the caller read ('': none)
 -- ARGV[5]  the new mark ('': forget the entry: no mark, nothing ahead)
--- ARGV[6]  '1': withdraw the occurrences written ahead that are still pending, first
+-- ARGV[6]  withdraw first the occurrences written ahead that are pending and due after
+--          this time (ms; 0: all of them); '': withdraw none
 -- KEYS[7]  P:queues  set  the queue registry (left out on a Redis Cluster: writes.py)
 -- ARGV[7]  wake-up pubsub channel
 -- ARGV[8]  queue name (member of KEYS[7])
@@ -26,14 +27,15 @@ local name, read_mark, new_mark = ARGV[3], ARGV[4], ARGV[5]
 local found_mark = redis.call('HGET', MARKS, name) or ''
 if found_mark ~= read_mark then return {0, found_mark} end
 
-local ahead, withdrawn = {}, 0
+local ahead, withdrawn, withdraw_after = {}, 0, tonumber(ARGV[6])
 local listed, pos = redis.call('HGET', AHEAD, name) or '', 1
 while pos <= #listed do
   local key, after = counted(listed, pos)
   if not key then break end  -- not written by this script: what came before stands
   pos = after
   local record = redis.call('HGET', MSG, key)
-  if record and ARGV[6] == '1' then
+  local due = record and tonumber((parse(record)))
+  if due and withdraw_after and due > withdraw_after then
     remove_message(key, record)
     forget_duplicate(key)
     withdrawn = withdrawn + 1

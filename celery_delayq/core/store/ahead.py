@@ -55,11 +55,13 @@ class WriteAhead:
         read_mark: str | None,
         new_mark: str | None,
         occurrences: Sequence[Scheduled] = (),
-        withdraw: bool = False,
+        withdraw_after_ms: int | None = None,
     ) -> AheadOutcome:
-        """If the entry's mark is still ``read_mark``: withdraw what was written ahead
-        before (``withdraw``), store ``occurrences`` (messages of ``queue``) and set the
-        mark to ``new_mark`` (None: forget the entry), in one atomic call."""
+        """If the entry's mark is still ``read_mark``: withdraw the occurrences written
+        ahead before that are due after ``withdraw_after_ms`` (None: none; 0: all), store
+        ``occurrences`` (messages of ``queue``) and set the mark to ``new_mark`` (None:
+        forget the entry), in one atomic call. Those due by then stay: they are the
+        movers' to deliver, the entry's change taking effect from the next one."""
         keys = self.keys_of(queue, entry)
         triples: list[Any] = []
         for message in occurrences:
@@ -83,7 +85,7 @@ class WriteAhead:
                 entry,
                 read_mark or "",
                 new_mark or "",
-                "1" if withdraw else "0",
+                "" if withdraw_after_ms is None else withdraw_after_ms,
                 self.state.keys.wakeup_channel,
                 queue,
                 len(occurrences),

@@ -1,0 +1,240 @@
+"""A periodic entry's occurrences written ahead into the store, once, by any number of
+beats.
+
+Each occurrence becomes an ordinary delayed message, due at its time, which the workers'
+movers deliver even while every beat is down. A beat reads the entry's mark (its version
+and the last occurrence written), builds the messages for the occurrences after it up to
+``now + horizon`` (at least the next one), and stores them in one call that also moves
+the mark (store/ahead.py): if another beat moved it first, nothing is written and this
+beat starts over from the mark it found. So each occurrence is published once, whichever
+beats run, crash or restart, with no leader.
+
+An entry whose version differs from its mark's (an upsert, a resume) or that is paused
+has the occurrences written ahead for its old version withdrawn in the same call; the new
+version's are written from now on. Occurrences missed while no beat wrote ahead (every
+beat down for longer than the horizon) follow the entry's ``catch_up``: the latest runs
+once (Celery's behaviour), each runs (up to ``catch_up_bound``), or none does. A late one
+runs as soon as it is written; its message's ``delayq-occurrence`` header, like every
+occurrence's, says which occurrence it stands for.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from celery import Celery
+
+from ..brokers.common.diverter import is_delayq_channel
+from ..brokers.common.errors import ConfigurationError
+from ..core.store import DelayedStore
+from .entries import PeriodicEntry
+from .occurrences import Occurrences
+
+__all__ = ["OCCURRENCE_HEADER", "Advance", "Mark", "OccurrenceWriter"]
+
+#: The header of every message a periodic entry sends: the occurrence it stands for, in
+#: ISO 8601 UTC.
+OCCURRENCE_HEADER = "delayq-occurrence"
+#: The header naming the entry.
+ENTRY_HEADER = "delayq-periodic"
+#: The most occurrences one call writes ahead (an interval of a millisecond and a long
+#: horizon would otherwise write without end); the next tick writes on from there.
+MOST_AHEAD = 1_000
+#: The most missed occurrences walked one by one; past that the walk jumps towards now.
+MOST_WALKED = 10_000
+#: How far after now a late (caught-up) occurrence is due: its message must lie ahead to
+#: be kept in the store under the mark, not published outside it.
+LATE_DELAY = timedelta(seconds=1)
+#: How many times a beat starts over from the mark another beat moved, in one call.
+MOST_RETRIES = 5
+
+
+@dataclass(frozen=True)
+class Mark:
+    """What the store keeps of an entry in its queue: the version written, and the last
+    occurrence written ahead (None: the entry is paused)."""
+
+    version: int
+    up_to_ms: int | None
+
+    def text(self) -> str:
+        return f"{self.version} {'paused' if self.up_to_ms is None else self.up_to_ms}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Mark | None:
+        """The mark of ``text``; None for no mark, or one this code did not write (then
+        the entry is written anew, withdrawing what the old mark covered)."""
+        if not text:
+            return None
+        version, _, up_to = text.partition(" ")
+        if not version.isdigit() or len(version) > 18:
+            return None
+        if up_to == "paused":
+            return cls(int(version), None)
+        if not up_to.isdigit() or len(up_to) > 15:
+            return None
+        return cls(int(version), int(up_to))
+
+
+@dataclass(frozen=True)
+class Advance:
+    """What one ``advance`` did for one entry."""
+
+    stored: int = 0  # occurrences written ahead
+    withdrawn: int = 0  # occurrences of an old version, or of a paused entry, withdrawn
+    late: int = 0  # missed occurrences run late (catch_up "latest" or "all")
+    missed: int = 0  # missed occurrences not run (catch_up, or past the bound)
+    conflicts: int = 0  # times another beat had moved the mark first
+
+
+class OccurrenceWriter:
+    """Writes periodic entries' occurrences ahead through ``app``'s celery-delayq channel."""
+
+    def __init__(self, app: Celery, horizon: timedelta, catch_up_bound: int = 100) -> None:
+        if horizon <= timedelta(0):
+            raise ValueError("the horizon must be positive")
+        self.app = app
+        self.horizon = horizon
+        self.catch_up_bound = catch_up_bound
+
+    def queue_of(self, entry: PeriodicEntry) -> str:
+        """The queue the entry's task is routed to (Celery's own router)."""
+        route = self.app.amqp.router.route(
+            dict(entry.options), entry.task, entry.args, entry.kwargs
+        )
+        return str(route["queue"].name)
+
+    def advance(self, entry: PeriodicEntry, version: int, now: datetime) -> Advance:
+        """Write ``entry``'s occurrences ahead up to ``now + horizon``, unless another beat
+        did; withdraw an old version's and a paused entry's."""
+        queue = self.queue_of(entry)
+        conflicts = 0
+        with self.app.producer_or_acquire() as producer:
+            channel = producer.channel
+            if not is_delayq_channel(channel):
+                raise ConfigurationError("periodic entries need celery-delayq's transport")
+            store: DelayedStore = channel.diverter.store
+            for _ in range(MOST_RETRIES):
+                read = store.ahead.mark(queue, entry.name)
+                plan = self._plan(entry, version, Mark.parse(read), now)
+                if plan is None:
+                    return Advance(conflicts=conflicts)
+                with channel.diverter.capture() as captured:
+                    for occurrence, due in plan.runs:
+                        self._send(entry, occurrence, due, producer)
+                withdraw_after = _ms(now) if plan.withdraw else None
+                outcome = store.ahead.write(
+                    queue, entry.name, read, plan.mark.text(), captured, withdraw_after
+                )
+                if outcome.written:
+                    return Advance(
+                        outcome.stored, outcome.withdrawn, plan.late, plan.missed, conflicts
+                    )
+                conflicts += 1
+        return Advance(conflicts=conflicts)
+
+    def _plan(
+        self, entry: PeriodicEntry, version: int, mark: Mark | None, now: datetime
+    ) -> _Plan | None:
+        """What to write against ``mark``, or None when it is up to date."""
+        if not entry.enabled:
+            paused = Mark(version, None)
+            return None if mark == paused else _Plan(paused, withdraw=True)
+        if mark is not None and mark.version == version and mark.up_to_ms is not None:
+            start, changed = _from_ms(mark.up_to_ms), False
+        else:  # new, changed, resumed, or a mark this code did not write: from now on
+            start, changed = now, True
+        end = now + self.horizon
+        if not changed and start >= end:
+            return None
+        occurrences = entry.occurrences()
+        late, missed, last_missed = self._missed(occurrences, start, now, entry.catch_up)
+        upcoming = _upcoming(occurrences, max(start, now), end)
+        if not upcoming and not late and last_missed is None:
+            if not changed:
+                return None  # the schedule has ended: nothing more to write
+            return _Plan(Mark(version, _ms(now)), withdraw=True)
+        last = upcoming[-1] if upcoming else last_missed
+        assert last is not None
+        runs = (*((each, now + LATE_DELAY) for each in late), *((each, each) for each in upcoming))
+        return _Plan(Mark(version, _ms(last)), changed, runs, len(late), missed)
+
+    def _missed(
+        self, occurrences: Occurrences, start: datetime, now: datetime, catch_up: str
+    ) -> tuple[list[datetime], int, datetime | None]:
+        """The missed occurrences in ``(start, now]`` to run late, how many are not run,
+        and the last of them."""
+        kept: deque[datetime] = deque(maxlen=max(self.catch_up_bound, 1))
+        count, walked, previous = 0, 0, start
+        found = occurrences.after(start)
+        while found is not None and found <= now:
+            count += 1
+            kept.append(found)
+            walked += 1
+            if walked == MOST_WALKED:  # jump to the last bound's worth before now
+                gap = found - previous
+                jump = now - gap * (self.catch_up_bound + 1)
+                if jump > found:
+                    walked, found = 0, occurrences.after(jump)
+                    count += max(0, int((jump - kept[-1]) / gap)) if gap else 0
+                    continue
+            previous, found = found, occurrences.after(found)
+        last = kept[-1] if kept else None
+        if catch_up == "none":
+            late: list[datetime] = []
+        elif catch_up == "latest":
+            late = list(kept)[-1:]
+        else:
+            late = list(kept)
+        return late, count - len(late), last
+
+    def _send(
+        self, entry: PeriodicEntry, occurrence: datetime, due: datetime, producer: Any
+    ) -> None:
+        """Send one occurrence's task, due at ``due`` (captured, not stored: ``advance``
+        stores it under the mark)."""
+        headers = {
+            OCCURRENCE_HEADER: occurrence.isoformat(),
+            ENTRY_HEADER: entry.name,
+            **dict(entry.options.get("headers") or {}),
+        }
+        options = {key: value for key, value in entry.options.items() if key != "headers"}
+        self.app.send_task(
+            entry.task,
+            args=entry.args,
+            kwargs=dict(entry.kwargs),
+            eta=due,
+            producer=producer,
+            headers=headers,
+            **options,
+        )
+
+
+@dataclass(frozen=True)
+class _Plan:
+    mark: Mark
+    withdraw: bool = False
+    runs: tuple[tuple[datetime, datetime], ...] = ()  # (occurrence, due) of each message
+    late: int = 0
+    missed: int = 0
+
+
+def _upcoming(occurrences: Occurrences, start: datetime, end: datetime) -> list[datetime]:
+    """The occurrences in ``(start, end]``, at least the next one, at most MOST_AHEAD."""
+    found = occurrences.after(start)
+    times: list[datetime] = []
+    while found is not None and len(times) < MOST_AHEAD and (found <= end or not times):
+        times.append(found)
+        found = occurrences.after(found)
+    return times
+
+
+def _ms(moment: datetime) -> int:
+    return round(moment.timestamp() * 1000)
+
+
+def _from_ms(ms: int) -> datetime:
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
