@@ -5,6 +5,8 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
 
     P:queues            SET    names of queues that have (or had) delayed messages
     P:movers            HASH   mover id -> JSON heartbeat (host, pid, kind, last seen, moved)
+    P:periodic          HASH   periodic entry name -> "<version> <entry JSON>" (periodic/)
+    P:periodic:versions STRING the last version given to a periodic entry (INCR)
     P:wakeup            PUBSUB channel; a due time is published when a queue gets
                                 a new earliest message, so sleeping movers wake early
     P:{Q}:msg           HASH   message key -> record (due time, destination list unless
@@ -166,6 +168,14 @@ class KeySpace:
     @property
     def movers(self) -> str:
         return self._named("movers")
+
+    @property
+    def periodic_entries(self) -> str:
+        return self._named("periodic")
+
+    @property
+    def periodic_versions(self) -> str:
+        return self._named("periodic:versions")
 
     @property
     def wakeup_channel(self) -> str:

@@ -1,1 +1,24 @@
-"""Periodic entries: when each occurrence falls (``cron_times``), in the entry's own time zone."""
+"""Periodic entries kept in the store, written ahead by any number of beats.
+
+``celery_delayq.periodic.upsert(app, name, task, schedule, ...)``, ``remove``, ``pause``,
+``resume``, ``run_now``, ``get`` and ``entries`` manage them at run time (manage.py); the
+modules below say when each occurrence falls (``cron_times``, ``occurrences``), how an
+entry is kept (``entry``, ``registry``) and how beats write its occurrences ahead once
+(``writer``). The API is imported on first use: ``cron_times`` needs the standard library
+only.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+_API = frozenset(
+    {"upsert", "remove", "pause", "resume", "run_now", "get", "entries", "UnknownTaskWarning"}
+)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _API:
+        return getattr(import_module(".manage", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,7 +30,7 @@ from celery import Celery
 from ..brokers.common.diverter import is_delayq_channel
 from ..brokers.common.errors import ConfigurationError
 from ..core.store import DelayedStore
-from .entries import PeriodicEntry
+from .entry import PeriodicEntry
 from .occurrences import Occurrences
 
 __all__ = ["OCCURRENCE_HEADER", "Advance", "Mark", "OccurrenceWriter"]
@@ -114,9 +114,7 @@ class OccurrenceWriter:
         conflicts = 0
         with self.app.producer_or_acquire() as producer:
             channel = producer.channel
-            if not is_delayq_channel(channel):
-                raise ConfigurationError("periodic entries need celery-delayq's transport")
-            store: DelayedStore = channel.diverter.store
+            store = _store_of(channel)
             for _ in range(MOST_RETRIES):
                 read = store.ahead.mark(queue, entry.name)
                 plan = self._plan(entry, version, Mark.parse(read), now)
@@ -135,6 +133,19 @@ class OccurrenceWriter:
                     )
                 conflicts += 1
         return Advance(conflicts=conflicts)
+
+    def forget(self, entry: PeriodicEntry, now: datetime) -> Advance:
+        """Withdraw ``entry``'s occurrences due after ``now`` and forget its mark (the
+        entry was removed)."""
+        queue = self.queue_of(entry)
+        with self.app.producer_or_acquire() as producer:
+            store = _store_of(producer.channel)
+            for conflicts in range(MOST_RETRIES):
+                read = store.ahead.mark(queue, entry.name)
+                outcome = store.ahead.write(queue, entry.name, read, None, (), _ms(now))
+                if outcome.written:
+                    return Advance(withdrawn=outcome.withdrawn, conflicts=conflicts)
+        return Advance(conflicts=MOST_RETRIES)
 
     def _plan(
         self, entry: PeriodicEntry, version: int, mark: Mark | None, now: datetime
@@ -238,3 +249,10 @@ def _ms(moment: datetime) -> int:
 
 def _from_ms(ms: int) -> datetime:
     return datetime.fromtimestamp(ms / 1000, timezone.utc)
+
+
+def _store_of(channel: Any) -> DelayedStore:
+    if not is_delayq_channel(channel):
+        raise ConfigurationError("periodic entries need celery-delayq's transport")
+    store: DelayedStore = channel.diverter.store
+    return store

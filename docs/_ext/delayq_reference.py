@@ -289,6 +289,8 @@ def keyspace_keys() -> set[str]:
     queue = space.for_queue("Q")
     names = {space.queues, space.movers, space.wakeup_channel, space.inspect_claim("Q", "<T>")}
     names |= {*queue.handover_keys(), *queue.move_keys(), queue.page("<n>")}
+    names |= {space.periodic_entries, space.periodic_versions}
+    names |= {queue.periodic_marks, queue.periodic_ahead}
     return names
 
 

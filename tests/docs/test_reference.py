@@ -10,6 +10,7 @@ import sys
 import pytest
 from celery import Celery
 
+from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 
 from .snippets import ROOT
@@ -32,6 +33,8 @@ def test_the_metrics_page_lists_what_the_collector_yields(app: Celery) -> None:
 def test_the_keys_page_lists_every_key_a_store_writes(app: Celery) -> None:
     app.conf.delayq_key_prefix = "P"
     app.send_task("x.y", countdown=3600, queue="Q")
+    with pytest.warns(periodic.UnknownTaskWarning):
+        periodic.upsert(app, "entry", "x.y", 60, options={"queue": "Q"})
     with open_store(app) as store:
         written = {key.decode() for key in store.client.keys("P:*")}
     documented = {key for key, _, _ in delayq_reference.key_layout()}
@@ -39,6 +42,7 @@ def test_the_keys_page_lists_every_key_a_store_writes(app: Celery) -> None:
     assert pages, written
     assert written - pages <= documented
     assert "P:{Q}:p:<n>" in documented
+    assert {"P:periodic", "P:{Q}:periodic", "P:{Q}:periodic:ahead"} <= written
 
 
 def test_the_keys_page_names_the_consume_paths_keys() -> None:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.periodic.entries import PeriodicEntry
+from celery_delayq.periodic.entry import PeriodicEntry
 from celery_delayq.periodic.writer import (
     ENTRY_HEADER,
     MOST_AHEAD,

@@ -1,4 +1,4 @@
-"""Periodic entries as the store keeps them (periodic/entries.py): each Celery schedule type
+"""Periodic entries as the store keeps them (periodic/entry.py): each Celery schedule type
 survives the JSON round trip with the same occurrences, and bad or crafted input is
 refused with a ValueError that names the field."""
 
@@ -14,7 +14,7 @@ from celery.schedules import crontab, schedule, solar
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from celery_delayq.periodic.entries import PeriodicEntry
+from celery_delayq.periodic.entry import PeriodicEntry
 
 ANCHOR = datetime(2026, 3, 1, 8, 0, 7, tzinfo=timezone.utc)
 LATER = datetime(2026, 3, 28, 12, tzinfo=timezone.utc)  # Berlin springs forward next day

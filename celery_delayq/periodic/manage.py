@@ -1,0 +1,212 @@
+"""Managing periodic entries at run time, without restarting anything.
+
+``upsert`` adds or replaces an entry; ``remove``, ``pause`` and ``resume`` change it;
+``run_now`` sends one extra occurrence at once; ``get`` and ``entries`` read them with
+their next occurrences. Each change takes the entry's next version (registry.py) and
+rewrites its occurrences written ahead at once (writer.py), so it takes effect from the
+next occurrence even while no beat runs. Bad input raises a ``ValueError`` before
+anything is written; a task name this app does not know is written, with a warning (the
+workers may know it).
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from celery import Celery
+
+from ..brokers.connect import open_store
+from .entry import PeriodicEntry, schedule_json
+from .registry import EntryRegistry, Versioned
+from .writer import ENTRY_HEADER, OCCURRENCE_HEADER, OccurrenceWriter
+
+__all__ = [
+    "DEFAULT_HORIZON",
+    "EntryInfo",
+    "UnknownTaskWarning",
+    "Upserted",
+    "entries",
+    "get",
+    "pause",
+    "remove",
+    "resume",
+    "run_now",
+    "upsert",
+]
+
+#: How far ahead occurrences are written: the longest time every beat may be down
+#: without an occurrence going unwritten (the workers' movers deliver what is written).
+DEFAULT_HORIZON = timedelta(minutes=5)
+#: How many next occurrences ``get`` and ``entries`` list.
+NEXT_LISTED = 3
+
+
+class UnknownTaskWarning(UserWarning):
+    """The entry's task is not registered in the app that wrote it."""
+
+
+@dataclass(frozen=True)
+class Upserted:
+    """What ``upsert`` did."""
+
+    version: int
+    replaced: bool  # an entry of that name was there, and is replaced
+
+
+@dataclass(frozen=True)
+class EntryInfo:
+    """An entry, its version and its next occurrences (UTC)."""
+
+    entry: PeriodicEntry
+    version: int
+    next_runs: list[datetime]
+
+
+def upsert(
+    app: Celery,
+    name: str,
+    task: str,
+    schedule: Any,
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    options: Mapping[str, Any] | None = None,
+    timezone: str | None = None,
+    catch_up: str = "latest",
+    enabled: bool = True,
+    *,
+    origin: str = "api",
+    now: datetime | None = None,
+) -> Upserted:
+    """Add the entry ``name``, or replace the one of that name, from its next occurrence.
+
+    ``schedule``: a ``crontab``, a ``solar``, a ``celery.schedules.schedule``, a
+    ``timedelta`` or a number of seconds. ``timezone``: an IANA name (default: the app's
+    ``timezone``, else UTC). ``catch_up``: ``latest``, ``all`` or ``none``.
+    """
+    moment = _now(now)
+    with open_store(app) as store:
+        registry = EntryRegistry(store.client, store.keys)
+        old = registry.get(name)
+        same_rhythm = old is not None and schedule_json(old.entry.schedule) == schedule_json(
+            schedule
+        )
+        entry = PeriodicEntry(
+            name=name,
+            task=task,
+            schedule=schedule,
+            anchor=old.entry.anchor if old is not None and same_rhythm else moment,
+            timezone=timezone or _app_zone(app),
+            args=tuple(args),
+            kwargs=dict(kwargs or {}),
+            options=dict(options or {}),
+            catch_up=catch_up,
+            enabled=enabled,
+            origin=origin,
+        )
+        if task not in app.tasks:
+            warnings.warn(
+                f"periodic entry {name!r}: no task {task!r} is registered in this app "
+                f"(written anyway: the workers may know it)",
+                UnknownTaskWarning,
+                stacklevel=2,
+            )
+        version, replaced = registry.put(entry)
+    OccurrenceWriter(app, DEFAULT_HORIZON).advance(entry, version, moment)
+    return Upserted(version, replaced)
+
+
+def remove(app: Celery, name: str, *, now: datetime | None = None) -> bool:
+    """Remove the entry ``name`` and its occurrences still to come; whether it was there."""
+    with open_store(app) as store:
+        registry = EntryRegistry(store.client, store.keys)
+        old = registry.get(name)
+        removed = registry.delete(name)
+    if old is not None:
+        OccurrenceWriter(app, DEFAULT_HORIZON).forget(old.entry, _now(now))
+    return removed
+
+
+def pause(app: Celery, name: str, *, now: datetime | None = None) -> Upserted:
+    """Stop the entry ``name`` from its next occurrence (it stays, paused)."""
+    return _set_enabled(app, name, False, _now(now))
+
+
+def resume(app: Celery, name: str, *, now: datetime | None = None) -> Upserted:
+    """Run the paused entry ``name`` again from its next occurrence after now (those
+    that fell while it was paused do not run)."""
+    return _set_enabled(app, name, True, _now(now))
+
+
+def run_now(app: Celery, name: str, *, now: datetime | None = None) -> str:
+    """Send one extra occurrence of the entry ``name`` at once, with its own task id,
+    leaving its schedule as it is; that task id."""
+    found = _existing(app, name)
+    moment = _now(now)
+    entry = found.entry
+    headers = {
+        **dict(entry.options.get("headers") or {}),
+        OCCURRENCE_HEADER: moment.isoformat(),
+        ENTRY_HEADER: entry.name,
+    }
+    options = {key: value for key, value in entry.options.items() if key != "headers"}
+    result = app.send_task(
+        entry.task, args=entry.args, kwargs=dict(entry.kwargs), headers=headers, **options
+    )
+    return str(result.id)
+
+
+def get(app: Celery, name: str, *, now: datetime | None = None) -> EntryInfo | None:
+    """The entry ``name`` with its next occurrences, or None."""
+    with open_store(app) as store:
+        found = EntryRegistry(store.client, store.keys).get(name)
+    return None if found is None else _info(found, _now(now))
+
+
+def entries(app: Celery, *, now: datetime | None = None) -> list[EntryInfo]:
+    """Every entry, by name, with its next occurrences."""
+    with open_store(app) as store:
+        found = EntryRegistry(store.client, store.keys).all()
+    moment = _now(now)
+    return [_info(each, moment) for each in found]
+
+
+def _set_enabled(app: Celery, name: str, enabled: bool, moment: datetime) -> Upserted:
+    found = _existing(app, name)
+    entry = replace(found.entry, enabled=enabled)
+    with open_store(app) as store:
+        version, replaced = EntryRegistry(store.client, store.keys).put(entry)
+    OccurrenceWriter(app, DEFAULT_HORIZON).advance(entry, version, moment)
+    return Upserted(version, replaced)
+
+
+def _existing(app: Celery, name: str) -> Versioned:
+    with open_store(app) as store:
+        found = EntryRegistry(store.client, store.keys).get(name)
+    if found is None:
+        raise KeyError(f"no periodic entry named {name!r}")
+    return found
+
+
+def _info(found: Versioned, moment: datetime) -> EntryInfo:
+    runs: list[datetime] = []
+    if found.entry.enabled:
+        occurrences = found.entry.occurrences()
+        after: datetime | None = moment
+        while after is not None and len(runs) < NEXT_LISTED:
+            after = occurrences.after(after)
+            if after is not None:
+                runs.append(after)
+    return EntryInfo(found.entry, found.version, runs)
+
+
+def _app_zone(app: Celery) -> str:
+    zone = app.conf.timezone
+    return str(zone) if zone else "UTC"
+
+
+def _now(now: datetime | None) -> datetime:
+    return now if now is not None else datetime.now(timezone.utc)

@@ -1,0 +1,76 @@
+"""Where periodic entries live: one hash in the store, beside the delayed messages.
+
+``P:periodic`` maps each entry's name to ``"<version> <entry JSON>"`` (entry.py), and
+``P:periodic:versions`` counts versions: each change of an entry takes the next one
+(INCR), so a beat tells a changed entry from its mark in the queue (writer.py) and
+writes it anew. Two changes at once both land; the last written wins, whole, with its own
+version, and beats follow it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import redis
+
+from ..core.keys import KeySpace
+from .entry import PeriodicEntry
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Versioned:
+    """An entry as the registry holds it, with the version of its last change."""
+
+    entry: PeriodicEntry
+    version: int
+
+
+class EntryRegistry:
+    """The periodic entries of one store."""
+
+    def __init__(self, client: redis.Redis, keys: KeySpace) -> None:
+        self.client = client
+        self.keys = keys
+
+    def put(self, entry: PeriodicEntry) -> tuple[int, bool]:
+        """Store ``entry`` under its name with a new version: (that version, whether an
+        entry of that name was replaced)."""
+        version = int(self.client.incr(self.keys.periodic_versions))
+        added = self.client.hset(
+            self.keys.periodic_entries, entry.name, f"{version} {entry.to_json()}"
+        )
+        return version, not added
+
+    def get(self, name: str) -> Versioned | None:
+        """The entry named ``name``, or None (also for one that cannot be read)."""
+        raw = self.client.hget(self.keys.periodic_entries, name)
+        return None if raw is None else _read(name, raw)
+
+    def all(self) -> list[Versioned]:
+        """Every readable entry, by name; unreadable ones are logged and left out."""
+        found = self.client.hgetall(self.keys.periodic_entries)
+        entries = (_read(name, raw) for name, raw in sorted(found.items()))
+        return [each for each in entries if each is not None]
+
+    def delete(self, name: str) -> bool:
+        """Forget the entry named ``name``; whether there was one."""
+        return bool(self.client.hdel(self.keys.periodic_entries, name))
+
+
+def _read(name: str | bytes, raw: bytes | str) -> Versioned | None:
+    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+    version, _, body = text.partition(" ")
+    field = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
+    try:
+        if not version.isdigit() or len(version) > 18:
+            raise ValueError(f"no version: {version[:20]!r}")
+        entry = PeriodicEntry.from_json(body)
+        if entry.name != field:
+            raise ValueError(f"it names itself {entry.name[:50]!r}")
+        return Versioned(entry, int(version))
+    except ValueError as exc:
+        logger.warning("periodic entry %r cannot be read, and is left out: %s", name, exc)
+        return None

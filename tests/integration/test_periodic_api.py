@@ -1,0 +1,83 @@
+"""Managing periodic entries at run time (celery_delayq.periodic), against a real Redis
+and the app's real channel: each change is written whole or not at all, and takes effect
+from the next occurrence."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from celery.schedules import crontab
+
+from celery_delayq import periodic
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.periodic.writer import OCCURRENCE_HEADER
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
+TASK = "tests.periodic.tick"
+
+
+@pytest.fixture
+def app(make_app):
+    app = make_app()
+
+    @app.task(name=TASK, shared=False)
+    def tick(*args, **kwargs) -> None:
+        """The entries' task (registered, so no UnknownTaskWarning)."""
+
+    return app
+
+
+def pending_occurrences(app) -> list[str]:
+    with open_store(app) as store:
+        listed = store.pending(queue="default", limit=1_000)
+    return sorted(json.loads(m.record.payload)["headers"][OCCURRENCE_HEADER] for m in listed)
+
+
+def test_an_entry_is_added_listed_and_replaced_from_its_next_occurrence(app) -> None:
+    added = periodic.upsert(app, "tick", TASK, 60, args=("a",), now=NOW)
+    assert not added.replaced
+    info = periodic.get(app, "tick", now=NOW)
+    assert info is not None and info.entry.args == ("a",)
+    assert info.next_runs == [NOW + timedelta(minutes=n) for n in (1, 2, 3)]
+    assert len(pending_occurrences(app)) == 5  # the 5-minute horizon
+
+    changed = periodic.upsert(app, "tick", TASK, 120, now=NOW + timedelta(seconds=1))
+    assert changed.replaced and changed.version > added.version
+    assert len(pending_occurrences(app)) == 2  # every 2 minutes from its change: +2 and +4
+    assert [each.entry.name for each in periodic.entries(app, now=NOW)] == ["tick"]
+
+
+def test_bad_input_writes_nothing_and_an_unknown_task_warns(app) -> None:
+    with pytest.raises(ValueError, match="time zone"):
+        periodic.upsert(app, "x", TASK, 60, timezone="Nowhere/Town", now=NOW)
+    with pytest.raises(ValueError, match="catch_up"):
+        periodic.upsert(app, "x", TASK, 60, catch_up="sometimes", now=NOW)
+    assert periodic.entries(app) == [] and pending_occurrences(app) == []
+    with pytest.warns(periodic.UnknownTaskWarning, match="no.such.task"):
+        periodic.upsert(app, "x", "no.such.task", crontab(minute=0), now=NOW)
+    assert periodic.get(app, "x") is not None
+
+
+def test_pause_resume_and_remove_take_effect_from_the_next_occurrence(app) -> None:
+    periodic.upsert(app, "tick", TASK, 60, now=NOW)
+    periodic.pause(app, "tick", now=NOW + timedelta(seconds=1))
+    assert pending_occurrences(app) == []
+    assert periodic.get(app, "tick").next_runs == []
+    periodic.resume(app, "tick", now=NOW + timedelta(seconds=2))
+    assert len(pending_occurrences(app)) == 5
+    assert periodic.remove(app, "tick", now=NOW + timedelta(seconds=3))
+    assert pending_occurrences(app) == [] and periodic.get(app, "tick") is None
+    assert not periodic.remove(app, "tick")
+    with pytest.raises(KeyError, match="tick"):
+        periodic.pause(app, "tick")
+
+
+def test_run_now_sends_one_extra_occurrence_at_once(app, redis_client) -> None:
+    periodic.upsert(app, "tick", TASK, 60, kwargs={"label": "now"}, now=NOW)
+    task_id = periodic.run_now(app, "tick", now=NOW)
+    queued = [json.loads(raw) for raw in redis_client.lrange("default", 0, -1)]
+    assert [m["headers"]["id"] for m in queued] == [task_id]
+    assert queued[0]["headers"][OCCURRENCE_HEADER] == NOW.isoformat()
+    assert len(pending_occurrences(app)) == 5  # the schedule is as it was
