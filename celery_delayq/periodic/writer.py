@@ -11,7 +11,8 @@ beats run, crash or restart, with no leader.
 
 An entry whose version differs from its mark's (an upsert, a resume) or that is paused
 has the occurrences written ahead for its old version withdrawn in the same call; the new
-version's are written from now on. Occurrences missed while no beat wrote ahead (every
+version's are written from then on. "Then" is ``settle`` after now: occurrences due
+sooner stay as they are (a mover may have moved them ahead of their time already). Occurrences missed while no beat wrote ahead (every
 beat down for longer than the horizon) follow the entry's ``catch_up``: the latest runs
 once (Celery's behaviour), each runs (up to ``catch_up_bound``), or none does. A late one
 runs as soon as it is written; its message's ``delayq-occurrence`` header, like every
@@ -29,6 +30,7 @@ from celery import Celery
 
 from ..brokers.common.diverter import is_delayq_channel
 from ..brokers.common.errors import ConfigurationError
+from ..brokers.common.settings import config_of
 from ..core.store import DelayedStore
 from .entry import PeriodicEntry
 from .occurrences import Occurrences
@@ -93,12 +95,26 @@ class Advance:
 class OccurrenceWriter:
     """Writes periodic entries' occurrences ahead through ``app``'s celery-delayq channel."""
 
-    def __init__(self, app: Celery, horizon: timedelta, catch_up_bound: int = 100) -> None:
+    def __init__(
+        self,
+        app: Celery,
+        horizon: timedelta,
+        catch_up_bound: int = 100,
+        settle: timedelta | None = None,
+    ) -> None:
         if horizon <= timedelta(0):
             raise ValueError("the horizon must be positive")
         self.app = app
         self.horizon = horizon
         self.catch_up_bound = catch_up_bound
+        if settle is None:
+            config = config_of(app)
+            settle = timedelta(seconds=config.move_ahead + config.burst_ahead + 1)
+        #: A change leaves the occurrences due within this of now as they are, and the new
+        #: version starts after it: a mover may have moved those ahead of their time
+        #: (``delayq_move_ahead``, ``delayq_burst_ahead``), and rewriting one would run it
+        #: twice.
+        self.settle = settle
 
     def queue_of(self, entry: PeriodicEntry) -> str:
         """The queue the entry's task is routed to (Celery's own router)."""
@@ -123,7 +139,7 @@ class OccurrenceWriter:
                 with channel.diverter.capture() as captured:
                     for occurrence, due in plan.runs:
                         self._send(entry, occurrence, due, producer)
-                withdraw_after = _ms(now) if plan.withdraw else None
+                withdraw_after = _ms(now + self.settle) if plan.withdraw else None
                 outcome = store.ahead.write(
                     queue, entry.name, read, plan.mark.text(), captured, withdraw_after
                 )
@@ -142,7 +158,9 @@ class OccurrenceWriter:
             store = _store_of(producer.channel)
             for conflicts in range(MOST_RETRIES):
                 read = store.ahead.mark(queue, entry.name)
-                outcome = store.ahead.write(queue, entry.name, read, None, (), _ms(now))
+                outcome = store.ahead.write(
+                    queue, entry.name, read, None, (), _ms(now + self.settle)
+                )
                 if outcome.written:
                     return Advance(withdrawn=outcome.withdrawn, conflicts=conflicts)
         return Advance(conflicts=MOST_RETRIES)
@@ -156,8 +174,10 @@ class OccurrenceWriter:
             return None if mark == paused else _Plan(paused, withdraw=True)
         if mark is not None and mark.version == version and mark.up_to_ms is not None:
             start, changed = _from_ms(mark.up_to_ms), False
-        else:  # new, changed, resumed, or a mark this code did not write: from now on
+        elif mark is None:  # new (or a mark this code did not write): from now on
             start, changed = now, True
+        else:  # changed or resumed: from the end of the settle window on
+            start, changed = now + self.settle, True
         end = now + self.horizon
         if not changed and start >= end:
             return None

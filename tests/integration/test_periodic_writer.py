@@ -61,7 +61,7 @@ def seconds(*values: float) -> list[datetime]:
 
 def test_the_occurrences_up_to_the_horizon_are_written_once(make_app) -> None:
     app = make_app()
-    writer = OccurrenceWriter(app, HORIZON)
+    writer = OccurrenceWriter(app, HORIZON, settle=timedelta(0))
     first = writer.advance(entry(), 1, NOW)
     assert (first.stored, first.late, first.missed) == (10, 0, 0)
     assert occurrence_times(app) == seconds(*range(1, 11))
@@ -80,7 +80,7 @@ def test_racing_beats_write_each_occurrence_once(make_app) -> None:
     results: list[int] = []
 
     def beat(app) -> None:
-        writer = OccurrenceWriter(app, HORIZON)
+        writer = OccurrenceWriter(app, HORIZON, settle=timedelta(0))
         for step in range(20):
             results.append(writer.advance(entry(), 1, NOW + timedelta(seconds=step)).stored)
 
@@ -95,7 +95,7 @@ def test_racing_beats_write_each_occurrence_once(make_app) -> None:
 
 def test_an_upsert_takes_effect_from_the_next_occurrence(make_app) -> None:
     app = make_app()
-    writer = OccurrenceWriter(app, HORIZON)
+    writer = OccurrenceWriter(app, HORIZON, settle=timedelta(0))
     writer.advance(entry(every=1), 1, NOW)
     changed = writer.advance(entry(every=4, anchor=NOW), 2, NOW + timedelta(seconds=2))
     assert (changed.withdrawn, changed.stored) == (8, 3)  # 3 to 10 withdrawn; 4, 8, 12 written
@@ -104,7 +104,7 @@ def test_an_upsert_takes_effect_from_the_next_occurrence(make_app) -> None:
 
 def test_pause_withdraws_and_resume_writes_from_now(make_app) -> None:
     app = make_app()
-    writer = OccurrenceWriter(app, HORIZON)
+    writer = OccurrenceWriter(app, HORIZON, settle=timedelta(0))
     writer.advance(entry(), 1, NOW)
     assert writer.advance(entry(enabled=False), 2, NOW).withdrawn == 10
     assert occurrence_times(app) == []
@@ -121,7 +121,7 @@ def test_pause_withdraws_and_resume_writes_from_now(make_app) -> None:
 def test_missed_occurrences_follow_the_entrys_catch_up(make_app, policy, late, missed) -> None:
     """Every beat was down for an hour: 59 one-minute occurrences went unwritten."""
     app = make_app()
-    writer = OccurrenceWriter(app, timedelta(seconds=30), catch_up_bound=100)
+    writer = OccurrenceWriter(app, timedelta(seconds=30), catch_up_bound=100, settle=timedelta(0))
     minutely = entry(every=60, anchor=NOW, catch_up=policy)
     writer.advance(minutely, 1, NOW)  # writes the one at +1 min (the next one)
     back = NOW + timedelta(minutes=60, seconds=30)
@@ -138,7 +138,7 @@ def test_missed_occurrences_follow_the_entrys_catch_up(make_app, policy, late, m
 
 def test_a_long_outage_of_a_fast_entry_is_walked_in_bounded_time(make_app) -> None:
     app = make_app()
-    writer = OccurrenceWriter(app, HORIZON, catch_up_bound=5)
+    writer = OccurrenceWriter(app, HORIZON, catch_up_bound=5, settle=timedelta(0))
     fast = entry(every=0.1, anchor=NOW, catch_up="all")
     writer.advance(fast, 1, NOW)
     outcome = writer.advance(fast, 1, NOW + timedelta(days=2))
@@ -168,3 +168,16 @@ def test_a_mark_this_code_did_not_write_reads_as_none(text, mark) -> None:
     assert Mark.parse(text) == mark
     if mark is not None:
         assert Mark.parse(mark.text()) == mark
+
+
+def test_a_change_leaves_what_a_mover_may_have_moved_and_writes_each_time_once(
+    make_app,
+) -> None:
+    """Occurrences due within ``settle`` of a change may be in a queue already (moved
+    ahead of their time): they stay, and the new version starts after them."""
+    app = make_app()
+    writer = OccurrenceWriter(app, HORIZON, settle=timedelta(seconds=3))
+    writer.advance(entry(), 1, NOW)
+    changed = writer.advance(entry(), 2, NOW + timedelta(seconds=2))  # a new version
+    assert changed.withdrawn == 5  # +6 to +10; +3 to +5 stay
+    assert occurrence_times(app) == seconds(*range(1, 13))
