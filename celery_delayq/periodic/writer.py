@@ -12,9 +12,10 @@ beats run, crash or restart, with no leader.
 An entry whose version differs from its mark's (an upsert, a resume) or that is paused
 has the occurrences written ahead for its old version withdrawn in the same call; the new
 version's are written from then on. "Then" is ``settle`` after now: occurrences due
-sooner stay as they are (a mover may have moved them ahead of their time already). Occurrences missed while no beat wrote ahead (every
-beat down for longer than the horizon) follow the entry's ``catch_up``: the latest runs
-once (Celery's behaviour), each runs (up to ``catch_up_bound``), or none does. A late one
+sooner stay as they are (a mover may have moved them ahead of their time already).
+Occurrences missed while no beat wrote ahead (every beat down for longer than the
+horizon) follow the entry's ``catch_up``: the latest runs once (Celery's behaviour), each
+runs (up to ``catch_up_bound``), or none does. A late one
 runs as soon as it is written; its message's ``delayq-occurrence`` header, like every
 occurrence's, says which occurrence it stands for.
 """
