@@ -1,34 +1,65 @@
-"""A Celery beat scheduler that also runs the mover.
+"""celery beat with its periodic entries in the delayed store, run by any number of beats.
 
-``beat_scheduler = "celery_delayq.beat:Scheduler"`` (or ``celery beat -S delayq``)
-runs the ordinary ``beat_schedule`` exactly as Celery's default
-``PersistentScheduler`` does, and moves due delayed messages in a thread beside it.
+``beat_scheduler = "celery_delayq.beat:Scheduler"`` (or ``celery beat -S delayq``):
+
+- at start, ``beat_schedule`` is synced into the store (periodic/manage.py's
+  ``sync_settings``); entries made at run time (API, CLI, dashboard) are kept;
+- every pass, each entry's occurrences are written ahead as delayed messages, up to
+  ``DEFAULT_HORIZON`` ahead, under the entry's mark (periodic/writer.py): of any number of
+  beats, one writes each occurrence, and no lock or leader is needed;
+- a mover thread delivers due messages, as the workers' movers do, so the occurrences
+  reach the queues while the beat runs even with no worker mover.
+
+A beat writes nothing of its own to disk: the schedule file option is accepted and
+ignored.
 """
 
 from __future__ import annotations
 
+import logging
+from datetime import datetime, timezone
 from typing import Any
 
-from celery.beat import PersistentScheduler
+from celery.beat import Scheduler as CeleryScheduler
+from celery.schedules import crontab
 
 from .brokers.common.diverter import check_store_setting
 from .brokers.common.settings import config_of
-from .brokers.connect import log_startup, mover_thread
+from .brokers.connect import log_startup, mover_thread, open_store
 from .core.mover import MoverThread
+from .periodic.manage import settings_entry, sync_settings
+from .periodic.registry import EntryRegistry
+from .periodic.writer import DEFAULT_HORIZON, OccurrenceWriter
 from .worker.metrics import start_configured_exporter
 
+logger = logging.getLogger(__name__)
 
-class Scheduler(PersistentScheduler):
-    """PersistentScheduler plus a mover thread started on the first tick."""
+#: Seconds between two write-ahead passes: far below the horizon, so a beat that passes
+#: late still writes each occurrence long before it is due.
+PASS_INTERVAL = 5.0
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+
+class Scheduler(CeleryScheduler):
+    """Periodic entries in the store, written ahead once across beats; and a mover."""
+
+    def __init__(self, app: Any, *args: Any, **kwargs: Any) -> None:
+        kwargs.pop("schedule_filename", None)  # nothing is kept on disk
         self.mover_thread: MoverThread | None = None
         self.exporter: Any = None
-        super().__init__(*args, **kwargs)
-        # Validate now, so a bad setting fails at start; `celery beat` also builds a
-        # lazy instance only to print its banner, so no work starts here.
+        self.synced = False
+        super().__init__(app, *args, **kwargs)
+        # Validate now, so a bad setting or entry fails at start; `celery beat` also
+        # builds a lazy instance only to print its banner, so no work starts here.
         self.delayq_config = config_of(self.app)
         check_store_setting(self.app)
+        self.settings_schedule = self._settings_schedule()
+        now = datetime.now(timezone.utc)
+        for name, spec in self.settings_schedule.items():
+            settings_entry(self.app, name, spec, now)
+        self.writer = OccurrenceWriter(self.app, DEFAULT_HORIZON)
+
+    def setup_schedule(self) -> None:
+        """Nothing to load: the entries are in the store (synced on the first pass)."""
 
     def tick(self, *args: Any, **kwargs: Any) -> float:
         if self.mover_thread is None:
@@ -36,8 +67,48 @@ class Scheduler(PersistentScheduler):
             self.mover_thread = mover_thread(self.app, "beat mover")
             self.mover_thread.start()
             self.exporter = start_configured_exporter(self.app)
-        interval: float = super().tick(*args, **kwargs)
-        return interval
+        try:
+            self._pass(datetime.now(timezone.utc))
+        except Exception:  # Redis down, say: the next pass tries again
+            logger.exception("periodic entries: this pass failed; retrying in %ss", PASS_INTERVAL)
+        return min(PASS_INTERVAL, float(self.max_interval))
+
+    def _pass(self, now: datetime) -> None:
+        """Sync the settings' entries (once), then write every entry's occurrences ahead."""
+        if not self.synced:
+            synced = sync_settings(self.app, self.settings_schedule, now)
+            logger.info(
+                "periodic entries from beat_schedule: %d written, %d removed",
+                len(synced.written),
+                len(synced.removed),
+            )
+            self.synced = True
+        with open_store(self.app) as store:
+            entries = EntryRegistry(store.client, store.keys).all()
+        for each in entries:
+            try:
+                self.writer.advance(each.entry, each.version, now)
+            except (ValueError, LookupError) as exc:  # one bad entry stops no other
+                logger.warning("periodic entry %r: not written ahead: %s", each.entry.name, exc)
+
+    def _settings_schedule(self) -> dict[str, Any]:
+        """``beat_schedule``, with Celery's own default entry when it would add one."""
+        schedule = dict(self.app.conf.beat_schedule or {})
+        conf = self.app.conf
+        if (
+            conf.result_expires
+            and "celery.backend_cleanup" not in schedule
+            and not self.app.backend.supports_autoexpire
+        ):
+            schedule["celery.backend_cleanup"] = {
+                "task": "celery.backend_cleanup",
+                "schedule": crontab("0", "4", "*"),
+                "options": {"expires": 12 * 3600},
+            }
+        return schedule
+
+    def sync(self) -> None:
+        """Nothing to save: every change is in the store when made."""
 
     def close(self) -> None:
         if self.mover_thread is not None:
@@ -49,4 +120,8 @@ class Scheduler(PersistentScheduler):
     @property
     def info(self) -> str:
         prefix = self.delayq_config.key_prefix
-        return f"{super().info}\n    . delayq mover -> on (key prefix {prefix!r})"
+        return (
+            f"    . periodic entries -> in the delayed store (key prefix {prefix!r}), "
+            f"written {DEFAULT_HORIZON} ahead\n"
+            f"    . delayq mover -> on"
+        )

@@ -63,6 +63,14 @@ def remember(self: Any, label: str = "") -> None:
     record(self.request.id, eta_of(self.request), label=label)
 
 
+@app.task(bind=True)
+def tick(self: Any) -> None:
+    """A periodic entry's task: records its entry and the occurrence it stands for."""
+    request = self.request
+    occurrence, entry = request.get("delayq-occurrence"), request.get("delayq-periodic")
+    record(request.id, eta_of(request), occurrence=occurrence, entry=entry)
+
+
 @app.task(bind=True, acks_late=True)
 def hold(self: Any, label: str = "", seconds: float = 60.0) -> None:
     """Record its start, then run for ``seconds`` (long enough to be killed), unless it

@@ -18,15 +18,16 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery import Celery
+from celery.schedules import schedule as celery_schedule
 
 from ..brokers.connect import open_store
 from .entry import PeriodicEntry, schedule_json
 from .registry import EntryRegistry, Versioned
-from .writer import ENTRY_HEADER, OCCURRENCE_HEADER, OccurrenceWriter
+from .writer import DEFAULT_HORIZON, ENTRY_HEADER, OCCURRENCE_HEADER, OccurrenceWriter
 
 __all__ = [
-    "DEFAULT_HORIZON",
     "EntryInfo",
+    "Synced",
     "UnknownTaskWarning",
     "Upserted",
     "entries",
@@ -35,12 +36,10 @@ __all__ = [
     "remove",
     "resume",
     "run_now",
+    "sync_settings",
     "upsert",
 ]
 
-#: How far ahead occurrences are written: the longest time every beat may be down
-#: without an occurrence going unwritten (the workers' movers deliver what is written).
-DEFAULT_HORIZON = timedelta(minutes=5)
 #: How many next occurrences ``get`` and ``entries`` list.
 NEXT_LISTED = 3
 
@@ -172,6 +171,92 @@ def entries(app: Celery, *, now: datetime | None = None) -> list[EntryInfo]:
         found = EntryRegistry(store.client, store.keys).all()
     moment = _now(now)
     return [_info(each, moment) for each in found]
+
+
+@dataclass(frozen=True)
+class Synced:
+    """What ``sync_settings`` changed, by entry name."""
+
+    written: list[str]
+    removed: list[str]
+
+
+def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) -> Synced:
+    """Make the store's ``settings`` entries those of ``beat_schedule`` (beat's start).
+
+    An entry whose definition is unchanged keeps its version, anchor and pause; a new or
+    changed one is written (changed: from its next occurrence); a ``settings`` entry
+    that left ``beat_schedule`` is removed. Entries made at run time are left alone,
+    unless ``beat_schedule`` names one: then the settings' definition replaces it.
+    Every entry is checked before any is written."""
+    wanted = {name: settings_entry(app, name, spec, now) for name, spec in beat_schedule.items()}
+    writer = OccurrenceWriter(app, DEFAULT_HORIZON)
+    written: list[str] = []
+    with open_store(app) as store:
+        registry = EntryRegistry(store.client, store.keys)
+        kept = {each.entry.name: each for each in registry.all()}
+        for name, entry in wanted.items():
+            old = kept.get(name)
+            if old is not None and old.entry.origin == "settings":
+                if _definition(old.entry) == _definition(entry):
+                    continue
+                entry = replace(entry, enabled=old.entry.enabled)
+                if schedule_json(old.entry.schedule) == schedule_json(entry.schedule):
+                    entry = replace(entry, anchor=old.entry.anchor)
+            version, _ = registry.put(entry)
+            writer.advance(entry, version, now)
+            written.append(name)
+        gone = [
+            each.entry
+            for each in kept.values()
+            if each.entry.origin == "settings" and each.entry.name not in wanted
+        ]
+        for entry in gone:
+            registry.delete(entry.name)
+            writer.forget(entry, now)
+    return Synced(written, [entry.name for entry in gone])
+
+
+def settings_entry(app: Celery, name: str, spec: Mapping[str, Any], now: datetime) -> PeriodicEntry:
+    """A ``beat_schedule`` item as an entry: Celery's keys (``task``, ``schedule``,
+    ``args``, ``kwargs``, ``options``, ``relative``) and ours (``timezone``,
+    ``catch_up``); a ``ValueError`` naming the entry for anything else."""
+    unknown = set(spec) - {
+        "task",
+        "schedule",
+        "args",
+        "kwargs",
+        "options",
+        "relative",
+        "timezone",
+        "catch_up",
+    }
+    if unknown:
+        raise ValueError(f"beat_schedule[{name!r}]: unknown keys {sorted(unknown)}")
+    try:
+        rhythm = spec["schedule"]
+        if spec.get("relative") and isinstance(rhythm, (int, float, timedelta)):
+            seconds = rhythm if isinstance(rhythm, timedelta) else timedelta(seconds=rhythm)
+            rhythm = celery_schedule(seconds, relative=True)
+        return PeriodicEntry(
+            name=name,
+            task=spec["task"],
+            schedule=rhythm,
+            anchor=now,
+            timezone=spec.get("timezone") or _app_zone(app),
+            args=tuple(spec.get("args") or ()),
+            kwargs=dict(spec.get("kwargs") or {}),
+            options=dict(spec.get("options") or {}),
+            catch_up=spec.get("catch_up", "latest"),
+            origin="settings",
+        )
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"beat_schedule[{name!r}]: {exc}") from None
+
+
+def _definition(entry: PeriodicEntry) -> str:
+    """What defines an entry, its anchor and pause left out."""
+    return replace(entry, anchor=datetime.fromtimestamp(0, timezone.utc), enabled=True).to_json()
 
 
 def _set_enabled(app: Celery, name: str, enabled: bool, moment: datetime) -> Upserted:

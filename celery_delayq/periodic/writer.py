@@ -36,7 +36,7 @@ from ..core.store import DelayedStore
 from .entry import PeriodicEntry
 from .occurrences import Occurrences
 
-__all__ = ["OCCURRENCE_HEADER", "Advance", "Mark", "OccurrenceWriter"]
+__all__ = ["DEFAULT_HORIZON", "OCCURRENCE_HEADER", "Advance", "Mark", "OccurrenceWriter"]
 
 #: The header of every message a periodic entry sends: the occurrence it stands for, in
 #: ISO 8601 UTC.
@@ -51,6 +51,9 @@ MOST_WALKED = 10_000
 #: How far after now a late (caught-up) occurrence is due: its message must lie ahead to
 #: be kept in the store under the mark, not published outside it.
 LATE_DELAY = timedelta(seconds=1)
+#: How far ahead occurrences are written: the longest time every beat may be down
+#: without an occurrence going unwritten (the workers' movers deliver what is written).
+DEFAULT_HORIZON = timedelta(minutes=5)
 #: How many times a beat starts over from the mark another beat moved, in one call.
 MOST_RETRIES = 5
 
