@@ -12,6 +12,7 @@ import click
 
 from .dead import dead
 from .doctor import doctor
+from .periodic import periodic
 from .rescue import rescue_command
 from .run import exporter, mover
 from .status import status
@@ -29,5 +30,6 @@ for command in (status, list_, show, cancel, reschedule, promote, purge, mover, 
 delayq.add_command(rescue_command, name="rescue")
 delayq.add_command(exporter)
 delayq.add_command(web)
+delayq.add_command(periodic)
 
 __all__ = ["delayq"]

@@ -1,0 +1,187 @@
+"""``celery delayq periodic ...``: the periodic entries in the store (celery_delayq.periodic)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import click
+from celery.schedules import crontab
+
+from ..periodic import manage
+from ..periodic.entry import CATCH_UP_POLICIES, schedule_json
+from .render import current_app, emit, json_option, table
+
+
+def entry_json(info: manage.EntryInfo) -> dict[str, Any]:
+    entry = info.entry
+    return {
+        "name": entry.name,
+        "task": entry.task,
+        "schedule": schedule_json(entry.schedule),
+        "timezone": entry.timezone,
+        "args": list(entry.args),
+        "kwargs": dict(entry.kwargs),
+        "options": dict(entry.options),
+        "catch_up": entry.catch_up,
+        "enabled": entry.enabled,
+        "origin": entry.origin,
+        "version": info.version,
+        "next_runs": [when.isoformat() for when in info.next_runs],
+    }
+
+
+def entries_table(entries: list[dict[str, Any]]) -> str:
+    rows = [
+        [
+            e["name"],
+            e["task"],
+            _schedule_text(e["schedule"]),
+            e["timezone"],
+            "yes" if e["enabled"] else "paused",
+            e["origin"],
+            e["next_runs"][0] if e["next_runs"] else "",
+        ]
+        for e in entries
+    ]
+    headers = ["name", "task", "schedule", "time zone", "enabled", "from", "next run (UTC)"]
+    return table(headers, rows)
+
+
+def _schedule_text(schedule: dict[str, Any]) -> str:
+    if "crontab" in schedule:
+        fields = schedule["crontab"]
+        order = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
+        return "crontab " + " ".join(str(fields[name]) for name in order)
+    if "solar" in schedule:
+        solar = schedule["solar"]
+        return f"solar {solar['event']} {solar['lat']},{solar['lon']}"
+    return f"every {schedule['every']:g} s" + (" (relative)" if schedule["relative"] else "")
+
+
+@click.group()
+def periodic() -> None:
+    """Periodic entries kept in the store, run once each by any number of beats."""
+
+
+@periodic.command(name="list")
+@json_option
+def list_entries(as_json: bool) -> None:
+    """Every entry, with its next run."""
+    entries = [entry_json(info) for info in manage.entries(current_app())]
+    emit(as_json, entries, entries_table(entries) if entries else "no periodic entries")
+
+
+@periodic.command()
+@json_option
+@click.argument("name")
+def show(as_json: bool, name: str) -> None:
+    """One entry, whole, with its next three runs."""
+    info = manage.get(current_app(), name)
+    if info is None:
+        raise click.ClickException(f"no periodic entry named {name!r}")
+    data = entry_json(info)
+    emit(as_json, data, json.dumps(data, indent=2))
+
+
+@periodic.command()
+@json_option
+@click.argument("name")
+@click.option("--task", required=True, help="The task's name.")
+@click.option("--every", type=float, help="An interval, in seconds.")
+@click.option("--crontab", "cron", help='A crontab line: "minute hour day month weekday".')
+@click.option("--args", "args_json", default="[]", help="Positional arguments, as JSON.")
+@click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments, as JSON.")
+@click.option("--options", "options_json", default="{}", help="apply_async options, as JSON.")
+@click.option("--timezone", help="An IANA time zone (default: the app's).")
+@click.option("--catch-up", type=click.Choice(CATCH_UP_POLICIES), default="latest")
+@click.option("--paused", is_flag=True, help="Add it paused.")
+def add(
+    as_json: bool, name: str, task: str, every: float | None, cron: str | None, **rest: Any
+) -> None:
+    """Add an entry, or replace the one of that name (from its next run)."""
+    if (every is None) == (cron is None):
+        raise click.UsageError("give --every or --crontab (one of them)")
+    schedule: Any = every
+    if cron is not None:
+        fields = cron.split()
+        if len(fields) != 5:
+            raise click.BadParameter("five fields", param_hint="--crontab")
+        try:
+            schedule = crontab(*fields)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--crontab") from None
+    try:
+        done = manage.upsert(
+            current_app(),
+            name,
+            task,
+            schedule,
+            args=_json_of(rest["args_json"], "--args", list),
+            kwargs=_json_of(rest["kwargs_json"], "--kwargs", dict),
+            options=_json_of(rest["options_json"], "--options", dict),
+            timezone=rest["timezone"],
+            catch_up=rest["catch_up"],
+            enabled=not rest["paused"],
+        )
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
+    verb = "replaced" if done.replaced else "added"
+    emit(as_json, {"name": name, verb: True, "version": done.version}, f"{verb} {name!r}")
+
+
+@periodic.command()
+@json_option
+@click.argument("name")
+def remove(as_json: bool, name: str) -> None:
+    """Remove an entry and its runs still to come."""
+    removed = manage.remove(current_app(), name)
+    emit(as_json, {"removed": removed}, f"removed {name!r}" if removed else "no such entry")
+    if not removed:
+        raise SystemExit(1)
+
+
+@periodic.command()
+@json_option
+@click.argument("name")
+def pause(as_json: bool, name: str) -> None:
+    """Pause an entry from its next run."""
+    _change(as_json, name, manage.pause, "paused")
+
+
+@periodic.command()
+@json_option
+@click.argument("name")
+def resume(as_json: bool, name: str) -> None:
+    """Resume a paused entry from its next run."""
+    _change(as_json, name, manage.resume, "resumed")
+
+
+@periodic.command()
+@json_option
+@click.argument("name")
+def run(as_json: bool, name: str) -> None:
+    """Run an entry once now, besides its schedule."""
+    try:
+        task_id = manage.run_now(current_app(), name)
+    except KeyError as exc:
+        raise click.ClickException(str(exc.args[0])) from None
+    emit(as_json, {"task_id": task_id}, f"sent {task_id}")
+
+
+def _change(as_json: bool, name: str, change: Any, verb: str) -> None:
+    try:
+        done = change(current_app(), name)
+    except KeyError as exc:
+        raise click.ClickException(str(exc.args[0])) from None
+    emit(as_json, {"name": name, verb: True, "version": done.version}, f"{verb} {name!r}")
+
+
+def _json_of(text: str, option: str, kind: type) -> Any:
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise click.BadParameter(f"not JSON: {exc}", param_hint=option) from None
+    if not isinstance(value, kind):
+        raise click.BadParameter(f"a JSON {kind.__name__}", param_hint=option)
+    return value
