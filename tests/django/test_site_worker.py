@@ -1,6 +1,6 @@
 """The example Django site with a real ``celery worker`` and ``celery beat`` (its
 django-celery-beat scheduler), both started from the site's Django settings, on the
-tests' own Redis and the test database file."""
+tests' own Redis and the test database file in use."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from contextlib import contextmanager
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.test import Client
 
 from celery_delayq.testing import celery_command, wait_until
@@ -18,7 +19,7 @@ from example_project.django_site.shop.models import Order
 from example_project.django_site.shop.tasks import CONFIRM_AFTER
 
 from ..helpers import WatchedProcess, watched
-from .conftest import SETTINGS_MODULE, TEST_DB
+from .conftest import SETTINGS_MODULE
 from .test_site import pending
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
@@ -32,7 +33,8 @@ def site_process(redis_url: str, *args: str, ready: str) -> Iterator[WatchedProc
         os.environ,
         DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
         REDIS_URL=redis_url,
-        DJANGO_SITE_DB=str(TEST_DB),
+        # the test database in use: pytest-django names it apart per xdist worker
+        DJANGO_SITE_DB=str(connection.settings_dict["NAME"]),
     )
     process = watched(
         celery_command("example_project.django_site", *args), f"celery {args[0]}", env
