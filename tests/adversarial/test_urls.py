@@ -329,6 +329,13 @@ IN_PROCESS = {
     "dead": [["dead", "resend", "--all"], ["dead", "drop", "--all", "--yes"]],
     "rescue": [["rescue", "--yes"]],
     "purge": [["purge", "--yes"]],
+    "periodic": [
+        ["periodic", "add", "guarded", "--task", "tests.worker_app.tick", "--every", "60"],
+        ["periodic", "list"],
+        ["periodic", "show", "--json", "guarded"],
+        ["periodic", "run", "guarded"],
+        ["periodic", "remove", "guarded"],
+    ],
 }
 AS_PROCESSES = {"mover", "exporter", "web"}
 
