@@ -23,7 +23,7 @@ from celery.schedules import schedule as celery_schedule
 from ..brokers.connect import open_store
 from .entry import PeriodicEntry, schedule_json
 from .registry import EntryRegistry, Versioned
-from .writer import DEFAULT_HORIZON, ENTRY_HEADER, OCCURRENCE_HEADER, OccurrenceWriter
+from .writer import DEFAULT_HORIZON, OccurrenceWriter, send_occurrence
 
 __all__ = [
     "EntryInfo",
@@ -143,18 +143,7 @@ def resume(app: Celery, name: str, *, now: datetime | None = None) -> Upserted:
 def run_now(app: Celery, name: str, *, now: datetime | None = None) -> str:
     """Send one extra occurrence of the entry ``name`` at once, with its own task id,
     leaving its schedule as it is; that task id."""
-    found = _existing(app, name)
-    moment = _now(now)
-    entry = found.entry
-    headers = {
-        **dict(entry.options.get("headers") or {}),
-        OCCURRENCE_HEADER: moment.isoformat(),
-        ENTRY_HEADER: entry.name,
-    }
-    options = {key: value for key, value in entry.options.items() if key != "headers"}
-    result = app.send_task(
-        entry.task, args=entry.args, kwargs=dict(entry.kwargs), headers=headers, **options
-    )
+    result = send_occurrence(app, _existing(app, name).entry, _now(now))
     return str(result.id)
 
 

@@ -231,21 +231,21 @@ class OccurrenceWriter:
     ) -> None:
         """Send one occurrence's task, due at ``due`` (captured, not stored: ``advance``
         stores it under the mark)."""
-        headers = {
-            OCCURRENCE_HEADER: occurrence.isoformat(),
-            ENTRY_HEADER: entry.name,
-            **dict(entry.options.get("headers") or {}),
-        }
-        options = {key: value for key, value in entry.options.items() if key != "headers"}
-        self.app.send_task(
-            entry.task,
-            args=entry.args,
-            kwargs=dict(entry.kwargs),
-            eta=due,
-            producer=producer,
-            headers=headers,
-            **options,
-        )
+        send_occurrence(self.app, entry, occurrence, eta=due, producer=producer)
+
+
+def send_occurrence(app: Celery, entry: PeriodicEntry, occurrence: datetime, **send: Any) -> Any:
+    """``app.send_task`` for one occurrence of ``entry``: its task, arguments and options,
+    the entry's headers with the occurrence's and the entry's name on top."""
+    headers = {
+        **dict(entry.options.get("headers") or {}),
+        OCCURRENCE_HEADER: occurrence.isoformat(),
+        ENTRY_HEADER: entry.name,
+    }
+    options = {key: value for key, value in entry.options.items() if key != "headers"}
+    return app.send_task(
+        entry.task, args=entry.args, kwargs=dict(entry.kwargs), headers=headers, **options, **send
+    )
 
 
 @dataclass(frozen=True)
