@@ -3,8 +3,20 @@
 
 from pathlib import Path
 
-from tests.docs.snippets import app, collector, docs_redis_server, redis_url
+from tests.docs.snippets import (
+    app,
+    collector,
+    docs_redis_server,
+    pytest_xdist_make_scheduler,
+    redis_url,
+)
 
-__all__ = ["app", "docs_redis_server", "pytest_collect_file", "redis_url"]
+__all__ = [
+    "app",
+    "docs_redis_server",
+    "pytest_collect_file",
+    "pytest_xdist_make_scheduler",
+    "redis_url",
+]
 
 pytest_collect_file = collector(Path(__file__).parent)

@@ -9,6 +9,10 @@ conftest.py hands pytest this module's collector and fixtures.
   file, Django settings) is preceded by ``<!-- skip: next "why" -->``. A page can set up
   its namespace out of sight, in ``<!-- invisible-code-block: python ... -->``.
 - Shell commands are checked, not run (``tests.docs.commands``).
+- Under pytest-xdist (``-n 2``) a page's blocks all run in one test process, in order
+  (``pytest_xdist_make_scheduler``): split between processes, a later block would miss
+  the names an earlier one defined. Every other test is dealt out one by one, as xdist's
+  default ``--dist load`` does.
 
 Sybil 10 needs Python 3.11: on older Pythons the pages are skipped, saying so.
 """
@@ -95,6 +99,21 @@ def collector(root: Path) -> Any:
         return None
 
     return pytest_collect_file
+
+
+@pytest.hookimpl(optionalhook=True)  # a hook of pytest-xdist's, when it is installed
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """xdist's default scheduling, but with each page's blocks kept together."""
+    if config.getvalue("dist") != "load":
+        return None  # the --dist asked for
+    from xdist.scheduler import LoadScopeScheduling
+
+    class PagesTogether(LoadScopeScheduling):  # type: ignore[misc]
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return path if _is_page(ROOT / path, ROOT) else nodeid
+
+    return PagesTogether(config, log)
 
 
 @pytest.fixture(scope="session")
