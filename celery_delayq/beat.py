@@ -5,7 +5,7 @@
 - at start, ``beat_schedule`` is synced into the store (periodic/manage.py's
   ``sync_settings``); entries made at run time (API, CLI, dashboard) are kept;
 - every pass, each entry's occurrences are written ahead as delayed messages, up to
-  ``DEFAULT_HORIZON`` ahead, under the entry's mark (periodic/writer.py): of any number of
+  ``delayq_periodic_horizon`` ahead, under the entry's mark (periodic/writer.py): of any number of
   beats, one writes each occurrence, and no lock or leader is needed;
 - a mover thread delivers due messages, as the workers' movers do, so the occurrences
   reach the queues while the beat runs even with no worker mover.
@@ -29,13 +29,13 @@ from .brokers.connect import log_startup, mover_thread, open_store
 from .core.mover import MoverThread
 from .periodic.manage import settings_entry, sync_settings
 from .periodic.registry import EntryRegistry
-from .periodic.writer import DEFAULT_HORIZON, OccurrenceWriter
+from .periodic.writer import OccurrenceWriter
 from .worker.metrics import start_configured_exporter
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two write-ahead passes: far below the horizon, so a beat that passes
-#: late still writes each occurrence long before it is due.
+#: Most seconds between two write-ahead passes (at most a quarter of the horizon), so a
+#: beat that passes late still writes each occurrence long before it is due.
 PASS_INTERVAL = 5.0
 
 
@@ -56,7 +56,8 @@ class Scheduler(CeleryScheduler):
         now = datetime.now(timezone.utc)
         for name, spec in self.settings_schedule.items():
             settings_entry(self.app, name, spec, now)
-        self.writer = OccurrenceWriter(self.app, DEFAULT_HORIZON)
+        self.writer = OccurrenceWriter(self.app)
+        self.pass_interval = min(PASS_INTERVAL, self.writer.horizon.total_seconds() / 4)
 
     def setup_schedule(self) -> None:
         """Nothing to load: the entries are in the store (synced on the first pass)."""
@@ -70,8 +71,10 @@ class Scheduler(CeleryScheduler):
         try:
             self._pass(datetime.now(timezone.utc))
         except Exception:  # Redis down, say: the next pass tries again
-            logger.exception("periodic entries: this pass failed; retrying in %ss", PASS_INTERVAL)
-        return min(PASS_INTERVAL, float(self.max_interval))
+            logger.exception(
+                "periodic entries: this pass failed; retrying in %ss", self.pass_interval
+            )
+        return min(self.pass_interval, float(self.max_interval))
 
     def _pass(self, now: datetime) -> None:
         """Sync the settings' entries (once), then write every entry's occurrences ahead."""
@@ -122,6 +125,6 @@ class Scheduler(CeleryScheduler):
         prefix = self.delayq_config.key_prefix
         return (
             f"    . periodic entries -> in the delayed store (key prefix {prefix!r}), "
-            f"written {DEFAULT_HORIZON} ahead\n"
+            f"written {self.writer.horizon} ahead\n"
             f"    . delayq mover -> on"
         )

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import Any
 
 import click
 from celery.schedules import crontab
 
+from ..ops.when import iso
 from ..periodic import manage
 from ..periodic.entry import CATCH_UP_POLICIES, schedule_json
 from .render import current_app, emit, json_option, table
@@ -28,7 +30,15 @@ def entry_json(info: manage.EntryInfo) -> dict[str, Any]:
         "origin": entry.origin,
         "version": info.version,
         "next_runs": [when.isoformat() for when in info.next_runs],
+        "last_run": _iso(info.history.last_occurrence),
+        "last_started": _iso(info.history.last_started),
+        "late": info.history.late,
+        "missed": info.history.missed,
     }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return iso(None if moment is None else moment.timestamp())
 
 
 def entries_table(entries: list[dict[str, Any]]) -> str:
@@ -41,10 +51,22 @@ def entries_table(entries: list[dict[str, Any]]) -> str:
             "yes" if e["enabled"] else "paused",
             e["origin"],
             e["next_runs"][0] if e["next_runs"] else "",
+            e["last_run"] or "",
+            f"{e['late']}/{e['missed']}",
         ]
         for e in entries
     ]
-    headers = ["name", "task", "schedule", "time zone", "enabled", "from", "next run (UTC)"]
+    headers = [
+        "name",
+        "task",
+        "schedule",
+        "time zone",
+        "enabled",
+        "from",
+        "next run (UTC)",
+        "last run (UTC)",
+        "late/missed",
+    ]
     return table(headers, rows)
 
 

@@ -14,6 +14,8 @@ from ..core.store import DelayedStore
 from ..core.store_status import StoreStatus, read_status
 from ..core.topology import redis_location
 from ..ops.when import ago, due_in, iso
+from ..periodic.history import EntryHistory
+from ..periodic.registry import EntryRegistry
 from .render import current_app, emit, json_option, table
 
 #: Time buckets of ``status --timeline``, in seconds from now.
@@ -51,8 +53,12 @@ def status(as_json: bool, timeline: bool) -> None:
         snapshot = read_status(store, config_of(app).mover_alive_within)
         counts = timeline_counts(store, snapshot.now) if timeline else None
         location = redis_location(store.client)
+        periodic = periodic_json(store)
     data = status_json(location, snapshot)
+    data["periodic"] = periodic
     human = [f"store: {location}", queues_table(snapshot), "", movers_table(snapshot)]
+    if periodic["entries"]:
+        human += ["", periodic_summary(periodic)]
     if counts is not None:
         data["timeline"] = counts
         human += ["", timeline_chart(counts)]
@@ -87,6 +93,37 @@ def queue_json(q: QueueBacklog) -> dict[str, Any]:
         "in_flight": q.in_flight,
         "dead": q.dead,
     }
+
+
+def periodic_json(store: DelayedStore) -> dict[str, Any]:
+    """How many periodic entries there are, and the occurrences missed while every beat
+    was down: run late (their ``catch_up``) or not run, per entry that had any."""
+    entries = EntryRegistry(store.client, store.keys).all()
+    history = EntryHistory(store.client, store.keys).read(e.entry.name for e in entries)
+    missing = [
+        {"name": name, "late": h.late, "missed": h.missed}
+        for name, h in history.items()
+        if h.late or h.missed
+    ]
+    return {
+        "entries": len(entries),
+        "paused": sum(not e.entry.enabled for e in entries),
+        "late": sum(h.late for h in history.values()),
+        "missed": sum(h.missed for h in history.values()),
+        "entries_late_or_missed": missing,
+    }
+
+
+def periodic_summary(periodic: dict[str, Any]) -> str:
+    lines = [
+        f"periodic entries: {periodic['entries']} ({periodic['paused']} paused); "
+        f"occurrences run late: {periodic['late']}, missed: {periodic['missed']} "
+        "(while every beat was down; `celery delayq periodic list`)"
+    ]
+    if periodic["entries_late_or_missed"]:
+        rows = [[e["name"], e["late"], e["missed"]] for e in periodic["entries_late_or_missed"]]
+        lines.append(table(["periodic entry", "run late", "missed"], rows))
+    return "\n".join(lines)
 
 
 def queues_table(snapshot: StoreStatus) -> str:

@@ -7,6 +7,10 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:movers            HASH   mover id -> JSON heartbeat (host, pid, kind, last seen, moved)
     P:periodic          HASH   periodic entry name -> "<version> <entry JSON>" (periodic/)
     P:periodic:versions STRING the last version given to a periodic entry (INCR)
+    P:periodic:runs     HASH   periodic entry name -> "<occurrence ms> <started ms>" of its
+                                last run a worker started (periodic/history.py)
+    P:periodic:counts   HASH   "late:<name>" / "missed:<name>" -> occurrences of the entry
+                                run late, or not run, after every beat was down
     P:wakeup            PUBSUB channel; a due time is published when a queue gets
                                 a new earliest message, so sleeping movers wake early
     P:{Q}:msg           HASH   message key -> record (due time, destination list unless
@@ -176,6 +180,14 @@ class KeySpace:
     @property
     def periodic_versions(self) -> str:
         return self._named("periodic:versions")
+
+    @property
+    def periodic_runs(self) -> str:
+        return self._named("periodic:runs")
+
+    @property
+    def periodic_counts(self) -> str:
+        return self._named("periodic:counts")
 
     @property
     def wakeup_channel(self) -> str:

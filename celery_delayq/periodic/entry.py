@@ -64,7 +64,9 @@ class PeriodicEntry:
             raise ValueError("kwargs must be a mapping with string keys")
         if not isinstance(self.options, Mapping):
             raise ValueError("options must be a mapping")
-        object.__setattr__(self, "anchor", as_utc(self.anchor, "anchor"))
+        # to the millisecond, as the store keeps it: every beat reads back the same anchor,
+        # and the same occurrences, as the process that wrote the entry
+        object.__setattr__(self, "anchor", from_ms(to_ms(as_utc(self.anchor, "anchor"))))
         object.__setattr__(self, "args", tuple(self.args))
         schedule_json(self.schedule)  # a type of schedule it cannot keep is refused now,
         self.occurrences()  # so is one that can never match (30 February),
@@ -82,7 +84,7 @@ class PeriodicEntry:
                     "name": self.name,
                     "task": self.task,
                     "schedule": schedule_json(self.schedule),
-                    "anchor_ms": round(self.anchor.timestamp() * 1000),
+                    "anchor_ms": to_ms(self.anchor),
                     "timezone": self.timezone,
                     "args": list(self.args),
                     "kwargs": dict(self.kwargs),
@@ -107,7 +109,7 @@ class PeriodicEntry:
                 name=data["name"],
                 task=data["task"],
                 schedule=schedule_from_json(data["schedule"]),
-                anchor=datetime.fromtimestamp(data["anchor_ms"] / 1000, timezone.utc),
+                anchor=from_ms(data["anchor_ms"]),
                 timezone=data["timezone"],
                 args=data["args"],
                 kwargs=data["kwargs"],
@@ -118,6 +120,16 @@ class PeriodicEntry:
             )
         except (KeyError, TypeError, ValueError, OverflowError, AttributeError, ImportError) as exc:
             raise ValueError(f"not a periodic entry: {exc!r}") from None
+
+
+def to_ms(moment: datetime) -> int:
+    """``moment`` in milliseconds since the epoch, as the store keeps times."""
+    return round(moment.timestamp() * 1000)
+
+
+def from_ms(ms: int) -> datetime:
+    """A time the store keeps, in milliseconds since the epoch, as a UTC datetime."""
+    return datetime.fromtimestamp(ms / 1000, timezone.utc)
 
 
 def zone_of(name: str) -> ZoneInfo:

@@ -22,8 +22,9 @@ from celery.schedules import schedule as celery_schedule
 
 from ..brokers.connect import open_store
 from .entry import PeriodicEntry, schedule_json
+from .history import EntryHistory, History
 from .registry import EntryRegistry, Versioned
-from .writer import DEFAULT_HORIZON, OccurrenceWriter, send_occurrence
+from .writer import OccurrenceWriter, send_occurrence
 
 __all__ = [
     "EntryInfo",
@@ -58,11 +59,13 @@ class Upserted:
 
 @dataclass(frozen=True)
 class EntryInfo:
-    """An entry, its version and its next occurrences (UTC)."""
+    """An entry, its version, its next occurrences (UTC) and what became of the past ones
+    (its last run a worker started; occurrences missed while every beat was down)."""
 
     entry: PeriodicEntry
     version: int
     next_runs: list[datetime]
+    history: History = History()
 
 
 def upsert(
@@ -114,7 +117,7 @@ def upsert(
                 stacklevel=2,
             )
         version, replaced = registry.put(entry)
-    OccurrenceWriter(app, DEFAULT_HORIZON).advance(entry, version, moment)
+    OccurrenceWriter(app).advance(entry, version, moment)
     return Upserted(version, replaced)
 
 
@@ -124,8 +127,9 @@ def remove(app: Celery, name: str, *, now: datetime | None = None) -> bool:
         registry = EntryRegistry(store.client, store.keys)
         old = registry.get(name)
         removed = registry.delete(name)
+        EntryHistory(store.client, store.keys).forget(name)
     if old is not None:
-        OccurrenceWriter(app, DEFAULT_HORIZON).forget(old.entry, _now(now))
+        OccurrenceWriter(app).forget(old.entry, _now(now))
     return removed
 
 
@@ -151,15 +155,17 @@ def get(app: Celery, name: str, *, now: datetime | None = None) -> EntryInfo | N
     """The entry ``name`` with its next occurrences, or None."""
     with open_store(app) as store:
         found = EntryRegistry(store.client, store.keys).get(name)
-    return None if found is None else _info(found, _now(now))
+        history = EntryHistory(store.client, store.keys).read([name])
+    return None if found is None else _info(found, _now(now), history[name])
 
 
 def entries(app: Celery, *, now: datetime | None = None) -> list[EntryInfo]:
     """Every entry, by name, with its next occurrences."""
     with open_store(app) as store:
         found = EntryRegistry(store.client, store.keys).all()
+        history = EntryHistory(store.client, store.keys).read(e.entry.name for e in found)
     moment = _now(now)
-    return [_info(each, moment) for each in found]
+    return [_info(each, moment, history[each.entry.name]) for each in found]
 
 
 @dataclass(frozen=True)
@@ -179,7 +185,7 @@ def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) 
     unless ``beat_schedule`` names one: then the settings' definition replaces it.
     Every entry is checked before any is written."""
     wanted = {name: settings_entry(app, name, spec, now) for name, spec in beat_schedule.items()}
-    writer = OccurrenceWriter(app, DEFAULT_HORIZON)
+    writer = OccurrenceWriter(app)
     written: list[str] = []
     with open_store(app) as store:
         registry = EntryRegistry(store.client, store.keys)
@@ -202,6 +208,7 @@ def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) 
         ]
         for entry in gone:
             registry.delete(entry.name)
+            EntryHistory(store.client, store.keys).forget(entry.name)
             writer.forget(entry, now)
     return Synced(written, [entry.name for entry in gone])
 
@@ -253,7 +260,7 @@ def _set_enabled(app: Celery, name: str, enabled: bool, moment: datetime) -> Ups
     entry = replace(found.entry, enabled=enabled)
     with open_store(app) as store:
         version, replaced = EntryRegistry(store.client, store.keys).put(entry)
-    OccurrenceWriter(app, DEFAULT_HORIZON).advance(entry, version, moment)
+    OccurrenceWriter(app).advance(entry, version, moment)
     return Upserted(version, replaced)
 
 
@@ -265,7 +272,7 @@ def _existing(app: Celery, name: str) -> Versioned:
     return found
 
 
-def _info(found: Versioned, moment: datetime) -> EntryInfo:
+def _info(found: Versioned, moment: datetime, history: History) -> EntryInfo:
     runs: list[datetime] = []
     if found.entry.enabled:
         occurrences = found.entry.occurrences()
@@ -274,7 +281,7 @@ def _info(found: Versioned, moment: datetime) -> EntryInfo:
             after = occurrences.after(after)
             if after is not None:
                 runs.append(after)
-    return EntryInfo(found.entry, found.version, runs)
+    return EntryInfo(found.entry, found.version, runs, history)
 
 
 def _app_zone(app: Celery) -> str:

@@ -22,9 +22,10 @@ occurrence's, says which occurrence it stands for.
 
 from __future__ import annotations
 
+import logging
 from collections import deque
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 from typing import Any
 
 from celery import Celery
@@ -33,10 +34,13 @@ from ..brokers.common.diverter import is_delayq_channel
 from ..brokers.common.errors import ConfigurationError
 from ..brokers.common.settings import config_of
 from ..core.store import DelayedStore
-from .entry import PeriodicEntry
+from .entry import PeriodicEntry, from_ms, to_ms
+from .history import EntryHistory
 from .occurrences import Occurrences
 
-__all__ = ["DEFAULT_HORIZON", "OCCURRENCE_HEADER", "Advance", "Mark", "OccurrenceWriter"]
+__all__ = ["OCCURRENCE_HEADER", "Advance", "Mark", "OccurrenceWriter"]
+
+logger = logging.getLogger(__name__)
 
 #: The header of every message a periodic entry sends: the occurrence it stands for, in
 #: ISO 8601 UTC.
@@ -51,9 +55,6 @@ MOST_WALKED = 10_000
 #: How far after now a late (caught-up) occurrence is due: its message must lie ahead to
 #: be kept in the store under the mark, not published outside it.
 LATE_DELAY = timedelta(seconds=1)
-#: How far ahead occurrences are written: the longest time every beat may be down
-#: without an occurrence going unwritten (the workers' movers deliver what is written).
-DEFAULT_HORIZON = timedelta(minutes=5)
 #: How many times a beat starts over from the mark another beat moved, in one call.
 MOST_RETRIES = 5
 
@@ -102,17 +103,19 @@ class OccurrenceWriter:
     def __init__(
         self,
         app: Celery,
-        horizon: timedelta,
+        horizon: timedelta | None = None,
         catch_up_bound: int = 100,
         settle: timedelta | None = None,
     ) -> None:
-        if horizon <= timedelta(0):
+        config = config_of(app)
+        #: How far ahead occurrences are written (``delayq_periodic_horizon``): the longest
+        #: every beat may be down without an occurrence going unwritten.
+        self.horizon = horizon or timedelta(seconds=config.periodic_horizon)
+        if self.horizon <= timedelta(0):
             raise ValueError("the horizon must be positive")
         self.app = app
-        self.horizon = horizon
         self.catch_up_bound = catch_up_bound
         if settle is None:
-            config = config_of(app)
             settle = timedelta(seconds=config.move_ahead + config.burst_ahead + 1)
         #: A change leaves the occurrences due within this of now as they are, and the new
         #: version starts after it: a mover may have moved those ahead of their time
@@ -143,11 +146,13 @@ class OccurrenceWriter:
                 with channel.diverter.capture() as captured:
                     for occurrence, due in plan.runs:
                         self._send(entry, occurrence, due, producer)
-                withdraw_after = _ms(now + self.settle) if plan.withdraw else None
+                withdraw_after = to_ms(now + self.settle) if plan.withdraw else None
                 outcome = store.ahead.write(
                     queue, entry.name, read, plan.mark.text(), captured, withdraw_after
                 )
                 if outcome.written:
+                    if plan.late or plan.missed:
+                        self._count_missed(store, entry, plan)
                     return Advance(
                         outcome.stored, outcome.withdrawn, plan.late, plan.missed, conflicts
                     )
@@ -163,7 +168,7 @@ class OccurrenceWriter:
             for conflicts in range(MOST_RETRIES):
                 read = store.ahead.mark(queue, entry.name)
                 outcome = store.ahead.write(
-                    queue, entry.name, read, None, (), _ms(now + self.settle)
+                    queue, entry.name, read, None, (), to_ms(now + self.settle)
                 )
                 if outcome.written:
                     return Advance(withdrawn=outcome.withdrawn, conflicts=conflicts)
@@ -177,7 +182,7 @@ class OccurrenceWriter:
             paused = Mark(version, None)
             return None if mark == paused else _Plan(paused, withdraw=True)
         if mark is not None and mark.version == version and mark.up_to_ms is not None:
-            start, changed = _from_ms(mark.up_to_ms), False
+            start, changed = from_ms(mark.up_to_ms), False
         elif mark is None:  # new (or a mark this code did not write): from now on
             start, changed = now, True
         else:  # changed or resumed: from the end of the settle window on
@@ -191,11 +196,24 @@ class OccurrenceWriter:
         if not upcoming and not late and last_missed is None:
             if not changed:
                 return None  # the schedule has ended: nothing more to write
-            return _Plan(Mark(version, _ms(now)), withdraw=True)
+            return _Plan(Mark(version, to_ms(now)), withdraw=True)
         last = upcoming[-1] if upcoming else last_missed
         assert last is not None
         runs = (*((each, now + LATE_DELAY) for each in late), *((each, each) for each in upcoming))
-        return _Plan(Mark(version, _ms(last)), changed, runs, len(late), missed)
+        return _Plan(Mark(version, to_ms(last)), changed, runs, len(late), missed)
+
+    def _count_missed(self, store: DelayedStore, entry: PeriodicEntry, plan: _Plan) -> None:
+        """Count and log the occurrences no beat wrote in time (every beat was down)."""
+        EntryHistory(store.client, store.keys).count(entry.name, plan.late, plan.missed)
+        logger.warning(
+            "periodic entry %r: %d occurrence(s) missed while no beat wrote ahead; "
+            "catch_up=%r runs %d late, skips %d",
+            entry.name,
+            plan.late + plan.missed,
+            entry.catch_up,
+            plan.late,
+            plan.missed,
+        )
 
     def _missed(
         self, occurrences: Occurrences, start: datetime, now: datetime, catch_up: str
@@ -265,14 +283,6 @@ def _upcoming(occurrences: Occurrences, start: datetime, end: datetime) -> list[
         times.append(found)
         found = occurrences.after(found)
     return times
-
-
-def _ms(moment: datetime) -> int:
-    return round(moment.timestamp() * 1000)
-
-
-def _from_ms(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc)
 
 
 def _store_of(channel: Any) -> DelayedStore:

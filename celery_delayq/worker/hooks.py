@@ -18,12 +18,16 @@ from ..brokers.common.diverter import check_store_setting, uses_delayq
 from .bootstep import WorkerMover
 from .due_timers import DueTimers
 from .inspect import list_delayed_in_scheduled
+from .periodic_runs import record_periodic_run
 
 
 def _on_worker_init(sender: Any, **_: Any) -> None:
     check_store_setting(sender.app)
     if uses_delayq(sender.app):
         sender.app.steps["worker"].update({WorkerMover, DueTimers})
+        signals.task_prerun.connect(
+            record_periodic_run, weak=False, dispatch_uid="celery_delayq.periodic_runs"
+        )
     list_delayed_in_scheduled(sender.app)
 
 

@@ -27,6 +27,8 @@ from ..core.queue_counters import LATENESS_BUCKETS_MS
 from ..core.results import QueueBacklog
 from ..core.store import DelayedStore
 from ..core.store_status import read_status
+from ..periodic.history import EntryHistory
+from ..periodic.registry import EntryRegistry
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer
@@ -158,7 +160,13 @@ class DelayqCollector:
             f"Movers whose last heartbeat is at most {self.alive_within:g}s old.",
             value=len(status.alive),
         )
-        return [*(g for g, _ in gauges), *(c for c, _ in counters), lateness, movers_alive]
+        return [
+            *(g for g, _ in gauges),
+            *(c for c, _ in counters),
+            lateness,
+            movers_alive,
+            *_periodic(store),
+        ]
 
     def _redelivered(self) -> list[Metric]:
         """Messages put back on their queues, per queue: read from a Redis broker (the
@@ -179,6 +187,36 @@ class DelayqCollector:
         for queue, count in sorted(counts.items()):
             family.add_metric([queue], count)
         return [family]
+
+
+def _periodic(store: DelayedStore) -> list[Metric]:
+    """Per periodic entry: its occurrences run late or missed while every beat was down,
+    and when a worker last started one of its runs."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    names = [each.entry.name for each in EntryRegistry(store.client, store.keys).all()]
+    late = CounterMetricFamily(
+        "celery_delayq_periodic_late",
+        "Occurrences of a periodic entry missed while every beat was down and run late "
+        "(its catch_up).",
+        labels=["entry"],
+    )
+    missed = CounterMetricFamily(
+        "celery_delayq_periodic_missed",
+        "Occurrences of a periodic entry missed while every beat was down and not run.",
+        labels=["entry"],
+    )
+    last_run = GaugeMetricFamily(
+        "celery_delayq_periodic_last_run_timestamp_seconds",
+        "When a worker last started a run of a periodic entry (Unix time).",
+        labels=["entry"],
+    )
+    for name, history in EntryHistory(store.client, store.keys).read(names).items():
+        late.add_metric([name], history.late)
+        missed.add_metric([name], history.missed)
+        if history.last_started is not None:
+            last_run.add_metric([name], history.last_started.timestamp())
+    return [late, missed, last_run]
 
 
 def lateness_buckets(stats: dict[str, int]) -> tuple[list[tuple[str, float]], float]:

@@ -290,6 +290,7 @@ def keyspace_keys() -> set[str]:
     names = {space.queues, space.movers, space.wakeup_channel, space.inspect_claim("Q", "<T>")}
     names |= {*queue.handover_keys(), *queue.move_keys(), queue.page("<n>")}
     names |= {space.periodic_entries, space.periodic_versions}
+    names |= {space.periodic_runs, space.periodic_counts}
     names |= {queue.periodic_marks, queue.periodic_ahead}
     return names
 

@@ -23,7 +23,16 @@ def test_status_json_shape_and_timeline(app):
 
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert set(data) == {"redis", "queues", "movers", "movers_alive", "overdue", "ok", "timeline"}
+    assert set(data) == {
+        "redis",
+        "queues",
+        "movers",
+        "movers_alive",
+        "overdue",
+        "ok",
+        "timeline",
+        "periodic",
+    }
     assert {q["queue"]: q["pending"] for q in data["queues"]} == {"default": 2, "other": 1}
     assert {(t["window"], t["due"]) for t in data["timeline"] if t["due"]} == {
         ("< 1 min", 1),

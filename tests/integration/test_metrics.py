@@ -9,13 +9,17 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 from celery import Celery
 
 import celery_delayq
+from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.periodic.history import EntryHistory
+from celery_delayq.periodic.writer import OccurrenceWriter
 from celery_delayq.testing import RedisServer, free_port, wait_until
 from celery_delayq.worker.metrics import start_exporter
 
@@ -81,6 +85,9 @@ FAMILIES = {
     "celery_delayq_move_lateness_seconds": "histogram",
     "celery_delayq_movers_alive": "gauge",
     "celery_delayq_redelivered": "counter",
+    "celery_delayq_periodic_late": "counter",
+    "celery_delayq_periodic_missed": "counter",
+    "celery_delayq_periodic_last_run_timestamp_seconds": "gauge",
 }
 
 
@@ -170,6 +177,39 @@ def test_keyed_messages_are_counted_as_replaced_dropped_and_refused(app: Celery)
     assert samples["celery_delayq_refused_total"] == {queue: 1}
     assert samples["celery_delayq_scheduled_total"] == {queue: 5}
     assert samples["celery_delayq_pending"] == {queue: 3}
+
+
+def test_periodic_entries_late_missed_and_last_run(app: Celery) -> None:
+    """Every beat down for an hour after the upsert wrote a minutely entry 5 minutes ahead
+    (the default horizon): of the 55 occurrences missed, catch_up "latest" runs one late
+    and skips 54. A worker's run is recorded."""
+    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
+    with pytest.warns(periodic.UnknownTaskWarning):
+        periodic.upsert(app, "minutely", "x.y", 60, now=start)
+        periodic.upsert(app, "never-missed", "x.y", 60, now=start)
+    writer = OccurrenceWriter(app, timedelta(seconds=30), settle=timedelta(0))
+    found = periodic.get(app, "minutely")
+    assert found is not None
+    writer.advance(found.entry, found.version, start + timedelta(minutes=60, seconds=30))
+    with open_store(app) as store:
+        EntryHistory(store.client, store.keys).ran("minutely", start, start)
+
+    _, samples = parse_metrics(scrape(app))
+
+    def entry(name: str) -> tuple[tuple[str, str], ...]:
+        return (("entry", name),)
+
+    assert samples["celery_delayq_periodic_late_total"] == {
+        entry("minutely"): 1,
+        entry("never-missed"): 0,
+    }
+    assert samples["celery_delayq_periodic_missed_total"] == {
+        entry("minutely"): 54,
+        entry("never-missed"): 0,
+    }
+    assert samples["celery_delayq_periodic_last_run_timestamp_seconds"] == {
+        entry("minutely"): start.timestamp()
+    }
 
 
 def test_empty_store_and_movers_alive_window(app: Celery) -> None:

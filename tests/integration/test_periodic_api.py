@@ -8,11 +8,14 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+import redis
 from celery.schedules import crontab
+from kombu.exceptions import OperationalError
 
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.writer import OCCURRENCE_HEADER
+from celery_delayq.testing import RedisServer
 
 NOW = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
 TASK = "tests.periodic.tick"
@@ -81,3 +84,23 @@ def test_run_now_sends_one_extra_occurrence_at_once(app, redis_client) -> None:
     assert [m["headers"]["id"] for m in queued] == [task_id]
     assert queued[0]["headers"][OCCURRENCE_HEADER] == NOW.isoformat()
     assert len(pending_occurrences(app)) == 5  # the schedule is as it was
+
+
+def test_an_upsert_during_a_redis_outage_fails_clearly_and_leaves_the_old_entry_whole(
+    app_factory,
+) -> None:
+    """The entry is one HSET of its whole definition: an upsert that cannot reach Redis
+    raises, and the entry read after the outage is the old one, whole, still running."""
+    with RedisServer(appendonly=True) as server:
+        app = app_factory(server.url)
+        with pytest.warns(periodic.UnknownTaskWarning):
+            periodic.upsert(app, "heartbeat", TASK, 60.0, args=("old",))
+        before = periodic.get(app, "heartbeat")
+        server.stop()
+        with pytest.raises((OperationalError, redis.ConnectionError)):  # before any write
+            periodic.upsert(app, "heartbeat", TASK, 5.0, args=("new",))
+        server.start()
+        after = periodic.get(app, "heartbeat")
+        assert after == before
+        assert after is not None and after.entry.args == ("old",)
+        assert len(pending_occurrences(app)) >= 1  # its occurrences written ahead are there

@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime, timedelta, timezone
 
 import pytest
+
+from celery_delayq import periodic
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.periodic.history import EntryHistory
+from celery_delayq.periodic.writer import OccurrenceWriter
 
 from ..helpers import invoke
 
@@ -69,3 +75,38 @@ def test_show_and_pause_of_an_unknown_entry_say_so(app) -> None:
     for command in ("show", "pause", "resume", "run"):
         result = invoke(app, "periodic", command, "nothing-here")
         assert result.exit_code == 1 and "nothing-here" in result.output
+
+
+def test_list_show_and_status_tell_the_last_run_and_the_missed_occurrences(app) -> None:
+    """Every beat down for an hour past a minutely entry's horizon: catch_up "none" skips
+    the missed occurrences; a worker recorded a run before."""
+    start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
+    with pytest.warns(periodic.UnknownTaskWarning):
+        periodic.upsert(app, "minutely", "x.y", 60, catch_up="none", now=start)
+        periodic.upsert(app, "fine", "x.y", 60, now=start)
+    found = periodic.get(app, "minutely")
+    assert found is not None
+    OccurrenceWriter(app).advance(found.entry, found.version, start + timedelta(minutes=60))
+    with open_store(app) as store:
+        EntryHistory(store.client, store.keys).ran("minutely", start, start)
+
+    listed = json.loads(invoke(app, "periodic", "list", "--json").stdout)
+    minutely = next(e for e in listed if e["name"] == "minutely")
+    assert (minutely["late"], minutely["missed"]) == (0, 55)  # 5 minutes were written
+    assert datetime.fromisoformat(minutely["last_run"]) == start
+    assert "0/55" in invoke(app, "periodic", "list").stdout
+
+    status = json.loads(invoke(app, "status", "--json").stdout)["periodic"]
+    assert status == {
+        "entries": 2,
+        "paused": 0,
+        "late": 0,
+        "missed": 55,
+        "entries_late_or_missed": [{"name": "minutely", "late": 0, "missed": 55}],
+    }
+    human = invoke(app, "status").stdout
+    assert "periodic entries: 2 (0 paused); occurrences run late: 0, missed: 55" in human
+
+    assert invoke(app, "periodic", "remove", "minutely").exit_code == 0
+    status = json.loads(invoke(app, "status", "--json").stdout)["periodic"]
+    assert (status["entries"], status["missed"]) == (1, 0)  # its history went with it

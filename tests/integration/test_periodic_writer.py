@@ -13,6 +13,7 @@ import pytest
 
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.entry import PeriodicEntry
+from celery_delayq.periodic.history import EntryHistory
 from celery_delayq.periodic.writer import (
     ENTRY_HEADER,
     MOST_AHEAD,
@@ -134,6 +135,9 @@ def test_missed_occurrences_follow_the_entrys_catch_up(make_app, policy, late, m
         due == back + timedelta(seconds=1) for occurrence, due, _ in runs if due != occurrence
     )
     assert runs[-1][0] == NOW + timedelta(minutes=61)  # then on as before
+    with open_store(app) as store:  # counted, for status, the metrics and the dashboard
+        history = EntryHistory(store.client, store.keys).read([minutely.name])
+    assert (history[minutely.name].late, history[minutely.name].missed) == (len(late), missed)
 
 
 def test_a_long_outage_of_a_fast_entry_is_walked_in_bounded_time(make_app) -> None:

@@ -122,3 +122,13 @@ def test_crafted_store_bytes_give_a_value_error(crafted: str) -> None:
 def test_no_bytes_make_reading_an_entry_fail_otherwise(crafted: bytes) -> None:
     with contextlib.suppress(ValueError):  # anything else fails the test
         PeriodicEntry.from_json(crafted)
+
+
+def test_an_entrys_occurrences_are_those_of_the_entry_read_back() -> None:
+    """The store keeps the anchor to the millisecond: the process that writes an entry
+    and every beat that reads it back compute the same occurrences."""
+    anchor = datetime(2026, 3, 1, 12, 0, 0, 123456, tzinfo=timezone.utc)
+    written = PeriodicEntry("e", "t", 1.0, anchor, "UTC")
+    read_back = PeriodicEntry.from_json(written.to_json())
+    assert written.anchor == read_back.anchor
+    assert written.occurrences().after(anchor) == read_back.occurrences().after(anchor)

@@ -109,6 +109,15 @@ class DelayqConfig:
         ),
         valid="a number of seconds from 0 to 60",
     )
+    periodic_horizon: float = setting(
+        300.0,
+        (
+            "How far ahead (seconds) beat writes periodic entries' occurrences into the store:"
+            " the longest every beat may be down without an occurrence going unrun, as the "
+            "workers' movers deliver what is written."
+        ),
+        valid="a number of seconds from 1 to 86400",
+    )
     mover_retry_max: float = setting(
         10.0,
         "Longest back-off between retries while Redis is unreachable.",
@@ -275,6 +284,13 @@ class DelayqConfig:
             and not isinstance(self.move_ahead, bool)
             and 0 <= self.move_ahead <= 1,
             f"delayq_move_ahead must be a number of seconds from 0 to 1, got {self.move_ahead!r}",
+        )
+        _check(
+            isinstance(self.periodic_horizon, (int, float))
+            and not isinstance(self.periodic_horizon, bool)
+            and 1 <= self.periodic_horizon <= 86400,
+            "delayq_periodic_horizon must be a number of seconds from 1 to 86400, "
+            f"got {self.periodic_horizon!r}",
         )
         for name, most in (("move_call_budget", 1), ("burst_ahead", 60)):
             value = getattr(self, name)
