@@ -28,7 +28,7 @@ from .brokers.common.settings import config_of
 from .brokers.connect import log_startup, mover_thread, open_store
 from .core.mover import MoverThread
 from .periodic.manage import settings_entry, sync_settings
-from .periodic.registry import EntryRegistry
+from .periodic.registry import EntryRegistry, Stored, Versioned
 from .periodic.writer import OccurrenceWriter
 from .worker.metrics import start_configured_exporter
 
@@ -47,6 +47,8 @@ class Scheduler(CeleryScheduler):
         self.mover_thread: MoverThread | None = None
         self.exporter: Any = None
         self.synced = False
+        #: The entries read last pass, by their stored bytes (registry.py reuses them).
+        self.parsed: dict[Stored, Versioned] = {}
         super().__init__(app, *args, **kwargs)
         # Validate now, so a bad setting or entry fails at start; `celery beat` also
         # builds a lazy instance only to print its banner, so no work starts here.
@@ -87,12 +89,8 @@ class Scheduler(CeleryScheduler):
             )
             self.synced = True
         with open_store(self.app) as store:
-            entries = EntryRegistry(store.client, store.keys).all()
-        for each in entries:
-            try:
-                self.writer.advance(each.entry, each.version, now)
-            except (ValueError, LookupError) as exc:  # one bad entry stops no other
-                logger.warning("periodic entry %r: not written ahead: %s", each.entry.name, exc)
+            entries = EntryRegistry(store.client, store.keys).all(self.parsed)
+        self.writer.advance_all(entries, now)
 
     def _settings_schedule(self) -> dict[str, Any]:
         """``beat_schedule``, with Celery's own default entry when it would add one."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Union
 
 import redis
 
@@ -18,6 +19,10 @@ from ..core.keys import KeySpace
 from .entry import PeriodicEntry
 
 logger = logging.getLogger(__name__)
+
+
+#: An entry as HGETALL returns it: (name, "<version> <entry JSON>").
+Stored = tuple[Union[bytes, str], Union[bytes, str]]
 
 
 @dataclass(frozen=True)
@@ -49,11 +54,21 @@ class EntryRegistry:
         raw = self.client.hget(self.keys.periodic_entries, name)
         return None if raw is None else _read(name, raw)
 
-    def all(self) -> list[Versioned]:
-        """Every readable entry, by name; unreadable ones are logged and left out."""
+    def all(self, parsed: dict[Stored, Versioned] | None = None) -> list[Versioned]:
+        """Every readable entry, by name; unreadable ones are logged and left out.
+
+        ``parsed``: the entries read last time, by their stored bytes, reused as they are
+        (a beat reads every entry every pass; most have not changed); it is left holding
+        this read's."""
         found = self.client.hgetall(self.keys.periodic_entries)
-        entries = (_read(name, raw) for name, raw in sorted(found.items()))
-        return [each for each in entries if each is not None]
+        known = {} if parsed is None else parsed
+        entries: dict[Stored, Versioned | None] = {}
+        for stored in sorted(found.items()):
+            entries[stored] = known[stored] if stored in known else _read(*stored)
+        if parsed is not None:
+            parsed.clear()
+            parsed.update((key, each) for key, each in entries.items() if each is not None)
+        return [each for each in entries.values() if each is not None]
 
     def delete(self, name: str) -> bool:
         """Forget the entry named ``name``; whether there was one."""

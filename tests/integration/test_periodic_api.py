@@ -14,6 +14,7 @@ from kombu.exceptions import OperationalError
 
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.periodic.registry import EntryRegistry
 from celery_delayq.periodic.writer import OCCURRENCE_HEADER
 from celery_delayq.testing import RedisServer
 
@@ -104,3 +105,23 @@ def test_an_upsert_during_a_redis_outage_fails_clearly_and_leaves_the_old_entry_
         assert after == before
         assert after is not None and after.entry.args == ("old",)
         assert len(pending_occurrences(app)) >= 1  # its occurrences written ahead are there
+
+
+def test_a_pass_reuses_the_entries_it_read_unless_they_changed(app) -> None:
+    """Beat reads every entry every pass: those whose stored bytes are unchanged are not
+    parsed again; a changed or removed one is."""
+    for name in ("a", "b"):
+        periodic.upsert(app, name, TASK, 60.0, now=NOW)
+    parsed: dict = {}
+    with open_store(app) as store:
+        registry = EntryRegistry(store.client, store.keys)
+        first = {e.entry.name: e for e in registry.all(parsed)}
+        periodic.upsert(app, "b", TASK, 30.0, now=NOW)
+        periodic.remove(app, "a")
+        periodic.upsert(app, "c", TASK, 60.0, now=NOW)
+        second = {e.entry.name: e for e in registry.all(parsed)}
+        again = {e.entry.name: e for e in registry.all(parsed)}
+    assert sorted(second) == ["b", "c"]
+    assert second["b"] is not first["b"] and second["b"].entry.schedule.seconds == 30
+    assert all(again[name] is second[name] for name in second)
+    assert len(parsed) == 2  # what was read last, no more

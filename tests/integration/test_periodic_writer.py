@@ -14,6 +14,7 @@ import pytest
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.entry import PeriodicEntry
 from celery_delayq.periodic.history import EntryHistory
+from celery_delayq.periodic.registry import Versioned
 from celery_delayq.periodic.writer import (
     ENTRY_HEADER,
     MOST_AHEAD,
@@ -185,3 +186,34 @@ def test_a_change_leaves_what_a_mover_may_have_moved_and_writes_each_time_once(
     changed = writer.advance(entry(), 2, NOW + timedelta(seconds=2))  # a new version
     assert changed.withdrawn == 5  # +6 to +10; +3 to +5 stay
     assert occurrence_times(app) == seconds(*range(1, 13))
+
+
+def test_a_pass_over_many_entries_writes_only_those_that_need_it(make_app, redis_client) -> None:
+    """``advance_all`` (a beat's pass) reads every mark in one pipeline and advances only
+    the entries not yet written up to the horizon: new, changed, paused, or falling
+    behind; a bad entry stops no other."""
+    app = make_app()
+    writer = OccurrenceWriter(app, HORIZON, settle=timedelta(0))
+    every = [Versioned(entry(name=f"e{n}", every=4, anchor=NOW), 1) for n in range(50)]
+    first = writer.advance_all(every, NOW)
+    assert sorted(first) == sorted(e.entry.name for e in every)
+    assert {done.stored for done in first.values()} == {2}  # 4 and 8 s: up to 10 s
+    # 11 s: the next one (12 s) is written, though beyond it, as a pass may come late
+    beyond = writer.advance_all(every, NOW + timedelta(seconds=1))
+    assert {done.stored for done in beyond.values()} == {1}
+
+    def calls(command: str) -> int:
+        stats = redis_client.info("commandstats")
+        return int(stats.get(f"cmdstat_{command}", {}).get("calls", 0))
+
+    before = {command: calls(command) for command in ("hmget", "hget", "evalsha")}
+    again = writer.advance_all(every, NOW + timedelta(seconds=1))
+    assert again == {}  # each written to 12 s, beyond the horizon (11 s): nothing to do
+    after = {command: calls(command) for command in before}
+    # the 50 marks in one HMGET (one queue), no mark read one by one, no script run
+    assert {c: after[c] - before[c] for c in before} == {"hmget": 1, "hget": 0, "evalsha": 0}
+
+    paused = Versioned(entry(name="e0", every=4, anchor=NOW, enabled=False), 2)
+    behind = writer.advance_all([paused, *every[1:]], NOW + timedelta(seconds=3))
+    assert sorted(behind) == sorted(e.entry.name for e in every)  # 13 s: each wants 16 s
+    assert behind["e0"].withdrawn == 3
