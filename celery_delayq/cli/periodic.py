@@ -11,6 +11,7 @@ from celery.schedules import crontab
 
 from ..ops.when import iso
 from ..periodic import manage
+from ..periodic.describe import schedule_text
 from ..periodic.entry import CATCH_UP_POLICIES, schedule_json
 from .render import current_app, emit, json_option, table
 
@@ -46,7 +47,7 @@ def entries_table(entries: list[dict[str, Any]]) -> str:
         [
             e["name"],
             e["task"],
-            _schedule_text(e["schedule"]),
+            schedule_text(e["schedule"]),
             e["timezone"],
             "yes" if e["enabled"] else "paused",
             e["origin"],
@@ -68,17 +69,6 @@ def entries_table(entries: list[dict[str, Any]]) -> str:
         "late/missed",
     ]
     return table(headers, rows)
-
-
-def _schedule_text(schedule: dict[str, Any]) -> str:
-    if "crontab" in schedule:
-        fields = schedule["crontab"]
-        order = ("minute", "hour", "day_of_month", "month_of_year", "day_of_week")
-        return "crontab " + " ".join(str(fields[name]) for name in order)
-    if "solar" in schedule:
-        solar = schedule["solar"]
-        return f"solar {solar['event']} {solar['lat']},{solar['lon']}"
-    return f"every {schedule['every']:g} s" + (" (relative)" if schedule["relative"] else "")
 
 
 @click.group()

@@ -1,21 +1,26 @@
 """What the pages change: cancel, promote and reschedule pending tasks, send dead letters
-again or drop them. Every action is a POST (CSRF-checked by Flask-WTF), first answered
-with a confirmation that says how many tasks it will touch; the confirmed POST acts and
-redirects back (so reloading the page after it does not act twice)."""
+again or drop them, pause, resume or run now periodic entries. Every action is a POST
+(CSRF-checked by Flask-WTF), first answered with a confirmation that says how many tasks
+it will touch; the confirmed POST acts and redirects back (so reloading the page after
+it does not act twice)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
+from urllib.parse import unquote
 
+from celery import Celery
 from flask import Blueprint, abort, flash, redirect, render_template, request
 
 from ..brokers.connect import open_store
 from ..ops import api
 from ..ops.browse import TaskFilter, count_matching, matching
 from ..ops.when import iso, parse_moment
+from ..periodic import manage
+from ..periodic.entry import MAX_NAME_LENGTH
 from .context import context, problem
 from .views import BadFilter, filter_from, safe_next
 
@@ -24,6 +29,14 @@ actions = Blueprint("actions", __name__)
 #: What each verb does to a list of task ids, and how the result reads.
 PENDING_VERBS = ("cancel", "promote", "reschedule")
 DEAD_VERBS = ("resend", "drop")
+#: What each verb does to a periodic entry (by name), and how it reads done.
+PERIODIC_VERBS: dict[str, tuple[Callable[[Celery, str], Any], str]] = {
+    "pause": (manage.pause, "Paused"),
+    "resume": (manage.resume, "Resumed"),
+    "run": (manage.run_now, "Sent an extra run of"),
+}
+#: The most periodic entries one form may name (each is looked up before it is asked).
+PERIODIC_MOST = 100
 
 
 @actions.before_request
@@ -55,8 +68,11 @@ class Selection:
     def confirmed(self) -> bool:
         return bool(self.form.get("confirmed") == "yes")
 
-    def confirmation(self, verb: str, count: int, eta: datetime | None = None) -> str:
-        """The page that says how many the verb will touch, and confirms it."""
+    def confirmation(
+        self, verb: str, count: int, eta: datetime | None = None, names: Sequence[str] = ()
+    ) -> str:
+        """The page that says how many the verb will touch (``names``: which), and
+        confirms it."""
         return render_template(
             "confirm.html",
             verb=verb,
@@ -65,6 +81,7 @@ class Selection:
             form=self.form,
             eta=eta,
             back=self.back,
+            names=names,
         )
 
 
@@ -157,3 +174,60 @@ def act_on_dead(verb: str) -> Any:
     did = "Sent again" if verb == "resend" else "Dropped"
     flash(f"{did} {done} dead letter{'s' if done != 1 else ''}.", "ok")
     return redirect(picked.back)
+
+
+@actions.post("/periodic/<verb>")
+def act_on_periodic(verb: str) -> Any:
+    """Pause, resume or run now the periodic entries a form names (``ids``: each row's
+    form names its own, URL-quoted, since a browser changes a NUL or a line break in a
+    field but never ASCII). A name that is no entry's is a 404, and nothing is done."""
+    if verb not in PERIODIC_VERBS:
+        abort(404)
+    picked = Selection.of(request.form, "/periodic")
+    if not picked.ids or picked.everything:
+        return problem(
+            400,
+            "Nothing selected",
+            "Name the periodic entries to act on: these actions do not take all.",
+        )
+    if len(picked.ids) > PERIODIC_MOST:
+        return problem(400, "Too many entries", f"Name at most {PERIODIC_MOST} at a time.")
+    app = context().celery
+    names = [unquote(each) for each in picked.ids]
+    for name in names:
+        if len(name) > MAX_NAME_LENGTH or manage.get(app, name) is None:
+            return _no_entry(name)
+    if not picked.confirmed:
+        return picked.confirmation(verb, len(names), names=names)
+    _perform_periodic(verb, names)
+    return redirect(picked.back)
+
+
+def _perform_periodic(verb: str, names: list[str]) -> None:
+    """Act on each entry named, and say what was done, and which were removed meanwhile."""
+    act, did = PERIODIC_VERBS[verb]
+    done, gone = [], []
+    for name in names:
+        try:
+            result = act(context().celery, name)
+        except KeyError:  # removed since it was looked up
+            gone.append(repr(name))
+        else:
+            done.append(repr(name) + (f" (task {result})" if verb == "run" else ""))
+    said = [f"{did} periodic {_entries(done)} {', '.join(done)}"] if done else []
+    if gone:
+        said.append(f"periodic {_entries(gone)} {', '.join(gone)} removed meanwhile")
+    text = "; ".join(said)
+    flash(text[:1].upper() + text[1:] + ".", "warn" if gone else "ok")
+
+
+def _entries(names: list[str]) -> str:
+    return "entry" if len(names) == 1 else "entries"
+
+
+def _no_entry(name: str) -> tuple[str, int]:
+    return problem(
+        404,
+        "No periodic entry with that name",
+        f"No periodic entry is named {name[:MAX_NAME_LENGTH]!r}: it may have been removed.",
+    )

@@ -31,7 +31,7 @@ from .actions import actions
 from .context import WebContext, context, problem
 from .headers import secure_headers
 from .hosts import HostCheck, allowed_hosts_of
-from .present import clipped
+from .present import clipped, utc
 from .sampler import CounterSampler, Totals
 from .throttle import FailedLogins
 from .views import pages
@@ -104,7 +104,9 @@ def create_app(
     flask.context_processor(
         lambda: {"read_only": read_only, "now": time.time(), "logged_in": "login" in session}
     )
-    flask.jinja_env.filters.update(iso=iso, duration=ago, number="{:,}".format, clip=clipped)
+    flask.jinja_env.filters.update(
+        iso=iso, duration=ago, number="{:,}".format, clip=clipped, utc=utc
+    )
     flask.register_error_handler(CSRFError, refused_form)
     flask.register_error_handler(HTTPException, http_error)
     outages: tuple[type[Exception], ...] = (StoreUnavailable, OperationalError, *STORE_OUTAGES)

@@ -1,11 +1,13 @@
-"""How task values read on a page: reprs pretty-printed, long values folded, huge ones
-cut (a page shows a bounded amount of any value, however large the task's arguments)."""
+"""How values read on a page: task reprs pretty-printed, long values folded, huge ones cut
+(a page shows a bounded amount of any value, however large the task's arguments), and
+moments in UTC."""
 
 from __future__ import annotations
 
 import ast
 import pprint
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 #: Values longer than this show their start, and unfold on a click (<details>).
 FOLD_AT = 300
@@ -54,3 +56,10 @@ def folded_value(text: str) -> Folded:
     if len(text) <= FOLD_AT:
         return Folded(text, text)
     return Folded(text, text[:120].rstrip() + " …")
+
+
+def utc(moment: datetime | None) -> str:
+    """A moment to the second, UTC (the footer says so), or "" for none."""
+    if moment is None:
+        return ""
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S")

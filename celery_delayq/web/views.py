@@ -1,6 +1,7 @@
-"""The pages: overview, scheduled tasks, one task, dead letters, doctor, and the token
-login and logout. Every page reads the store afresh, a bounded amount per request;
-nothing but the moves chart and the last full doctor check is kept between requests.
+"""The pages: overview, scheduled tasks, one task, dead letters, periodic entries, doctor,
+and the token login and logout. Every page reads the store afresh, a bounded amount per
+request; nothing but the moves chart and the last full doctor check is kept between
+requests.
 
 Every query parameter is checked (a 400 that says which one and why): a filter of at
 most FIELD_MAX characters, moments a date can hold, a cursor a page wrote."""
@@ -24,6 +25,9 @@ from ..ops import api
 from ..ops.browse import Cursor, Task, TaskFilter, browse
 from ..ops.health import doctor as run_doctor
 from ..ops.when import parse_moment
+from ..periodic import manage
+from ..periodic.describe import schedule_text
+from ..periodic.entry import schedule_json
 from .charts import bar_chart, line_chart
 from .context import context, problem
 from .present import folded_value, pretty_repr
@@ -212,6 +216,19 @@ def task(task_id: str) -> Any:
 def dead() -> Any:
     letters = [Task(letter) for letter in api.dead_letters(context().celery)]
     return render_template("dead.html", letters=letters)
+
+
+@pages.get("/periodic")
+def periodic() -> Any:
+    """Every periodic entry: its schedule, next runs, last run, the occurrences missed
+    while every beat was down, and (unless read-only) pause, resume and run now."""
+    app = context().celery
+    with open_store(app, fail_fast=True):  # Redis down: a 503 at once, not kombu's retries
+        listed = manage.entries(app)
+    schedules = {
+        info.entry.name: schedule_text(schedule_json(info.entry.schedule)) for info in listed
+    }
+    return render_template("periodic.html", entries=listed, schedules=schedules)
 
 
 @pages.get("/doctor")

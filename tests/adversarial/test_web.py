@@ -25,6 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import celery_delayq
+from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.ops import browse
 from celery_delayq.web import create_app, views
@@ -163,7 +164,7 @@ def test_a_huge_argsrepr_is_shown_cut_not_parsed(app, client, redis_client) -> N
     "host", ["attacker.example", "attacker.example:5557", "localhost.attacker.example", "", "a b"]
 )
 def test_a_foreign_host_header_is_refused(client, host: str) -> None:
-    for path in ("/", "/scheduled", "/login", "/doctor"):
+    for path in ("/", "/scheduled", "/login", "/doctor", "/periodic"):
         response = client.get(path, headers={"Host": host})
         assert response.status_code == 400, (host, path)
         assert "csrf_token" not in response.get_data(as_text=True)
@@ -271,7 +272,9 @@ def test_a_path_on_this_site_is_kept(app, target: str) -> None:
 # -- finding 8: headers ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("path", ["/", "/scheduled", "/dead", "/doctor", "/login", "/task/x"])
+@pytest.mark.parametrize(
+    "path", ["/", "/scheduled", "/dead", "/doctor", "/login", "/task/x", "/periodic"]
+)
 def test_every_page_carries_the_security_headers(client, path: str) -> None:
     headers = client.get(path).headers
     csp = headers["Content-Security-Policy"]
@@ -285,8 +288,9 @@ def test_every_page_carries_the_security_headers(client, path: str) -> None:
 def test_no_page_has_script_a_policy_would_block(app, client, tie) -> None:
     """The policy allows no script: so no page may carry any (a browser check of the
     same, with no console violations, is in tests/system/test_web_browser.py)."""
+    periodic.upsert(app, "<b>entry</b>", "tests.noop", 60)  # its row has the action forms
     pages = ["/", "/scheduled", "/dead", "/doctor", "/login", f"/task/{tie[0]}", "/task/x"]
-    for path in pages:
+    for path in [*pages, "/periodic"]:
         body = client.get(path).get_data(as_text=True).lower()
         assert "<script" not in body and "javascript:" not in body, path
         assert not re.search(r"\son[a-z]+=", body) and " style=" not in body, path
@@ -484,15 +488,18 @@ def test_an_oversized_form_is_refused_and_changes_nothing(app, client) -> None:
 
 def test_a_cross_origin_post_without_a_valid_csrf_token_changes_nothing(app, client) -> None:
     task_id = noop_task(app).apply_async((1,), countdown=600).id
+    periodic.upsert(app, "entry", "tests.noop", 3600)
     foreign = {"Origin": "https://evil.example", "Referer": "https://evil.example/x"}
     for token in (None, "forged", csrf_token(create_app(app, access=Access()).test_client())):
-        data = {"ids": [task_id], "confirmed": "yes", "next": "/scheduled"}
-        if token:
-            data["csrf_token"] = token
-        response = client.post("/actions/cancel", data=data, headers=foreign)
-        assert response.status_code == 400, token
+        for path, name in (("/actions/cancel", task_id), ("/periodic/pause", "entry")):
+            data = {"ids": [name], "confirmed": "yes", "next": "/scheduled"}
+            if token:
+                data["csrf_token"] = token
+            response = client.post(path, data=data, headers=foreign)
+            assert response.status_code == 400, (path, token)
     with open_store(app) as store:
-        assert [m.task_id for m in store.pending()] == [task_id]
+        assert [m.task_id for m in store.find(task_id)] == [task_id]
+    assert periodic.get(app, "entry").entry.enabled  # type: ignore[union-attr]
 
 
 # -- a fuzz of query strings: no 500, bounded Redis work ------------------------------------

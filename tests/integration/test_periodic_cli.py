@@ -39,7 +39,7 @@ def test_add_list_show_pause_resume_run_and_remove(app) -> None:
     assert [e["name"] for e in listed] == ["nightly", "tick"]
     assert listed[0]["schedule"]["crontab"]["hour"] == "2"
     table = invoke(app, "periodic", "list").stdout
-    assert "crontab 30 2 * * *" in table and "every 60 s" in table
+    assert "crontab 30 2 * * *" in table and "every 1 minute" in table
 
     shown = json.loads(invoke(app, "periodic", "show", "tick", "--json").stdout)
     assert len(shown["next_runs"]) == 3 and shown["origin"] == "api"
