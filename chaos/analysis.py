@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .book import Book, Execution, Key, Receipt
+from .periodic_check import PeriodicOutcome, check_periodic
 
 # Causes. The word before the colon says whose semantics explain the case.
 LOST_AT_MOST_ONCE = "Celery: worker SIGKILLed while running it, acks_late off"
@@ -141,6 +142,8 @@ class Outcome:
     #: movers and the queue list), and BRPOP to the task's first line (the worker).
     lateness_to_receipt: list[float] = field(default_factory=list)
     lateness_in_worker: list[float] = field(default_factory=list)
+    #: The periodic entry's occurrences (chaos/periodic_check.py).
+    periodic: PeriodicOutcome = field(default_factory=PeriodicOutcome)
 
     @property
     def lost_against_us(self) -> int:
@@ -181,6 +184,7 @@ def analyze(book: Book) -> Outcome:
     outcome.actions = Counter(action["ev"] for action in book.actions)
     outcome.evidence_lookups = book.evidence_lookups
     outcome.injected = book.injected
+    outcome.periodic = check_periodic(book)
     if book.fresh_pushes is not None:
         outcome.handed_over = sum(book.fresh_pushes.values())
         outcome.handed_over_again = sum(n - 1 for n in book.fresh_pushes.values() if n > 1)

@@ -1,4 +1,5 @@
-"""The run's Celery app and its one task, ``chaos.work``, which notes every execution.
+"""The run's Celery app and its tasks: ``chaos.work``, which notes every execution, and
+``chaos.tick``, the periodic entry's, which notes each run of an occurrence.
 
 A task's plan is a list of retry countdowns: it retries (``self.retry(countdown=...)``,
 same task id) until ``request.retries`` reaches the plan's length, with countdowns cut
@@ -23,7 +24,7 @@ from celery.exceptions import Retry
 
 from celery_delayq.testing import build_app, eta_seconds
 
-from .config import SharedSettings, capped_countdown
+from .config import PERIODIC_TASK, SharedSettings, capped_countdown
 from .ledger import process_ledger
 
 TASK_NAME = "chaos.work"
@@ -99,5 +100,20 @@ def make_app(
         finally:
             publishing.reset(token)
 
+    def tick(self: Any) -> None:
+        """A run of the periodic entry: which occurrence, which message, where."""
+        request = self.request
+        process_ledger().write(
+            "O",
+            id=request.id,
+            entry=request.get("delayq-periodic"),
+            occ=request.get("delayq-occurrence"),
+            inc=incarnation,
+            rd=bool((request.delivery_info or {}).get("redelivered")),
+        )
+
     app.task(name=TASK_NAME, bind=True, max_retries=None)(work)
+    # acks_late whatever the worker's setting: an occurrence lost with a killed worker's
+    # early ack would be Celery's loss, not the scheduler's, and hide the check
+    app.task(name=PERIODIC_TASK, bind=True, acks_late=True)(tick)
     return app

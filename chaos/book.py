@@ -104,6 +104,8 @@ class Book:
         self.fresh_pushes: Counter[str] | None = None
         #: Faults injected on purpose (``--inject-faults``), by kind.
         self.injected: Counter[str] = Counter()
+        #: Runs of the periodic entry's occurrences (``O`` entries), in ledger order.
+        self.ticks: list[Event] = []
         self._early_ends: dict[str, Event] = {}
 
     def add(self, events: Iterable[Event]) -> None:
@@ -112,6 +114,9 @@ class Book:
 
     def _on_unknown(self, event: Event) -> None:
         self.actions.append({**event, "ev": "unknown-entry"})
+
+    def _on_O(self, event: Event) -> None:
+        self.ticks.append(event)
 
     def _on_S(self, event: Event) -> None:
         self.scheduled[event["id"]] = event["eta"]

@@ -36,6 +36,11 @@ ETA_TAIL = 10.0
 #: Seconds kombu's restore lock outlives a worker killed while holding it (or cut off by
 #: CLIENT KILL); kombu's default, 300 s, would stop every redelivery for five minutes.
 UNACKED_MUTEX_EXPIRE = 10
+#: The run's periodic entry: every beat writes it ahead; each occurrence must run, and be
+#: sent once (chaos/periodic_check.py).
+PERIODIC_ENTRY = "chaos-tick"
+PERIODIC_TASK = "chaos.tick"
+PERIODIC_EVERY = 1.0
 #: Probability of a task planning 0, 1 or 2 retries.
 RETRY_WEIGHTS = (0.8, 0.15, 0.05)
 
@@ -54,6 +59,8 @@ class Minimums:
     tasks: int
     kills: int
     redis_restarts: int
+    #: The periodic entry's runs: half the occurrences of the run (beats start late).
+    periodic_runs: int
 
     @classmethod
     def for_duration(cls, seconds: float) -> Minimums:
@@ -62,6 +69,7 @@ class Minimums:
             tasks=int(100_000 * scale),
             kills=max(3, math.floor(50 * scale)),
             redis_restarts=max(1, math.floor(3 * scale)),
+            periodic_runs=math.floor(seconds / PERIODIC_EVERY / 2),
         )
 
 
@@ -141,6 +149,9 @@ class SharedSettings:
             "worker_enable_remote_control": False,
             "enable_utc": True,
             "timezone": "UTC",
+            "beat_schedule": {
+                PERIODIC_ENTRY: {"task": PERIODIC_TASK, "schedule": PERIODIC_EVERY},
+            },
             # Movers come back within 2 s of an outage instead of backing off to 10 s.
             "delayq_mover_retry_max": 2.0,
             "delayq_worker_mover": worker_mover,

@@ -19,6 +19,8 @@ Entry kinds (``k``), each with ``t`` (epoch seconds) and the fields listed:
 - ``R`` received by a worker (its consume returned it): ``tag``, ``id``, ``r``, ``inc``, ``ok``:
   whether kombu's ``unacked`` entry for it was written (``e`` on failure).
 - ``A`` ack or reject sent to Redis: ``tag``, ``inc``, ``ok`` and ``e`` on failure.
+- ``O`` a periodic occurrence began to run: ``id``, ``entry``, ``occ`` (the occurrence,
+  ISO 8601), ``inc``, ``rd`` (redelivered).
 - ``Z`` a fault injected on purpose (``--inject-faults``): ``fault``, ``id``, ``r``.
 - ``X`` orchestrator event: ``ev`` and its own fields (spawn, kill, exit, chaos actions).
 """

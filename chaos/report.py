@@ -10,7 +10,14 @@ from pathlib import Path
 from . import analysis
 from .analysis import Outcome, summary
 from .book import Book
-from .config import ETA_TAIL, MIN_COUNTDOWN, RETRY_WEIGHTS, UNACKED_MUTEX_EXPIRE, RunOptions
+from .config import (
+    ETA_TAIL,
+    MIN_COUNTDOWN,
+    PERIODIC_EVERY,
+    RETRY_WEIGHTS,
+    UNACKED_MUTEX_EXPIRE,
+    RunOptions,
+)
 
 
 @dataclass
@@ -78,6 +85,18 @@ def checks(outcome: Outcome, options: RunOptions) -> list[Check]:
             outcome.duplicates_against_us == 0,
         ),
         Check(
+            "periodic occurrences run (1-second entry, 2 beats)",
+            f">= {minimums.periodic_runs}",
+            outcome.periodic.ran,
+            outcome.periodic.ran >= minimums.periodic_runs,
+        ),
+        Check(
+            "periodic occurrences missed, or sent twice",
+            "0",
+            len(outcome.periodic.missed) + len(outcome.periodic.sent_twice),
+            not outcome.periodic.missed and not outcome.periodic.sent_twice,
+        ),
+        Check(
             "messages pushed onto the queue list twice (AOF)",
             "0",
             outcome.handed_over_again,
@@ -112,6 +131,7 @@ def render(outcome: Outcome, book: Book, context: RunContext) -> str:
         *_causes("Lost, by cause", outcome.lost, outcome),
         *_causes("Duplicates, by cause", outcome.duplicates, outcome),
         *_chaos(outcome, book, context),
+        *_periodic(outcome),
         *_lateness(outcome),
         *_redis_load(context),
         *_errors(context),
@@ -148,13 +168,34 @@ def _configuration(context: RunContext) -> list[str]:
         "(kombu's default, 300 s, stops all redeliveries for 5 minutes whenever a worker dies "
         "holding its restore lock).",
         f"- Movers: a thread in {min(o.worker_movers, len(o.acks_late))} of the workers, one "
-        "in beat (`celery_delayq.beat:Scheduler`), one standalone (`celery delayq mover`); "
-        "`delayq_mover_retry_max` 2 s.",
+        "in each of two beats (`celery_delayq.beat:Scheduler`), one standalone "
+        "(`celery delayq mover`); `delayq_mover_retry_max` 2 s.",
         "- Redis: `appendonly yes`, `appendfsync always`, no automatic AOF rewrite; restarted "
         "on the same port.",
         f"- Versions: {versions}.",
         "",
     ]
+
+
+def _periodic(outcome: Outcome) -> list[str]:
+    found = outcome.periodic
+    lines = [
+        "## The periodic entry",
+        "",
+        f"A {PERIODIC_EVERY:g}-second entry in `beat_schedule`, written ahead by two beats "
+        "(`celery_delayq.beat:Scheduler`) that the monkey kills with the rest; paused when "
+        "producing stops, so the store drains. Between its first run and its last: "
+        f"{found.occurrences:,} occurrences, {found.ran:,} run, {len(found.missed)} missed, "
+        f"{len(found.sent_twice)} sent twice (two task ids for one occurrence); "
+        f"{found.redelivered} runs again of one task id (redelivered by the broker, Celery's "
+        f"at-least-once); the latest first run {found.latest_first_run:.1f} s after its "
+        "occurrence.",
+        "",
+    ]
+    for title, listed in (("Missed", found.missed), ("Sent twice", found.sent_twice)):
+        if listed:
+            lines += [f"{title}: {', '.join(listed[:10])}", ""]
+    return lines
 
 
 def _counts(outcome: Outcome, context: RunContext) -> list[str]:

@@ -28,9 +28,11 @@ from typing import Any
 
 import redis
 from celery import Celery
+from kombu.exceptions import OperationalError
 
 import celery_delayq
 from benchmarks.processes import REPO_ROOT
+from celery_delayq import periodic
 from celery_delayq.testing import RedisServer, WaitAborted, redis_server_binary, wait_until
 
 from . import monkey as chaos_monkey
@@ -122,6 +124,7 @@ class Run:
                 producers = self._producers(last_eta)
                 supervisor.start()
                 self._produce(producers, monkey, server)
+                self._pause_periodic(settings)
                 self._drain(settings, server, last_eta)
                 if not self.context.settled:
                     self._locate_unfinished(server)
@@ -162,6 +165,7 @@ class Run:
         return [
             *workers,
             self._slot("beat", BEAT, beat_command(self.dir)),
+            self._slot("beat-2", BEAT, beat_command(self.dir)),
             self._slot("mover", MOVER, mover_command),
         ]
 
@@ -220,6 +224,17 @@ class Run:
             producer.stop(timeout=60)
         monkey.stop()
         self.context.producing_seconds = time.monotonic() - began
+
+    def _pause_periodic(self, settings: SharedSettings) -> None:
+        """Pause the periodic entries (the run's, and Celery's daily backend clean-up that
+        beat adds), so the store can drain: their occurrences due from a few seconds on
+        are withdrawn (those sooner still run)."""
+        app = make_app(settings, acks_late=False, incarnation="orchestrator")
+        try:
+            wait_until(lambda: _paused(app), timeout=60, interval=0.5, what="the entry is paused")
+        finally:
+            app.close()
+        self.ledger.write("X", ev="periodic-paused")
 
     def _drain(self, settings: SharedSettings, server: RedisServer, last_eta: float) -> None:
         """Wait until nothing can run any more: every expected message ended or is lost
@@ -340,6 +355,15 @@ def _redis_empty(app: Celery, server: RedisServer) -> bool:
         return all(queue.pending == 0 for queue in celery_delayq.backlog(app))
     except redis.RedisError:
         return False
+
+
+def _paused(app: Celery) -> bool:
+    try:
+        for info in periodic.entries(app):
+            periodic.pause(app, info.entry.name)
+    except (redis.RedisError, OperationalError):
+        return False  # a Redis the monkey restarted just before it stopped: again
+    return True
 
 
 def _versions() -> dict[str, str]:
