@@ -256,17 +256,21 @@ def _definition(entry: PeriodicEntry) -> str:
 
 
 def _set_enabled(app: Celery, name: str, enabled: bool, moment: datetime) -> Upserted:
-    found = _existing(app, name)
-    entry = replace(found.entry, enabled=enabled)
     with open_store(app) as store:
-        version, replaced = EntryRegistry(store.client, store.keys).put(entry)
+        registry = EntryRegistry(store.client, store.keys)
+        entry = replace(_found(registry, name).entry, enabled=enabled)
+        version, replaced = registry.put(entry)
     OccurrenceWriter(app).advance(entry, version, moment)
     return Upserted(version, replaced)
 
 
 def _existing(app: Celery, name: str) -> Versioned:
     with open_store(app) as store:
-        found = EntryRegistry(store.client, store.keys).get(name)
+        return _found(EntryRegistry(store.client, store.keys), name)
+
+
+def _found(registry: EntryRegistry, name: str) -> Versioned:
+    found = registry.get(name)
     if found is None:
         raise KeyError(f"no periodic entry named {name!r}")
     return found

@@ -75,17 +75,24 @@ class EntryRegistry:
         return bool(self.client.hdel(self.keys.periodic_entries, name))
 
 
+def read_version(text: str) -> int | None:
+    """A version as the store writes it (entries here, marks in each queue): up to 18
+    digits; None for anything else (crafted bytes)."""
+    return int(text) if text.isdigit() and len(text) <= 18 and text.isascii() else None
+
+
 def _read(name: str | bytes, raw: bytes | str) -> Versioned | None:
     text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
     version, _, body = text.partition(" ")
     field = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
     try:
-        if not version.isdigit() or len(version) > 18:
+        number = read_version(version)
+        if number is None:
             raise ValueError(f"no version: {version[:20]!r}")
         entry = PeriodicEntry.from_json(body)
         if entry.name != field:
             raise ValueError(f"it names itself {entry.name[:50]!r}")
-        return Versioned(entry, int(version))
+        return Versioned(entry, number)
     except ValueError as exc:
         logger.warning("periodic entry %r cannot be read, and is left out: %s", name, exc)
         return None

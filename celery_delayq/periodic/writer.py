@@ -38,7 +38,7 @@ from ..core.store import DelayedStore
 from .entry import PeriodicEntry, from_ms, to_ms
 from .history import EntryHistory
 from .occurrences import Occurrences
-from .registry import Versioned
+from .registry import Versioned, read_version
 
 __all__ = ["OCCURRENCE_HEADER", "Advance", "Mark", "OccurrenceWriter"]
 
@@ -79,13 +79,14 @@ class Mark:
         if not text:
             return None
         version, _, up_to = text.partition(" ")
-        if not version.isdigit() or len(version) > 18:
+        number = read_version(version)
+        if number is None:
             return None
         if up_to == "paused":
-            return cls(int(version), None)
-        if not up_to.isdigit() or len(up_to) > 15:
+            return cls(number, None)
+        if not up_to.isdigit() or len(up_to) > 15 or not up_to.isascii():
             return None
-        return cls(int(version), int(up_to))
+        return cls(number, int(up_to))
 
 
 @dataclass(frozen=True)
