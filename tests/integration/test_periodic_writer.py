@@ -163,6 +163,8 @@ def test_a_long_outage_of_a_fast_entry_is_walked_in_bounded_time(make_app) -> No
         ("x 1", None),
         ("-1 5", None),
         ("3 1e400", None),
+        ("\u00b2 5", None),  # a digit to str.isdigit, not to int()
+        ("3 \u00b2", None),
         ("9" * 40 + " 1", None),
         ("3 " + "9" * 40, None),
         ("3 paused ", None),
