@@ -69,7 +69,7 @@ def test_three_beats_at_once_run_each_occurrence_of_a_one_second_entry_once(
     assert found.history.last_occurrence == max(seen)
 
 
-def test_an_upsert_while_beats_run_changes_the_rhythm_from_its_next_occurrence(
+def test_an_upsert_pause_and_resume_while_beats_run_take_effect_from_the_next_occurrence(
     make_app, redis_server, redis_client
 ) -> None:
     app = make_app()
@@ -91,10 +91,20 @@ def test_an_upsert_while_beats_run_changes_the_rhythm_from_its_next_occurrence(
             ),
             timeout=60,
         )
+        periodic.resume(app, "tick")
+        resumed_at = datetime.now(timezone.utc)
+        wait_until(
+            lambda: len([w for w in occurrences(redis_client) if w > resumed_at]) >= 3,
+            timeout=60,
+        )
     ticks, api_ticks = occurrences(redis_client), occurrences(redis_client, "api-tick")
     assert [when for when, count in ticks.items() if count > 1] == []
     assert [when for when, count in api_ticks.items() if count > 1] == []
-    assert [when for when in ticks if when > paused_at + settle] == []
+    # paused: nothing after the settle window until the resume; then every second again
+    assert [when for when in ticks if paused_at + settle < when <= resumed_at] == []
+    again = sorted(when for when in ticks if when > resumed_at)
+    assert again[0] - resumed_at <= timedelta(seconds=settle.seconds + 1)
+    assert all(later - earlier == timedelta(seconds=1) for earlier, later in zip(again, again[1:]))
     spaced = sorted(api_ticks)
     assert all(
         later - earlier == timedelta(seconds=2) for earlier, later in zip(spaced, spaced[1:])
