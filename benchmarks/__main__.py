@@ -8,20 +8,17 @@ Exit status: 0 when every scenario was measured (even if a target was MISSED),
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import sys
 import time
 from collections.abc import Collection
 from datetime import datetime, timezone
-from importlib.metadata import version
 from pathlib import Path
 
 from celery_delayq.testing import exit_on_termination
 
 from .harness import log
 from .profiles import FULL, QUICK, Profile
-from .report import ScenarioResult, markdown_table, missed_lines, server_version
+from .report import ScenarioResult, environment, markdown_table, missed_lines
 from .runner import run_all
 from .scenarios import OPT_IN_KEYS, SCENARIO_KEYS
 
@@ -51,16 +48,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         + ", which run only when named)",
     )
     return parser.parse_args(argv)
-
-
-def environment() -> str:
-    packages = ", ".join(f"{name} {version(name)}" for name in ("celery", "kombu", "redis"))
-    return (
-        f"Python {platform.python_version()}, {packages}, celery-delayq "
-        f"{version('celery-delayq')}; {server_version()}; "
-        f"{platform.system()} {platform.machine()}, "
-        f"{len(os.sched_getaffinity(0))} CPUs"
-    )
 
 
 def render(results: list[ScenarioResult], profile: Profile, seconds: float, directory: Path) -> str:

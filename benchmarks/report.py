@@ -9,9 +9,12 @@ reserved for scenarios that could not be measured at all.
 from __future__ import annotations
 
 import math
+import os
+import platform
 import subprocess
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from importlib.metadata import version
 from pathlib import Path
 
 from celery_delayq.testing import redis_server_binary
@@ -149,3 +152,13 @@ def server_version() -> str:
         [redis_server_binary(), "--version"], capture_output=True, text=True, check=False
     ).stdout.strip()
     return out.split(" sha=")[0] or "redis-server of unknown version"
+
+
+def environment() -> str:
+    packages = ", ".join(f"{name} {version(name)}" for name in ("celery", "kombu", "redis"))
+    return (
+        f"Python {platform.python_version()}, {packages}, celery-delayq "
+        f"{version('celery-delayq')}; {server_version()}; "
+        f"{platform.system()} {platform.machine()}, "
+        f"{len(os.sched_getaffinity(0))} CPUs"
+    )
