@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,9 @@ from celery import Celery
 from kombu import Queue
 
 import celery_delayq
+from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.periodic.history import EntryHistory
 from celery_delayq.testing import wait_until
 
 from ..helpers import noop_task, parse_metrics, scrape
@@ -40,7 +43,8 @@ def queries(dashboard: dict[str, Any]) -> list[str]:
 
 def exported(app: Celery) -> tuple[set[str], set[str]]:
     """The families and the sample names the exporter serves for a store with a task of
-    each kind: pending, moved (the lateness histogram), cancelled, keyed and requeued."""
+    each kind: pending, moved (the lateness histogram), cancelled, keyed and requeued; and
+    a periodic entry with a recorded run."""
     task = noop_task(app)
     task.apply_async(countdown=3600)
     celery_delayq.cancel(app, task.apply_async(countdown=3600).id)
@@ -50,6 +54,11 @@ def exported(app: Celery) -> tuple[set[str], set[str]]:
         wait_until(lambda: store.move_all_due().moved > 0, what="the 0.1 s task moved")
     with app.connection_for_write() as connection:  # a redelivery: a reject with requeue
         Queue(app.conf.task_default_queue)(connection.default_channel).get().reject(requeue=True)
+    with pytest.warns(periodic.UnknownTaskWarning):
+        periodic.upsert(app, "hourly", "x.y", 3600)
+    with open_store(app) as store:
+        now = datetime.now(timezone.utc)
+        EntryHistory(store.client, store.keys).ran("hourly", now, now)
     types, samples = parse_metrics(scrape(app))
     return set(types), set(samples)
 
