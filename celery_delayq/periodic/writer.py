@@ -113,7 +113,7 @@ class OccurrenceWriter:
         config = config_of(app)
         #: How far ahead occurrences are written (``delayq_periodic_horizon``): the longest
         #: every beat may be down without an occurrence going unwritten.
-        self.horizon = horizon or timedelta(seconds=config.periodic_horizon)
+        self.horizon = timedelta(seconds=config.periodic_horizon) if horizon is None else horizon
         if self.horizon <= timedelta(0):
             raise ValueError("the horizon must be positive")
         self.app = app
@@ -151,7 +151,7 @@ class OccurrenceWriter:
             )
         done: dict[str, Advance] = {}
         for each, read in zip(entries, marks):
-            if self._up_to_date(each, Mark.parse(read), now):
+            if self._up_to_date(each.entry, each.version, Mark.parse(read), now):
                 continue
             try:
                 done[each.entry.name] = self.advance(each.entry, each.version, now)
@@ -159,13 +159,15 @@ class OccurrenceWriter:
                 logger.warning("periodic entry %r: not written ahead: %s", each.entry.name, exc)
         return done
 
-    def _up_to_date(self, each: Versioned, mark: Mark | None, now: datetime) -> bool:
-        """Whether ``mark`` already covers ``each`` up to the horizon (or its pause)."""
-        if mark is None or mark.version != each.version:
+    def _up_to_date(
+        self, entry: PeriodicEntry, version: int, mark: Mark | None, now: datetime
+    ) -> bool:
+        """Whether ``mark`` already covers ``entry`` up to the horizon (or its pause)."""
+        if mark is None or mark.version != version:
             return False
-        if not each.entry.enabled:
+        if not entry.enabled:
             return mark.up_to_ms is None
-        return mark.up_to_ms is not None and mark.up_to_ms >= to_ms(now + self.horizon)
+        return mark.up_to_ms is not None and from_ms(mark.up_to_ms) >= now + self.horizon
 
     def advance(self, entry: PeriodicEntry, version: int, now: datetime) -> Advance:
         """Write ``entry``'s occurrences ahead up to ``now + horizon``, unless another beat
@@ -215,9 +217,10 @@ class OccurrenceWriter:
         self, entry: PeriodicEntry, version: int, mark: Mark | None, now: datetime
     ) -> _Plan | None:
         """What to write against ``mark``, or None when it is up to date."""
+        if self._up_to_date(entry, version, mark, now):
+            return None
         if not entry.enabled:
-            paused = Mark(version, None)
-            return None if mark == paused else _Plan(paused, withdraw=True)
+            return _Plan(Mark(version, None), withdraw=True)
         if mark is not None and mark.version == version and mark.up_to_ms is not None:
             start, changed = from_ms(mark.up_to_ms), False
         elif mark is None:  # new (or a mark this code did not write): from now on
@@ -225,8 +228,6 @@ class OccurrenceWriter:
         else:  # changed or resumed: from the end of the settle window on
             start, changed = now + self.settle, True
         end = now + self.horizon
-        if not changed and start >= end:
-            return None
         occurrences = entry.occurrences()
         late, missed, last_missed = self._missed(occurrences, start, now, entry.catch_up)
         upcoming = _upcoming(occurrences, max(start, now), end)
