@@ -8,6 +8,7 @@ script path.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -17,7 +18,7 @@ import uuid
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import redis
 
@@ -55,7 +56,15 @@ class HandOver(Protocol):
     #: The most a dense instant is delivered ahead beyond ``ahead_ms`` (0: never).
     burst_ahead_ms: int
 
-    def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult: ...
+    def deliver_due(self, queue: QueueKeys, limit: int, more_calls: bool = False) -> MoveResult:
+        """``more_calls``: the caller calls again for this queue while its result says
+        more is due, then ``settle_ahead`` (``move_all_due``), so a hand-over may send
+        the next batch before this one is confirmed."""
+        ...
+
+    def settle_ahead(self) -> list[MoveResult]:
+        """Conclude every batch sent ahead (their results)."""
+        ...
 
     def close(self) -> None:
         """Release what delivering holds (a broker connection); the next delivery
@@ -99,7 +108,11 @@ class SameRedisMove:
     def close(self) -> None:
         """Nothing to release: the move runs on the store's own connection."""
 
-    def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult:
+    def settle_ahead(self) -> list[MoveResult]:
+        """Nothing is ever ahead: a move is done when its script returns."""
+        return []
+
+    def deliver_due(self, queue: QueueKeys, limit: int, more_calls: bool = False) -> MoveResult:
         lists = self.queue_lists(queue.queue) if self.queue_lists else [queue.own_list]
         started = time.perf_counter()
         moved, next_due, now, missing, max_late, further = self.scripts.move_due(
@@ -174,10 +187,30 @@ class PublishReport:
     error: Exception | None = None
 
 
-class Publisher(Protocol):
-    """Publishes messages to the broker, with confirms, and reports on each."""
+@dataclass
+class Sent:
+    """A batch sent to the broker; its report fills as the broker answers."""
 
-    def publish(self, messages: Sequence[Outgoing]) -> PublishReport: ...
+    messages: Sequence[Outgoing]
+    report: PublishReport = field(default_factory=PublishReport)
+    #: The publisher's own record of what is still awaited (None: nothing is).
+    awaiting: Any = None
+
+
+class Publisher(Protocol):
+    """Publishes messages to the broker, with confirms, and reports on each.
+
+    ``send`` puts a batch on its way, ``settle`` waits for the broker's answers to it.
+    A publisher with ``pipelines`` set returns from ``send`` before the confirms come,
+    so the hand-over claims and sends the next batch while the broker takes this one
+    in; the others are done when ``send`` returns.
+    """
+
+    pipelines: bool
+
+    def send(self, messages: Sequence[Outgoing]) -> Sent: ...
+
+    def settle(self, sent: Sent) -> PublishReport: ...
 
     def close(self) -> None: ...
 
@@ -194,6 +227,25 @@ class HandOverPolicy:
     retry_backoff_ms: int = 1_000
 
 
+@dataclass
+class ClaimedBatch:
+    """One ``claim_due`` call's messages, sent or about to be."""
+
+    owner: str
+    now: int
+    next_due: int  # -1: none
+    missing: int
+    held_for: int  # ms another mover holds the queue shard for (0: it is ours)
+    seconds: float  # how long the claim call took
+    messages: list[Outgoing]
+    sent: Sent | None = None
+
+    @property
+    def more_due(self) -> bool:
+        """More of the queue is due than this batch took."""
+        return 0 <= self.next_due <= self.now
+
+
 class ClaimPublishAck:
     """Due messages go to a broker in another system: claimed in Redis, published with
     confirms, then acked in Redis (``lua/handover.lua`` explains the protocol).
@@ -201,6 +253,12 @@ class ClaimPublishAck:
     A message leaves Redis only after the broker confirmed it, so nothing is lost; a
     mover killed between the confirm and the ack publishes one duplicate (its claim
     expires and the message is published again), which carries the same stable id.
+
+    In a backlog (more is due than one batch), with a caller that says ``more_calls``
+    and a publisher that ``pipelines``, the next batch is claimed and sent before this
+    one's confirms are awaited: Redis, the mover and the broker then work at the same
+    time, as a plain publish loop keeps its broker busy. A batch sent ahead is settled
+    and acked by the next delivery of its queue, or by ``settle_ahead`` or ``close``.
     """
 
     #: Claimed messages go out when due: the AMQP hand-over renames their ``eta`` header
@@ -223,6 +281,8 @@ class ClaimPublishAck:
         self.scripts = scripts or StoreScripts.register(client)
         #: Who claims: the same for every pass of one mover thread, across reconnects.
         self.claimer = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        #: Batches sent ahead, by queue shard (QueueKeys.tagged).
+        self._ahead: dict[str, tuple[QueueKeys, ClaimedBatch]] = {}
 
     @property
     def publisher(self) -> Publisher:
@@ -231,12 +291,52 @@ class ClaimPublishAck:
         return self._publisher
 
     def close(self) -> None:
-        """Close the publisher's broker connection, if one was made."""
+        """Settle the batches sent ahead, then close the publisher's broker connection,
+        if one was made. Once one cannot be settled, the rest are only concluded with
+        the answers already in (the broker is unwell: no more waiting on it)."""
+        wait = True
+        for queue, batch in self._take_ahead():
+            try:
+                self._settle(queue, batch, wait=wait)
+            except Exception:  # noqa: BLE001 - closing: what is not acked expires with its lease
+                wait = False
+        self._close_publisher()
+
+    def _close_publisher(self) -> None:
         if self._publisher is not None:
             self._publisher.close()
             self._publisher = None
 
-    def deliver_due(self, queue: QueueKeys, limit: int) -> MoveResult:
+    def _take_ahead(self) -> list[tuple[QueueKeys, ClaimedBatch]]:
+        ahead, self._ahead = list(self._ahead.values()), {}
+        return ahead
+
+    def settle_ahead(self) -> list[MoveResult]:
+        return [self._settle(queue, batch) for queue, batch in self._take_ahead()]
+
+    def deliver_due(self, queue: QueueKeys, limit: int, more_calls: bool = False) -> MoveResult:
+        _, batch = self._ahead.pop(queue.tagged, (queue, None))
+        if batch is None:
+            batch = self._claim(queue, limit)
+            if batch.messages:
+                batch.sent = self.publisher.send(batch.messages)
+        if batch.held_for:  # another mover claims from this shard: look again once its hold ends
+            retry_at = batch.now + batch.held_for
+            next_due = max(batch.next_due, retry_at) if batch.next_due >= 0 else None
+            return MoveResult(0, next_due, batch.now)
+        sent = batch.sent
+        if (
+            more_calls
+            and batch.more_due
+            and sent is not None
+            and sent.report.error is None
+            and self.publisher.pipelines
+        ):
+            self._send_ahead(queue, limit)
+        return self._settle(queue, batch)
+
+    def _claim(self, queue: QueueKeys, limit: int) -> ClaimedBatch:
+        """Claim up to ``limit`` due messages (say what the claim found amiss)."""
         owner = uuid.uuid4().hex
         policy = self.policy
         started = time.perf_counter()
@@ -255,9 +355,6 @@ class ClaimPublishAck:
         )
         seconds = time.perf_counter() - started
         now, next_due, missing, given_back, dead, held_for = (int(value) for value in reply[:6])
-        if held_for:  # another mover claims from this shard: look again once its hold ends
-            retry_at = now + held_for
-            return MoveResult(0, max(next_due, retry_at) if next_due >= 0 else None, now)
         if given_back:
             logger.warning(
                 "celery-delayq: %d claim(s) of queue %r expired (a mover died or hung after "
@@ -270,19 +367,45 @@ class ClaimPublishAck:
         messages = [
             Outgoing.from_record(key, raw, queue.own_list) for key, raw in _pairs(reply[6:])
         ]
-        report = self.publisher.publish(messages) if messages else PublishReport()
+        return ClaimedBatch(owner, now, next_due, missing, held_for, seconds, messages)
+
+    def _send_ahead(self, queue: QueueKeys, limit: int) -> None:
+        """Claim and send the queue's next batch now; a Redis error leaves it to the next
+        delivery (which meets the error again, and reports it)."""
+        try:
+            batch = self._claim(queue, limit)
+        except redis.RedisError as exc:
+            logger.debug("celery-delayq: claiming ahead from %r failed: %s", queue.label, exc)
+            return
+        if batch.messages:
+            batch.sent = self.publisher.send(batch.messages)
+            self._ahead[queue.tagged] = (queue, batch)
+
+    def _settle(self, queue: QueueKeys, batch: ClaimedBatch, wait: bool = True) -> MoveResult:
+        """Wait for the broker's answers to a batch (``wait``; else take those already
+        in); ack what it confirmed, give back the rest (refused: with a back-off,
+        unanswered: due again at once). A broker error is raised once every claim is
+        concluded, those of the batches sent ahead too."""
+        report = PublishReport()
+        if batch.sent is not None:
+            report = self.publisher.settle(batch.sent) if wait else batch.sent.report
+        owner = batch.owner
         moved, max_late = self._ack(queue, owner, report.confirmed)
         self._give_back_refused(queue, owner, report.refused)
         settled = {*report.confirmed, *report.refused}
-        unsettled = [m.key for m in messages if m.key not in settled]
+        unsettled = [m.key for m in batch.messages if m.key not in settled]
         self._release(queue, owner, unsettled, refused=False, reason="")
-        if report.error is not None:
+        if report.error is not None and wait:
+            for ahead_queue, ahead in self._take_ahead():
+                with contextlib.suppress(redis.RedisError):  # else their leases expire
+                    self._settle(ahead_queue, ahead, wait=False)
+            self._close_publisher()
             raise report.error
         # A refused message is due again after its back-off, at the earliest this soon.
-        retry_at = now + policy.retry_backoff_ms if report.refused else -1
-        due_times = [t for t in (next_due, retry_at) if t >= 0]
+        retry_at = batch.now + self.policy.retry_backoff_ms if report.refused else -1
+        due_times = [t for t in (batch.next_due, retry_at) if t >= 0]
         next_due_ms = min(due_times) if due_times else None
-        return MoveResult(moved, next_due_ms, now, missing, max_late, seconds)
+        return MoveResult(moved, next_due_ms, batch.now, batch.missing, max_late, batch.seconds)
 
     def _ack(self, queue: QueueKeys, owner: str, confirmed: list[bytes]) -> tuple[int, int]:
         if not confirmed:

@@ -47,6 +47,7 @@ KEY_INDEX = b"\x04"
 #: Most digits of a number in a record (``MAX_DIGITS`` in lua/helpers.lua): Lua's
 #: doubles hold every such number exactly.
 MAX_DIGITS = 15
+_ASCII_DIGITS = re.compile(rb"[0-9]+")
 #: How an inline record starts, before its due time (``INLINE`` in lua/helpers.lua).
 INLINE_PREFIX = b'{"delayq":'
 #: The due-time key a payload may already carry: a moved message's envelope, stored
@@ -183,9 +184,7 @@ def _counted(raw: bytes, start: int) -> tuple[bytes, int]:
 def _digits(raw: bytes, start: int) -> tuple[int, int]:
     """The decimal number at ``start`` (1 to MAX_DIGITS ASCII digits) and the index
     after it; ValueError if none."""
-    end = start
-    while raw[end : end + 1].isdigit():  # bytes.isdigit: ASCII digits only
-        end += 1
-    if end == start or end - start > MAX_DIGITS:
+    found = _ASCII_DIGITS.match(raw, start)
+    if found is None or found.end() - start > MAX_DIGITS:
         raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
-    return int(raw[start:end]), end
+    return int(found.group()), found.end()

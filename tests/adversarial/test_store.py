@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from celery_delayq.core.consistency import consistency_findings
-from celery_delayq.core.handover import ClaimPublishAck, Outgoing, PublishReport
+from celery_delayq.core.handover import ClaimPublishAck, Outgoing, PublishReport, Sent
 from celery_delayq.core.health_checks import OK
 from celery_delayq.core.keys import PAGE_SIZE, KeySpace, QueueKeys
 from celery_delayq.core.lua_scripts import HELPERS, PRELUDE
@@ -312,9 +312,14 @@ class ConfirmingPublisher:
     def __init__(self) -> None:
         self.published: list[Outgoing] = []
 
-    def publish(self, messages: Sequence[Outgoing]) -> PublishReport:
+    pipelines = False
+
+    def send(self, messages: Sequence[Outgoing]) -> Sent:
         self.published.extend(messages)
-        return PublishReport(confirmed=[m.key for m in messages])
+        return Sent(messages, PublishReport(confirmed=[m.key for m in messages]))
+
+    def settle(self, sent: Sent) -> PublishReport:
+        return sent.report
 
     def close(self) -> None:
         pass

@@ -67,7 +67,12 @@ class Crash(BaseException):
 class CrashingPublisher:
     """A hand-over publisher whose mover dies as it starts publishing."""
 
-    def publish(self, messages: Any) -> Any:
+    pipelines = False
+
+    def send(self, messages: Any) -> Any:
+        raise Crash
+
+    def settle(self, sent: Any) -> Any:
         raise Crash
 
     def close(self) -> None:

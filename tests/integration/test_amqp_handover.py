@@ -16,11 +16,12 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 import celery_delayq
-from celery_delayq.brokers.amqp.envelope import ETA_HEADER
+from celery_delayq.brokers.amqp.envelope import ETA_HEADER, destination
 from celery_delayq.brokers.common.errors import ConfigurationError
 from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.brokers.connect import mover_thread, open_store
 from celery_delayq.core.handover import ClaimPublishAck, Outgoing
+from celery_delayq.core.store import Scheduled
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import wait_until
 
@@ -326,3 +327,144 @@ def test_a_mover_killed_at_any_step_loses_nothing_and_duplicates_only_after_the_
         ids[message.headers["id"]].add(message.headers[STABLE_ID_HEADER])
     assert all(len(stable) == 1 for stable in ids.values())  # copies share their stable id
     assert redis_client.keys("*inflight*") == [] and redis_client.keys("*dead*") == []
+
+
+class Recording:
+    """The store's real AMQP publisher, with the order of its sends and settles noted."""
+
+    def __init__(self, publisher: Any) -> None:
+        self.publisher = publisher
+        self.pipelines = publisher.pipelines
+        self.calls: list[str] = []
+
+    def send(self, messages: Any) -> Any:
+        self.calls.append("send")
+        return self.publisher.send(messages)
+
+    def settle(self, sent: Any) -> Any:
+        self.calls.append("settle")
+        return self.publisher.settle(sent)
+
+    def close(self) -> None:
+        self.publisher.close()
+
+
+def recorded(store: Any) -> Recording:
+    handover = store.handover
+    assert isinstance(handover, ClaimPublishAck)
+    recording = Recording(handover.publisher)
+    handover._publisher = recording
+    return recording
+
+
+def test_a_backlog_goes_out_with_each_next_batch_sent_before_the_last_is_confirmed(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """In a backlog a mover's pass sends batch n + 1 before it waits for batch n's
+    confirms (the broker, Redis and the mover work at once); every message arrives
+    once and no claim is left when the pass returns."""
+    app = make_amqp_app(delayq_move_batch_size=2, delayq_move_call_budget=0)
+    sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(7)]
+    overdue(app, *sent)
+    with open_store(app) as store:
+        recording = recorded(store)
+        assert store.move_all_due().moved == 7
+        assert redis_client.keys("*inflight*") == []
+    # 4 batches (2, 2, 2, 1): each next one sent before the one before is settled
+    assert recording.calls == ["send", "send", "settle", "send", "settle", "send", "settle"] + [
+        "settle"
+    ]
+    ids = Counter(m.headers["id"] for m in take_all(app, app.conf.task_default_queue))
+    assert ids == Counter(r.id for r in sent)
+
+
+def test_one_batch_asked_for_is_one_batch_sent_and_nothing_stays_in_flight(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """``move_due`` (and promote) deliver one batch and return with it acked: nothing
+    is sent ahead, whose claim could outlive its lease in a store kept open."""
+    app = make_amqp_app(delayq_move_batch_size=2, delayq_move_call_budget=0)
+    sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(5)]
+    overdue(app, *sent)
+    with open_store(app) as store:
+        recording = recorded(store)
+        assert store.move_due(app.conf.task_default_queue).moved == 2
+        assert recording.calls == ["send", "settle"]
+        assert redis_client.keys("*inflight*") == []
+        assert celery_delayq.backlog(app)[0].overdue == 3
+
+
+def test_closing_a_store_settles_the_batch_it_sent_ahead(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """A mover stopped with a batch sent ahead (its pass cut short) waits for that
+    batch's confirms and acks it: no claim is left to expire and be published twice."""
+    app = make_amqp_app(delayq_move_batch_size=2, delayq_move_call_budget=0)
+    sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(4)]
+    overdue(app, *sent)
+    with open_store(app) as store:
+        queue = store.keys.for_queue(app.conf.task_default_queue)
+        assert store.handover.deliver_due(queue, 2, more_calls=True).moved == 2
+        assert len(redis_client.keys("*inflight*")) == 1  # the batch sent ahead
+    assert redis_client.keys("*inflight*") == []
+    assert celery_delayq.backlog(app)[0].pending == 0
+    ids = Counter(m.headers["id"] for m in take_all(app, app.conf.task_default_queue))
+    assert ids == Counter(r.id for r in sent)
+
+
+def test_a_message_that_closes_the_channel_loses_nothing_of_the_batch_sent_after_it(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """A publish to a missing exchange makes RabbitMQ close the channel, and it drops
+    what followed on it: the batch sent ahead. That batch goes again on a new channel;
+    every good message arrives once, the bad one is refused."""
+    app = make_amqp_app(
+        delayq_handover_tries=1, delayq_move_batch_size=2, delayq_move_call_budget=0
+    )
+    good = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(5)]
+    bad = app.send_task("tests.remember", countdown=3600, exchange="nowhere", routing_key="x")
+    overdue(app, bad, *good)  # the bad one in the first batch
+
+    with open_store(app) as store:
+        recording = recorded(store)
+        assert store.move_all_due().moved == 5
+    assert recording.calls.count("send") >= 3
+    ids = Counter(m.headers["id"] for m in take_all(app, app.conf.task_default_queue))
+    assert ids == Counter(r.id for r in good)
+    (why,) = redis_client.hvals(redis_client.keys("*:dead:why")[0])
+    assert "NOT_FOUND" in why.decode()
+    assert redis_client.keys("*inflight*") == []
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        b"not json",
+        b"[1, 2]",
+        b'{"body": 5}',
+        b'{"headers": {}}',
+        b'{"body": "", "properties": 7}',
+    ],
+)
+def test_a_crafted_envelope_is_refused_alone_and_dead_lettered_with_the_reason(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis, payload: bytes
+) -> None:
+    """A stored message that is no kombu envelope (written by hand into Redis) cannot
+    become an AMQP publish: it is refused with the reason, and the messages around it
+    are delivered; nothing stops the queue."""
+    app = make_amqp_app(delayq_handover_tries=1)
+    queue = app.conf.task_default_queue
+    before = app.send_task("tests.remember", (1,), countdown=3600)
+    after = app.send_task("tests.remember", (2,), countdown=3600)
+    overdue(app, before, after)
+    with open_store(app) as store:
+        due = store.server_time_ms() - 1
+        store.schedule_many(
+            [Scheduled(queue, "crafted", "crafted", due, destination("", queue), payload)]
+        )
+        assert store.move_all_due().moved == 2
+    ids = sorted(m.headers["id"] for m in take_all(app, queue))
+    assert ids == sorted([before.id, after.id])
+    (why,) = redis_client.hvals(redis_client.keys("*:dead:why")[0])
+    assert "unreadable message" in why.decode()
+    assert redis_client.keys("*inflight*") == []

@@ -17,6 +17,7 @@ from celery import Celery
 import celery_delayq
 from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.core.store import Scheduled
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import RedisServer
 
@@ -75,6 +76,27 @@ def test_a_destination_that_is_not_a_list_refuses_only_its_messages(
     assert redis_client.llen("default") == 1
     (dead,) = json.loads(invoke(app, "list", "--dead", "--json").output)
     assert dead["id"] == blocked.id and "holds a string, not a list" in dead["reason"]
+
+
+@pytest.mark.parametrize("payload", [b"not json", b"[1, 2]", b'{"headers": 7}'])
+def test_a_crafted_message_is_refused_alone_and_dead_lettered_with_the_reason(
+    make_split_app, redis_client: redis.Redis, store_client: redis.Redis, payload: bytes
+) -> None:
+    """A stored message that is no kombu envelope (written into the store by hand): the
+    messages around it reach their list; it is kept as a dead letter with the reason."""
+    app = make_split_app(delayq_handover_tries=1)
+    fine = app.send_task("tests.remember", countdown=3600)
+    overdue(app, fine)
+    with open_store(app) as store:
+        due = store.server_time_ms() - 1
+        store.schedule_many([Scheduled("default", "crafted", "crafted", due, "default", payload)])
+        assert store.move_all_due().moved == 1
+    assert [json.loads(m)["headers"]["id"] for m in redis_client.lrange("default", 0, -1)] == [
+        fine.id
+    ]
+    (why,) = store_client.hvals(store_client.keys("*:dead:why")[0])
+    assert "unreadable message" in why.decode()
+    assert store_client.keys("*inflight*") == []
 
 
 def test_purge_empties_the_queue_list_and_its_delayed_messages(

@@ -14,6 +14,8 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.brokers.common.message import STABLE_ID_HEADER
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.core.store import Scheduled
 from celery_delayq.ops.api import deliver_all_due
 
 
@@ -72,3 +74,21 @@ def test_cancel_and_purge_work_on_sqs_too(make_sqs_app: Callable[..., Celery]) -
     assert app.control.purge() == 10 + 1
     assert celery_delayq.backlog(app) == []
     assert sqs_messages(app, app.conf.task_default_queue) == []
+
+
+def test_a_crafted_message_is_refused_alone_and_dead_lettered_with_the_reason(
+    make_sqs_app: Callable[..., Celery],
+) -> None:
+    """A stored message that is no kombu envelope (written into Redis by hand): the
+    message beside it reaches SQS; it is kept as a dead letter with the reason."""
+    app = make_sqs_app(delayq_handover_tries=1)
+    queue = app.conf.task_default_queue
+    fine = app.send_task("tests.remember", countdown=3600)
+    assert celery_delayq.reschedule(app, fine.id, countdown=-1) == 1
+    with open_store(app) as store:
+        due = store.server_time_ms() - 1
+        store.schedule_many([Scheduled(queue, "crafted", "crafted", due, queue, b"not json")])
+        assert store.move_all_due().moved == 1
+        (dead,) = store.dead.list(queue)
+    assert dead.key.endswith(b"crafted") and dead.reason.startswith("unreadable message")
+    assert [m["headers"]["id"] for m in sqs_messages(app, queue)] == [fine.id]

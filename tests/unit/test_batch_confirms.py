@@ -9,8 +9,8 @@ from celery_delayq.core.handover import Outgoing, PublishReport
 
 def batch_of(count: int, first: int) -> tuple[BatchConfirms, PublishReport]:
     report = PublishReport()
-    batch = BatchConfirms(report)
-    batch.expect(first, [Outgoing(f"m{i}".encode(), "d", b"{}", 0) for i in range(count)])
+    messages = [Outgoing(f"m{i}".encode(), "d", b"{}", 0) for i in range(count)]
+    batch = BatchConfirms(report, None, first, messages)
     return batch, report
 
 

@@ -157,17 +157,23 @@ def header_table(table: Mapping[str, Any]) -> bytes:
         return dumps("F", [table])
 
 
+#: Each property's place in the flags and list, and its encoder, by name.
+_PROPERTY_OF = {name: (bit, encode) for name, bit, encode in _PROPERTIES}
+
+
 def content_properties(properties: Mapping[str, Any]) -> bytes:
     """The property flags and list of a content header; unknown names and None values
     are left out, as py-amqp leaves them out."""
+    present: list[tuple[int, bytes]] = []
+    for name, value in properties.items():
+        known = _PROPERTY_OF.get(name)
+        if known is not None and value is not None:
+            present.append((known[0], known[1](value)))
+    present.sort(reverse=True)  # the highest flag bit first: py-amqp's order
     flags = 0
-    values: list[bytes] = []
-    for name, bit, encode in _PROPERTIES:
-        value = properties.get(name)
-        if value is not None:
-            flags |= bit
-            values.append(encode(value))
-    return _FLAGS.pack(flags) + b"".join(values)
+    for bit, _ in present:
+        flags |= bit
+    return _FLAGS.pack(flags) + b"".join(encoded for _, encoded in present)
 
 
 class PublishFrames:

@@ -8,6 +8,11 @@ and ``basic.nack`` for one it could not take. A channel error (an exchange that 
 not exist, a message above ``max_message_size``) closes the channel and says nothing
 of which message caused it, so the messages not yet confirmed are then published one
 by one, to refuse only the one that fails.
+
+A batch goes out in writes of about ``WRITE_BYTES``, each as soon as its frames are
+built, so the broker takes in the first messages while the rest are encoded; the
+caller's ``meanwhile`` (the hand-over acking the confirmed messages and claiming its
+next batch) runs once they are written and whenever confirms arrive.
 """
 
 from __future__ import annotations
@@ -22,8 +27,8 @@ from typing import Any
 from amqp.exceptions import ChannelError, RecoverableConnectionError
 from kombu.connection import Connection
 
-from ...core.handover import Outgoing, PublishReport
-from ..common.message import STABLE_ID_HEADER
+from ...core.handover import Outgoing, PublishReport, Sent
+from ..common.message import STABLE_ID_HEADER, UNREADABLE
 from .envelope import due_content, exchange_and_routing_key
 from .frames import PublishFrames
 
@@ -33,6 +38,9 @@ logger = logging.getLogger(__name__)
 #: (the movers pass half their lease, so a live mover gives up before its claims expire).
 CONFIRM_TIMEOUT_SECONDS = 30.0
 
+#: Frames are written once about this many bytes are built (a socket buffer's worth).
+WRITE_BYTES = 64 * 1024
+
 
 class ConfirmTimeout(ConnectionError):
     """The broker did not confirm a batch in time."""
@@ -40,6 +48,9 @@ class ConfirmTimeout(ConnectionError):
 
 class AMQPPublisher:
     """A ``Publisher`` (core/handover.py) on a kombu connection of its own."""
+
+    #: ``send`` writes the batch and returns; ``settle`` waits for its confirms.
+    pipelines = True
 
     def __init__(
         self, connect: Callable[[], Connection], confirm_timeout: float = CONFIRM_TIMEOUT_SECONDS
@@ -50,20 +61,46 @@ class AMQPPublisher:
         self._channel: Any = None
         self._published = 0  # delivery tags the broker gave this channel's publishes
 
-    def publish(self, messages: Sequence[Outgoing]) -> PublishReport:
-        report = PublishReport()
+    def send(self, messages: Sequence[Outgoing]) -> Sent:
+        sent = Sent(messages)
         try:
-            self._publish_batch(messages, report)
+            sent.awaiting = self._send_batch(messages, sent.report)
+        except ChannelError:  # the channel was closed under it: its answers never come
+            self._drop_channel()
+        except Exception as exc:  # noqa: BLE001 - reported: the mover backs off and retries
+            self.close()
+            sent.report.error = exc
+        return sent
+
+    def settle(self, sent: Sent) -> PublishReport:
+        report = sent.report
+        batch: BatchConfirms | None = sent.awaiting
+        sent.awaiting = None
+        if report.error is not None:
+            return report
+        try:
+            try:
+                if batch is None or batch.channel is not self._channel:
+                    # Its channel closed before this batch was written or confirmed (a
+                    # message of an earlier batch made the broker close it, which
+                    # drops what followed): it goes again on a new channel.
+                    batch = self._send_batch(unsettled(sent.messages, report), report)
+                self._await_confirms(batch)
+            finally:
+                if batch is not None:
+                    batch.stop_listening()
         except ChannelError:
             self._drop_channel()
-            settled = {*report.confirmed, *report.refused}
-            for message in messages:
-                if message.key not in settled:
-                    self._publish_alone(message, report)
+            for message in unsettled(sent.messages, report):
+                self._publish_alone(message, report)
         except Exception as exc:  # noqa: BLE001 - reported: the mover backs off and retries
             self.close()
             report.error = exc
         return report
+
+    def publish(self, messages: Sequence[Outgoing]) -> PublishReport:
+        """Send and settle one batch."""
+        return self.settle(self.send(messages))
 
     def close(self) -> None:
         self._drop_channel()
@@ -73,45 +110,50 @@ class AMQPPublisher:
             self._connection = None
 
     def _publish_alone(self, message: Outgoing, report: PublishReport) -> None:
+        batch = None
         try:
-            self._publish_batch([message], report)
+            batch = self._send_batch([message], report)
+            self._await_confirms(batch)
         except ChannelError as exc:
             self._drop_channel()
             report.refused[message.key] = f"{type(exc).__name__}: {exc}"
-
-    def _publish_batch(self, messages: Sequence[Outgoing], report: PublishReport) -> None:
-        channel = self._ready_channel()
-        batch = BatchConfirms(report)
-        handlers = {
-            "basic_return": batch.on_return,
-            "basic_ack": batch.on_ack,
-            "basic_nack": batch.on_nack,
-        }
-        # Listen before publishing, so that no answer to this batch is read unheard.
-        for event, handler in handlers.items():
-            channel.events[event].add(handler)
-        try:
-            connection = channel.connection  # py-amqp's, under kombu's
-            if connection is None:
-                raise RecoverableConnectionError("basic_publish: connection closed")
-            frames = PublishFrames(channel.channel_id, connection.frame_max)
-            commands = []
-            for message in messages:
-                exchange, routing_key = exchange_and_routing_key(message.destination)
-                body, properties = due_content(message.payload, message.stable_id)
-                commands.append(frames.publish(exchange, routing_key, body, properties))
-            first = self._published + 1
-            self._published += len(messages)
-            batch.expect(first, messages)
-            # The whole batch in one write, where py-amqp's publish writes each message
-            # and reads the socket before each. (Not this package's publish either: it
-            # would delay again a message whose ETA is ahead by this host's clock.)
-            connection.transport.write(b"".join(commands))
-            connection.bytes_sent += 1  # what py-amqp's heartbeat check looks at
-            self._await_confirms(batch)
         finally:
-            for event, handler in handlers.items():
-                channel.events[event].discard(handler)
+            if batch is not None:
+                batch.stop_listening()
+
+    def _send_batch(self, messages: Sequence[Outgoing], report: PublishReport) -> BatchConfirms:
+        """Write a batch's publishes; its answers are sorted into ``report`` from then
+        on, by whichever wait reads them."""
+        channel = self._ready_channel()
+        connection = channel.connection  # py-amqp's, under kombu's
+        if connection is None:
+            raise RecoverableConnectionError("basic_publish: connection closed")
+        frames = PublishFrames(channel.channel_id, connection.frame_max)
+        # Written a socket buffer at a time, where py-amqp's publish writes each message
+        # and reads the socket before each. (Not this package's publish either: it would
+        # delay again a message whose ETA is ahead by this host's clock.) Nothing is read
+        # before the last write, so the delivery tags are known in time.
+        sent: list[Outgoing] = []
+        pending: list[bytes] = []
+        size = 0
+        for message in messages:
+            try:
+                command = publish_command(frames, message)
+            except UNREADABLE as exc:
+                report.refused[message.key] = f"unreadable message: {exc!r}"
+                continue
+            sent.append(message)
+            pending.append(command)
+            size += len(command)
+            if size >= WRITE_BYTES:
+                connection.transport.write(b"".join(pending))
+                pending, size = [], 0
+        batch = BatchConfirms(report, channel, self._published + 1, sent)
+        self._published += len(sent)
+        if pending:
+            connection.transport.write(b"".join(pending))
+        connection.bytes_sent += 1  # what py-amqp's heartbeat check looks at
+        return batch
 
     def _await_confirms(self, batch: BatchConfirms) -> None:
         assert self._connection is not None
@@ -142,6 +184,19 @@ class AMQPPublisher:
             self._channel = None
 
 
+def unsettled(messages: Sequence[Outgoing], report: PublishReport) -> list[Outgoing]:
+    """The messages the broker has not answered for yet."""
+    settled = {*report.confirmed, *report.refused}
+    return [message for message in messages if message.key not in settled]
+
+
+def publish_command(frames: PublishFrames, message: Outgoing) -> bytes:
+    """The frames of one due message's mandatory publish."""
+    exchange, routing_key = exchange_and_routing_key(message.destination)
+    body, properties = due_content(message.payload, message.stable_id)
+    return frames.publish(exchange, routing_key, body, properties)
+
+
 class BatchConfirms:
     """The broker's answers to one batch, sorted into its report as they arrive.
 
@@ -149,22 +204,33 @@ class BatchConfirms:
     them in order, most with ``multiple``: settling walks each tag once.
     """
 
-    def __init__(self, report: PublishReport) -> None:
+    def __init__(
+        self, report: PublishReport, channel: Any, first: int, messages: Sequence[Outgoing]
+    ) -> None:
+        """``messages`` went out on ``channel`` with the delivery tags ``first``,
+        ``first + 1``...; it is listened to until ``stop_listening``."""
         self.report = report
-        self.unconfirmed = 0
-        self._first = 0
-        self._keys: list[bytes | None] = []  # by delivery tag - first; None: settled
+        self.channel = channel
+        self.unconfirmed = len(messages)
+        self._first = first
+        self._keys: list[bytes | None] = [m.key for m in messages]  # None: settled
         self._lowest = 0  # below this index every message is settled
-        self._messages: Sequence[Outgoing] = ()
+        self._messages = messages
         self._by_id: dict[str, bytes] | None = None  # made on the first return (rare)
         self._returned: dict[bytes, str] = {}
+        self._handlers = {
+            "basic_return": self.on_return,
+            "basic_ack": self.on_ack,
+            "basic_nack": self.on_nack,
+        }
+        if channel is not None:
+            for event, handler in self._handlers.items():
+                channel.events[event].add(handler)
 
-    def expect(self, first: int, messages: Sequence[Outgoing]) -> None:
-        """``messages`` go out with the delivery tags ``first``, ``first + 1``..."""
-        self._first = first
-        self._keys = [message.key for message in messages]
-        self.unconfirmed = len(messages)
-        self._messages = messages
+    def stop_listening(self) -> None:
+        if self.channel is not None:
+            for event, handler in self._handlers.items():
+                self.channel.events[event].discard(handler)
 
     def on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
         """``basic.return``: unroutable; it comes before the message's ``basic.ack``."""

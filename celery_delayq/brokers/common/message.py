@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import math
+import struct
 from datetime import datetime, tzinfo
 from typing import Any
 
@@ -75,6 +76,10 @@ def due_ms(seconds: float) -> int:
 def with_eta(payload: bytes, eta: datetime) -> bytes:
     """The same kombu message with its ``eta`` header replaced (used by reschedule)."""
     return with_header(payload, "eta", eta.isoformat())
+
+
+#: What decoding a crafted stored message raises (its JSON, its fields, their types).
+UNREADABLE = (ValueError, TypeError, KeyError, AttributeError, RecursionError, struct.error)
 
 
 def with_header(payload: bytes, name: str, value: Any) -> bytes:

@@ -15,8 +15,8 @@ from typing import Any
 from kombu.connection import Connection
 from kombu.utils.json import loads
 
-from ...core.handover import Outgoing, PublishReport
-from .message import STABLE_ID_HEADER, with_header
+from ...core.handover import Outgoing, PublishReport, Sent
+from .message import STABLE_ID_HEADER, UNREADABLE, with_header
 
 
 class VirtualPublisher:
@@ -26,7 +26,16 @@ class VirtualPublisher:
         self.connect = connect
         self._connection: Connection | None = None
 
-    def publish(self, messages: Sequence[Outgoing]) -> PublishReport:
+    #: A batch is confirmed when ``send`` returns.
+    pipelines = False
+
+    def send(self, messages: Sequence[Outgoing]) -> Sent:
+        return Sent(messages, self._publish(messages))
+
+    def settle(self, sent: Sent) -> PublishReport:
+        return sent.report
+
+    def _publish(self, messages: Sequence[Outgoing]) -> PublishReport:
         report = PublishReport()
         try:
             connection = self._connection or self.connect()
@@ -37,7 +46,11 @@ class VirtualPublisher:
             report.error = exc
             return report
         for message in messages:
-            envelope = loads(with_header(message.payload, STABLE_ID_HEADER, message.stable_id))
+            try:
+                envelope = loads(with_header(message.payload, STABLE_ID_HEADER, message.stable_id))
+            except UNREADABLE as exc:
+                report.refused[message.key] = f"unreadable message: {exc!r}"
+                continue
             try:
                 channel.put_now(message.destination, envelope)
             except connection.connection_errors as exc:

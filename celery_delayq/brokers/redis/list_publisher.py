@@ -14,9 +14,9 @@ from typing import Any
 import redis
 from kombu.connection import Connection
 
-from ...core.handover import Outgoing, PublishReport
+from ...core.handover import Outgoing, PublishReport, Sent
 from ...core.lua_scripts import PUSH_LISTS
-from ..common.message import STABLE_ID_HEADER, with_header
+from ..common.message import STABLE_ID_HEADER, UNREADABLE, with_header
 
 
 class RedisListPublisher:
@@ -27,16 +27,30 @@ class RedisListPublisher:
         self._connection: Connection | None = None
         self._push: Any = None
 
-    def publish(self, messages: Sequence[Outgoing]) -> PublishReport:
+    #: A batch is confirmed when ``send`` returns.
+    pipelines = False
+
+    def send(self, messages: Sequence[Outgoing]) -> Sent:
+        return Sent(messages, self._publish(messages))
+
+    def settle(self, sent: Sent) -> PublishReport:
+        return sent.report
+
+    def _publish(self, messages: Sequence[Outgoing]) -> PublishReport:
         report = PublishReport()
-        by_destination: dict[str, list[Outgoing]] = {}
+        by_destination: dict[str, list[tuple[Outgoing, bytes]]] = {}
         for message in messages:
-            by_destination.setdefault(message.destination, []).append(message)
+            try:
+                payload = with_header(message.payload, STABLE_ID_HEADER, message.stable_id)
+            except UNREADABLE as exc:
+                report.refused[message.key] = f"unreadable message: {exc!r}"
+                continue
+            by_destination.setdefault(message.destination, []).append((message, payload))
+        if not by_destination:
+            return report
         destinations = list(by_destination)
-        groups = [by_destination[d] for d in destinations]
-        payloads = [
-            with_header(m.payload, STABLE_ID_HEADER, m.stable_id) for g in groups for m in g
-        ]
+        groups = [[m for m, _ in by_destination[d]] for d in destinations]
+        payloads = [payload for d in destinations for _, payload in by_destination[d]]
         expiries = [max((m.expires_ms or 0) for m in group) for group in groups]
         try:
             refused = self._script()(

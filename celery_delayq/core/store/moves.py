@@ -50,12 +50,18 @@ class Moves:
         """
         total = _MoveTotals()
         active = [shard for queue in self.state.queues() for shard in self._shards_in_turn(queue)]
-        while active:
-            results = [(shard, self._try_move(shard)) for shard in active]
-            for _, result in results:
-                if result is not None:
-                    total.add(result)
-            active = [shard for shard, result in results if result and result.more_due]
+        try:
+            while active:
+                results = [(shard, self._try_move(shard)) for shard in active]
+                for _, result in results:
+                    if result is not None:
+                        total.add(result)
+                active = [shard for shard, result in results if result and result.more_due]
+        finally:
+            # Only a shard whose move failed can leave a batch sent ahead (hand-overs
+            # that pipeline, handover.py); nothing stays in flight after a pass.
+            for result in self.state.handover.settle_ahead():
+                total.add(result)
         return total.result(lambda: self.state.server_time_ms() + self.state.handover.ahead_ms)
 
     def _shards_in_turn(self, queue: str) -> list[QueueKeys]:
@@ -67,15 +73,15 @@ class Moves:
 
     def _try_move(self, shard: QueueKeys) -> MoveResult | None:
         try:
-            return self._deliver(shard)
+            return self._deliver(shard, more_calls=True)
         except redis.ResponseError as exc:
             logger.warning("celery-delayq: cannot move queue %r: %s", shard.label, exc)
             return None
 
-    def _deliver(self, shard: QueueKeys) -> MoveResult:
+    def _deliver(self, shard: QueueKeys, more_calls: bool = False) -> MoveResult:
         """One batch, sized by the time the calls before it took (batching.py)."""
         limit = self.state.batch.size
-        result = self.state.handover.deliver_due(shard, limit)
+        result = self.state.handover.deliver_due(shard, limit, more_calls)
         self.state.batch.observe(limit, result.moved + result.missing, result.call_seconds)
         return result
 
