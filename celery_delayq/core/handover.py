@@ -215,6 +215,23 @@ class Publisher(Protocol):
     def close(self) -> None: ...
 
 
+class ConfirmedOnReturn:
+    """A ``Publisher`` whose batch is confirmed when one call returns (a script call on
+    a Redis broker, SQS's synchronous sends): ``send`` publishes it, ``settle`` hands
+    back the report."""
+
+    pipelines = False
+
+    def send(self, messages: Sequence[Outgoing]) -> Sent:
+        return Sent(messages, self.publish_now(messages))
+
+    def settle(self, sent: Sent) -> PublishReport:
+        return sent.report
+
+    def publish_now(self, messages: Sequence[Outgoing]) -> PublishReport:
+        raise NotImplementedError
+
+
 @dataclass(frozen=True)
 class HandOverPolicy:
     """How hard a cross-system hand-over tries before it gives a message up."""

@@ -16,7 +16,12 @@ from hypothesis import strategies as st
 from redis.crc import key_slot
 
 from celery_delayq.core.consistency import consistency_findings
-from celery_delayq.core.handover import ClaimPublishAck, Outgoing, PublishReport, Sent
+from celery_delayq.core.handover import (
+    ClaimPublishAck,
+    ConfirmedOnReturn,
+    Outgoing,
+    PublishReport,
+)
 from celery_delayq.core.health_checks import OK
 from celery_delayq.core.keys import PAGE_SIZE, KeySpace, QueueKeys
 from celery_delayq.core.lua_scripts import HELPERS, PRELUDE
@@ -306,20 +311,15 @@ def test_a_move_delivers_every_readable_record_and_dead_letters_the_rest(redis_c
         assert redis_client.lrange(destination, 0, -1) == payloads
 
 
-class ConfirmingPublisher:
+class ConfirmingPublisher(ConfirmedOnReturn):
     """Stands in for the other broker of the claim path: confirms every message."""
 
     def __init__(self) -> None:
         self.published: list[Outgoing] = []
 
-    pipelines = False
-
-    def send(self, messages: Sequence[Outgoing]) -> Sent:
+    def publish_now(self, messages: Sequence[Outgoing]) -> PublishReport:
         self.published.extend(messages)
-        return Sent(messages, PublishReport(confirmed=[m.key for m in messages]))
-
-    def settle(self, sent: Sent) -> PublishReport:
-        return sent.report
+        return PublishReport(confirmed=[m.key for m in messages])
 
     def close(self) -> None:
         pass

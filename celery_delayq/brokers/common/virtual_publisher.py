@@ -15,27 +15,18 @@ from typing import Any
 from kombu.connection import Connection
 from kombu.utils.json import loads
 
-from ...core.handover import Outgoing, PublishReport, Sent
+from ...core.handover import ConfirmedOnReturn, Outgoing, PublishReport
 from .message import STABLE_ID_HEADER, UNREADABLE, with_header
 
 
-class VirtualPublisher:
+class VirtualPublisher(ConfirmedOnReturn):
     """A ``Publisher`` (core/handover.py) on a kombu connection of its own."""
 
     def __init__(self, connect: Callable[[], Connection]) -> None:
         self.connect = connect
         self._connection: Connection | None = None
 
-    #: A batch is confirmed when ``send`` returns.
-    pipelines = False
-
-    def send(self, messages: Sequence[Outgoing]) -> Sent:
-        return Sent(messages, self._publish(messages))
-
-    def settle(self, sent: Sent) -> PublishReport:
-        return sent.report
-
-    def _publish(self, messages: Sequence[Outgoing]) -> PublishReport:
+    def publish_now(self, messages: Sequence[Outgoing]) -> PublishReport:
         report = PublishReport()
         try:
             connection = self._connection or self.connect()

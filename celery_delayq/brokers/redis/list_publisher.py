@@ -14,12 +14,12 @@ from typing import Any
 import redis
 from kombu.connection import Connection
 
-from ...core.handover import Outgoing, PublishReport, Sent
+from ...core.handover import ConfirmedOnReturn, Outgoing, PublishReport
 from ...core.lua_scripts import PUSH_LISTS
 from ..common.message import STABLE_ID_HEADER, UNREADABLE, with_header
 
 
-class RedisListPublisher:
+class RedisListPublisher(ConfirmedOnReturn):
     """A ``Publisher`` (core/handover.py) on a kombu Redis connection of its own."""
 
     def __init__(self, connect: Callable[[], Connection]) -> None:
@@ -27,16 +27,7 @@ class RedisListPublisher:
         self._connection: Connection | None = None
         self._push: Any = None
 
-    #: A batch is confirmed when ``send`` returns.
-    pipelines = False
-
-    def send(self, messages: Sequence[Outgoing]) -> Sent:
-        return Sent(messages, self._publish(messages))
-
-    def settle(self, sent: Sent) -> PublishReport:
-        return sent.report
-
-    def _publish(self, messages: Sequence[Outgoing]) -> PublishReport:
+    def publish_now(self, messages: Sequence[Outgoing]) -> PublishReport:
         report = PublishReport()
         by_destination: dict[str, list[tuple[Outgoing, bytes]]] = {}
         for message in messages:
