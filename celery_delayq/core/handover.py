@@ -186,6 +186,15 @@ class PublishReport:
     #: confirmed or refused is in an unknown state.
     error: Exception | None = None
 
+    def unanswered(self, messages: Sequence[Outgoing]) -> list[Outgoing]:
+        """The messages neither confirmed nor refused yet."""
+        answered = {*self.confirmed, *self.refused}
+        return [message for message in messages if message.key not in answered]
+
+    def refuse_unreadable(self, message: Outgoing, exc: Exception) -> None:
+        """Refuse a stored message that cannot be made a publish (crafted bytes)."""
+        self.refused[message.key] = f"unreadable message: {exc!r}"
+
 
 @dataclass
 class Sent:
@@ -248,6 +257,7 @@ class HandOverPolicy:
 class ClaimedBatch:
     """One ``claim_due`` call's messages, sent or about to be."""
 
+    queue: QueueKeys
     owner: str
     now: int
     next_due: int  # -1: none
@@ -299,7 +309,7 @@ class ClaimPublishAck:
         #: Who claims: the same for every pass of one mover thread, across reconnects.
         self.claimer = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
         #: Batches sent ahead, by queue shard (QueueKeys.tagged).
-        self._ahead: dict[str, tuple[QueueKeys, ClaimedBatch]] = {}
+        self._ahead: dict[str, ClaimedBatch] = {}
 
     @property
     def publisher(self) -> Publisher:
@@ -312,9 +322,9 @@ class ClaimPublishAck:
         if one was made. Once one cannot be settled, the rest are only concluded with
         the answers already in (the broker is unwell: no more waiting on it)."""
         wait = True
-        for queue, batch in self._take_ahead():
+        for batch in self._take_ahead():
             try:
-                self._settle(queue, batch, wait=wait)
+                self._settle(batch, wait=wait)
             except Exception:  # noqa: BLE001 - closing: what is not acked expires with its lease
                 wait = False
         self._close_publisher()
@@ -324,15 +334,15 @@ class ClaimPublishAck:
             self._publisher.close()
             self._publisher = None
 
-    def _take_ahead(self) -> list[tuple[QueueKeys, ClaimedBatch]]:
+    def _take_ahead(self) -> list[ClaimedBatch]:
         ahead, self._ahead = list(self._ahead.values()), {}
         return ahead
 
     def settle_ahead(self) -> list[MoveResult]:
-        return [self._settle(queue, batch) for queue, batch in self._take_ahead()]
+        return [self._settle(batch) for batch in self._take_ahead()]
 
     def deliver_due(self, queue: QueueKeys, limit: int, more_calls: bool = False) -> MoveResult:
-        _, batch = self._ahead.pop(queue.tagged, (queue, None))
+        batch = self._ahead.pop(queue.tagged, None)
         if batch is None:
             batch = self._claim(queue, limit)
             if batch.messages:
@@ -350,7 +360,7 @@ class ClaimPublishAck:
             and self.publisher.pipelines
         ):
             self._send_ahead(queue, limit)
-        return self._settle(queue, batch)
+        return self._settle(batch)
 
     def _claim(self, queue: QueueKeys, limit: int) -> ClaimedBatch:
         """Claim up to ``limit`` due messages (say what the claim found amiss)."""
@@ -384,7 +394,7 @@ class ClaimPublishAck:
         messages = [
             Outgoing.from_record(key, raw, queue.own_list) for key, raw in _pairs(reply[6:])
         ]
-        return ClaimedBatch(owner, now, next_due, missing, held_for, seconds, messages)
+        return ClaimedBatch(queue, owner, now, next_due, missing, held_for, seconds, messages)
 
     def _send_ahead(self, queue: QueueKeys, limit: int) -> None:
         """Claim and send the queue's next batch now; a Redis error leaves it to the next
@@ -396,9 +406,9 @@ class ClaimPublishAck:
             return
         if batch.messages:
             batch.sent = self.publisher.send(batch.messages)
-            self._ahead[queue.tagged] = (queue, batch)
+            self._ahead[queue.tagged] = batch
 
-    def _settle(self, queue: QueueKeys, batch: ClaimedBatch, wait: bool = True) -> MoveResult:
+    def _settle(self, batch: ClaimedBatch, wait: bool = True) -> MoveResult:
         """Wait for the broker's answers to a batch (``wait``; else take those already
         in); ack what it confirmed, give back the rest (refused: with a back-off,
         unanswered: due again at once). A broker error is raised once every claim is
@@ -406,16 +416,15 @@ class ClaimPublishAck:
         report = PublishReport()
         if batch.sent is not None:
             report = self.publisher.settle(batch.sent) if wait else batch.sent.report
-        owner = batch.owner
+        queue, owner = batch.queue, batch.owner
         moved, max_late = self._ack(queue, owner, report.confirmed)
         self._give_back_refused(queue, owner, report.refused)
-        settled = {*report.confirmed, *report.refused}
-        unsettled = [m.key for m in batch.messages if m.key not in settled]
-        self._release(queue, owner, unsettled, refused=False, reason="")
+        unanswered = [m.key for m in report.unanswered(batch.messages)]
+        self._release(queue, owner, unanswered, refused=False, reason="")
         if report.error is not None and wait:
-            for ahead_queue, ahead in self._take_ahead():
+            for ahead in self._take_ahead():
                 with contextlib.suppress(redis.RedisError):  # else their leases expire
-                    self._settle(ahead_queue, ahead, wait=False)
+                    self._settle(ahead, wait=False)
             self._close_publisher()
             raise report.error
         # A refused message is due again after its back-off, at the earliest this soon.

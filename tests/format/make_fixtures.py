@@ -39,6 +39,7 @@ import redis
 from celery import Celery
 
 import celery_delayq
+from celery_delayq.core.handover import ConfirmedOnReturn
 from celery_delayq.core.mover import Mover
 from celery_delayq.testing import RedisServer, publish, rabbitmq_for_tests, wait_until
 
@@ -64,15 +65,10 @@ class Crash(BaseException):
     """A mover dying between its claim and its publish."""
 
 
-class CrashingPublisher:
+class CrashingPublisher(ConfirmedOnReturn):
     """A hand-over publisher whose mover dies as it starts publishing."""
 
-    pipelines = False
-
-    def send(self, messages: Any) -> Any:
-        raise Crash
-
-    def settle(self, sent: Any) -> Any:
+    def publish_now(self, messages: Any) -> Any:
         raise Crash
 
     def close(self) -> None:

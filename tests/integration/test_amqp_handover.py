@@ -305,7 +305,8 @@ def test_a_mover_killed_at_any_step_loses_nothing_and_duplicates_only_after_the_
         claimed = claim(store, queue_name, "dead-mover", lease_ms=200)
         assert len(claimed) == 3
         if killed_after in ("publish", "ack"):
-            report = store.handover.publisher.publish(claimed)
+            publisher = store.handover.publisher
+            report = publisher.settle(publisher.send(claimed))
             assert sorted(report.confirmed) == sorted(m.key for m in claimed)
         if killed_after == "ack":
             keys = store.keys.for_queue(queue_name)

@@ -3,14 +3,24 @@ multiple acks and nacks the broker sends."""
 
 from __future__ import annotations
 
+from collections import defaultdict
+from typing import Any
+
 from celery_delayq.brokers.amqp.publisher import BatchConfirms
 from celery_delayq.core.handover import Outgoing, PublishReport
+
+
+class ListenedChannel:
+    """What a batch needs of its channel: py-amqp's event handler sets."""
+
+    def __init__(self) -> None:
+        self.events: defaultdict[str, set[Any]] = defaultdict(set)
 
 
 def batch_of(count: int, first: int) -> tuple[BatchConfirms, PublishReport]:
     report = PublishReport()
     messages = [Outgoing(f"m{i}".encode(), "d", b"{}", 0) for i in range(count)]
-    batch = BatchConfirms(report, None, first, messages)
+    batch = BatchConfirms(report, ListenedChannel(), first, messages)
     return batch, report
 
 

@@ -9,10 +9,11 @@ not exist, a message above ``max_message_size``) closes the channel and says not
 of which message caused it, so the messages not yet confirmed are then published one
 by one, to refuse only the one that fails.
 
-A batch goes out in writes of about ``WRITE_BYTES``, each as soon as its frames are
-built, so the broker takes in the first messages while the rest are encoded; the
-caller's ``meanwhile`` (the hand-over acking the confirmed messages and claiming its
-next batch) runs once they are written and whenever confirms arrive.
+``send`` writes a batch in writes of about ``WRITE_BYTES``, each as soon as its frames
+are built, so the broker takes in the first messages while the rest are encoded, and
+returns; ``settle`` waits for the batch's confirms. Between the two the hand-over claims
+and sends its next batch, so several batches may be awaited on one channel at once: each
+listens for the answers about its own delivery tags.
 """
 
 from __future__ import annotations
@@ -84,23 +85,19 @@ class AMQPPublisher:
                     # Its channel closed before this batch was written or confirmed (a
                     # message of an earlier batch made the broker close it, which
                     # drops what followed): it goes again on a new channel.
-                    batch = self._send_batch(unsettled(sent.messages, report), report)
+                    batch = self._send_batch(report.unanswered(sent.messages), report)
                 self._await_confirms(batch)
             finally:
                 if batch is not None:
                     batch.stop_listening()
         except ChannelError:
             self._drop_channel()
-            for message in unsettled(sent.messages, report):
+            for message in report.unanswered(sent.messages):
                 self._publish_alone(message, report)
         except Exception as exc:  # noqa: BLE001 - reported: the mover backs off and retries
             self.close()
             report.error = exc
         return report
-
-    def publish(self, messages: Sequence[Outgoing]) -> PublishReport:
-        """Send and settle one batch."""
-        return self.settle(self.send(messages))
 
     def close(self) -> None:
         self._drop_channel()
@@ -140,7 +137,7 @@ class AMQPPublisher:
             try:
                 command = publish_command(frames, message)
             except UNREADABLE as exc:
-                report.refused[message.key] = f"unreadable message: {exc!r}"
+                report.refuse_unreadable(message, exc)
                 continue
             sent.append(message)
             pending.append(command)
@@ -184,12 +181,6 @@ class AMQPPublisher:
             self._channel = None
 
 
-def unsettled(messages: Sequence[Outgoing], report: PublishReport) -> list[Outgoing]:
-    """The messages the broker has not answered for yet."""
-    settled = {*report.confirmed, *report.refused}
-    return [message for message in messages if message.key not in settled]
-
-
 def publish_command(frames: PublishFrames, message: Outgoing) -> bytes:
     """The frames of one due message's mandatory publish."""
     exchange, routing_key = exchange_and_routing_key(message.destination)
@@ -223,14 +214,12 @@ class BatchConfirms:
             "basic_ack": self.on_ack,
             "basic_nack": self.on_nack,
         }
-        if channel is not None:
-            for event, handler in self._handlers.items():
-                channel.events[event].add(handler)
+        for event, handler in self._handlers.items():
+            channel.events[event].add(handler)
 
     def stop_listening(self) -> None:
-        if self.channel is not None:
-            for event, handler in self._handlers.items():
-                self.channel.events[event].discard(handler)
+        for event, handler in self._handlers.items():
+            self.channel.events[event].discard(handler)
 
     def on_return(self, exc: Exception, exchange: str, routing_key: str, message: Any) -> None:
         """``basic.return``: unroutable; it comes before the message's ``basic.ack``."""

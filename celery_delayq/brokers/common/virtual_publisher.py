@@ -40,7 +40,7 @@ class VirtualPublisher(ConfirmedOnReturn):
             try:
                 envelope = loads(with_header(message.payload, STABLE_ID_HEADER, message.stable_id))
             except UNREADABLE as exc:
-                report.refused[message.key] = f"unreadable message: {exc!r}"
+                report.refuse_unreadable(message, exc)
                 continue
             try:
                 channel.put_now(message.destination, envelope)

@@ -34,7 +34,7 @@ class RedisListPublisher(ConfirmedOnReturn):
             try:
                 payload = with_header(message.payload, STABLE_ID_HEADER, message.stable_id)
             except UNREADABLE as exc:
-                report.refused[message.key] = f"unreadable message: {exc!r}"
+                report.refuse_unreadable(message, exc)
                 continue
             by_destination.setdefault(message.destination, []).append((message, payload))
         if not by_destination:
