@@ -26,6 +26,7 @@ extensions = [
     "sphinx.ext.autodoc",
     "sphinx_click",
     "delayq_reference",
+    "delayq_promises",
 ]
 
 source_suffix = {".md": "markdown"}

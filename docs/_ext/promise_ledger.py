@@ -1,0 +1,169 @@
+"""The promise ledger: every promise a user reads carries an id, and tests name the ids they
+attack, so a reader goes from a promise to its proof in one step.
+
+A promise is marked in Markdown with the ``promise`` role right after the sentence it labels::
+
+    A crafted message goes to the dead letters. {promise}`poison-dead-lettered`
+
+A test names the promises it attacks with ``@pytest.mark.promise("poison-dead-lettered")``
+(on the test, its class, or ``pytestmark``). This module reads both sides from the source
+files, with no import of either, for the docs build (the generated ledger page) and for the
+check that fails on a promise without a test or a test naming an unknown promise
+(``tests/docs/test_promises.py``). It needs nothing but the standard library.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+ROLE = re.compile(r"\{promise\}`([^`]*)`")
+ID = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
+#: The ledger page itself: it shows an id as an example, and makes no promise.
+LEDGER_PAGE = "docs/explanation/promises.md"
+#: Tests in these folders run no server or process: they cannot attack a promise.
+NOT_AN_ATTACK = ("tests/unit/",)
+
+
+@dataclasses.dataclass(frozen=True)
+class Promise:
+    """One promise: its id, where it is made (path relative to the root, line) and its words."""
+
+    id: str
+    path: str
+    line: int
+    text: str
+
+
+def documents(root: Path) -> list[Path]:
+    """The pages a user reads: the README, SECURITY.md and the documentation site."""
+    pages = [root / "README.md", root / "SECURITY.md", *sorted((root / "docs").rglob("*.md"))]
+    return [
+        page
+        for page in pages
+        if page.is_file()
+        and "_build" not in page.parts
+        and page.relative_to(root).as_posix() != LEDGER_PAGE
+    ]
+
+
+def _plain(markdown: str) -> str:
+    """Markdown inline markup reduced to its words (links keep their text)."""
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown)
+    text = re.sub(r"[*`]", "", text)
+    return " ".join(text.split())
+
+
+def _paragraph_before(lines: list[str], index: int, column: int) -> str:
+    """The text of the paragraph or list item that holds ``lines[index]``, up to ``column``
+    and after any promise made before in it."""
+    start = index
+    while start > 0:
+        current = lines[start].lstrip()
+        if current.startswith(("- ", "* ", "| ")) or re.match(r"\d+\. ", current):
+            break
+        if not lines[start - 1].strip():
+            break
+        start -= 1
+    held = " ".join([*lines[start:index], lines[index][:column]])
+    after_last_promise = ROLE.split(held)[-1]
+    return _plain(after_last_promise.lstrip(" -*|"))
+
+
+def _last_sentence(text: str) -> str:
+    sentences = re.split(r"(?<=[.;:!?])\s+(?=[A-Z(])", text.strip())
+    return sentences[-1] if sentences else ""
+
+
+def promises(root: Path) -> tuple[dict[str, Promise], list[str]]:
+    """Every promise in the documents by id, and the problems found reading them (a malformed
+    or repeated id)."""
+    found: dict[str, Promise] = {}
+    problems: list[str] = []
+    for page in documents(root):
+        relative = page.relative_to(root).as_posix()
+        lines = page.read_text(encoding="utf-8").splitlines()
+        for index, line in enumerate(lines):
+            for match in ROLE.finditer(line):
+                promise_id, where = match.group(1), f"{relative}:{index + 1}"
+                if not ID.fullmatch(promise_id):
+                    problems.append(f"{where}: {promise_id!r} is no promise id (a-z, 0-9, -)")
+                elif promise_id in found:
+                    first = found[promise_id]
+                    problems.append(
+                        f"{where}: promise {promise_id!r} is made again"
+                        f" (first in {first.path}:{first.line})"
+                    )
+                else:
+                    text = _last_sentence(_paragraph_before(lines, index, match.start()))
+                    found[promise_id] = Promise(promise_id, relative, index + 1, text)
+    return found, problems
+
+
+def _promise_ids(decorators: list[ast.expr]) -> Iterator[str]:
+    """The string arguments of every ``pytest.mark.promise(...)`` among ``decorators``."""
+    for node in decorators:
+        for call in ast.walk(node):
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and call.func.attr == "promise"
+            ):
+                for argument in call.args:
+                    if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+                        yield argument.value
+
+
+def _tests(tree: ast.Module) -> Iterator[tuple[str, list[ast.expr]]]:
+    """Each test function's node id within its module, with the decorators that apply to it
+    (its own, its class's and the module's ``pytestmark``)."""
+    module_marks = [
+        node.value
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(isinstance(t, ast.Name) and t.id == "pytestmark" for t in node.targets)
+    ]
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.startswith("test"):
+            yield node.name, [*module_marks, *node.decorator_list]
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            for member in node.body:
+                if isinstance(member, ast.FunctionDef) and member.name.startswith("test"):
+                    marks = [*module_marks, *node.decorator_list, *member.decorator_list]
+                    yield f"{node.name}::{member.name}", marks
+
+
+def attacks(root: Path) -> dict[str, list[str]]:
+    """For each promise id named by a test: the tests (``path::name``) that name it."""
+    named: dict[str, list[str]] = {}
+    for path in sorted((root / "tests").rglob("test_*.py")):
+        relative = path.relative_to(root).as_posix()
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=relative)
+        for name, decorators in _tests(tree):
+            for promise_id in _promise_ids(decorators):
+                named.setdefault(promise_id, []).append(f"{relative}::{name}")
+    return named
+
+
+def problems(root: Path) -> list[str]:
+    """What breaks the ledger: a promise no test attacks, a test naming an id no document
+    makes, a promise attacked only by tests that run no server, a malformed or repeated id."""
+    made, found = promises(root)
+    named = attacks(root)
+    for promise_id, promise in sorted(made.items()):
+        tests = named.get(promise_id, [])
+        real = [test for test in tests if not test.startswith(NOT_AN_ATTACK)]
+        if not tests:
+            found.append(f"{promise.path}:{promise.line}: promise {promise_id!r} has no test")
+        elif not real:
+            found.append(
+                f"{promise.path}:{promise.line}: promise {promise_id!r} is named only by"
+                f" tests that run no server: {', '.join(tests)}"
+            )
+    for promise_id, tests in sorted(named.items()):
+        if promise_id not in made:
+            found.append(f"{tests[0]}: names promise {promise_id!r}, which no document makes")
+    return found

@@ -1,0 +1,82 @@
+"""The promise ledger (docs/explanation/promises.md): every promise a user reads names a test
+that attacks it with real processes, and every test names only promises the docs make."""
+
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+from .snippets import ROOT
+
+sys.path.insert(0, str(ROOT / "docs" / "_ext"))
+import promise_ledger  # noqa: E402
+
+
+def test_every_promise_has_a_test_and_every_named_promise_exists() -> None:
+    assert promise_ledger.problems(ROOT) == []
+
+
+def write(root: Path, relative: str, text: str) -> None:
+    path = root / relative
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(text))
+
+
+def test_the_check_fails_on_an_untested_promise_an_unknown_id_and_a_unit_only_proof(
+    tmp_path: Path,
+) -> None:
+    write(
+        tmp_path,
+        "docs/guide.md",
+        """\
+        - **Kept.** A message is never lost. {promise}`never-lost`
+          It runs once. {promise}`runs-once`
+
+        Nothing leaks. {promise}`no-leak` Twice: {promise}`no-leak`
+        """,
+    )
+    write(
+        tmp_path,
+        "tests/system/test_a.py",
+        """\
+        import pytest
+
+        @pytest.mark.promise("never-lost", "made-up")
+        def test_kept():
+            pass
+
+        class TestLeaks:
+            @pytest.mark.slow
+            @pytest.mark.promise("runs-once")
+            def test_once(self):
+                pass
+        """,
+    )
+    write(
+        tmp_path,
+        "tests/unit/test_b.py",
+        """\
+        import pytest
+
+        pytestmark = [pytest.mark.promise("no-leak")]
+
+        def test_quiet():
+            pass
+        """,
+    )
+    made, _ = promise_ledger.promises(tmp_path)
+    assert made["never-lost"].text == "A message is never lost."
+    assert made["runs-once"].text == "It runs once."
+    assert promise_ledger.attacks(tmp_path) == {
+        "never-lost": ["tests/system/test_a.py::test_kept"],
+        "made-up": ["tests/system/test_a.py::test_kept"],
+        "runs-once": ["tests/system/test_a.py::TestLeaks::test_once"],
+        "no-leak": ["tests/unit/test_b.py::test_quiet"],
+    }
+    assert promise_ledger.problems(tmp_path) == [
+        "docs/guide.md:4: promise 'no-leak' is made again (first in docs/guide.md:4)",
+        "docs/guide.md:4: promise 'no-leak' is named only by tests that run no server:"
+        " tests/unit/test_b.py::test_quiet",
+        "tests/system/test_a.py::test_kept: names promise 'made-up', which no document makes",
+    ]
