@@ -13,14 +13,13 @@ import re
 from pathlib import Path
 from typing import Any
 
+import promise_ledger
 from docutils import nodes
 from docutils.statemachine import StringList
 from sphinx.application import Sphinx
 from sphinx.roles import XRefRole
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
-
-import promise_ledger
 
 ROOT = Path(__file__).resolve().parents[2]
 
