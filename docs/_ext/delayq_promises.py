@@ -9,43 +9,45 @@ test, and the build fails (``-W``) on a link to an id the page does not have.
 
 from __future__ import annotations
 
-import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import promise_ledger
 from docutils import nodes
-from docutils.statemachine import StringList
+from sphinx import addnodes
 from sphinx.application import Sphinx
-from sphinx.roles import XRefRole
 from sphinx.util.docutils import SphinxDirective
-from sphinx.util.nodes import nested_parse_with_titles
 
 ROOT = Path(__file__).resolve().parents[2]
+LEDGER_DOCNAME = "explanation/promises"
 
 
 def label(promise_id: str) -> str:
     return f"promise-{promise_id}"
 
 
-def escaped(text: str) -> str:
-    """Plain words as reStructuredText: every character markup could take, escaped."""
-    return re.sub(r"([\\`*_|<>\[\]:])", r"\\\1", text)
-
-
-class PromiseRole(XRefRole):
-    """``{promise}`id``` is ``{ref}`[id] <promise-id>```: a link to the ledger entry."""
-
-    def __init__(self) -> None:
-        super().__init__(innernodeclass=nodes.inline, warn_dangling=True)
-
-    def run(self) -> tuple[list[nodes.Node], list[nodes.system_message]]:
-        promise_id = self.text
-        self.text = f"[{promise_id}] <{label(promise_id)}>"
-        self.title, self.target = f"[{promise_id}]", label(promise_id)
-        self.has_explicit_title = True
-        self.refdomain, self.reftype = "std", "ref"
-        return self.create_xref_node()
+def promise_role(
+    name: str,
+    rawtext: str,
+    text: str,
+    lineno: int,
+    inliner: Any,
+    options: dict[str, Any] | None = None,
+    content: Sequence[str] = (),
+) -> tuple[list[nodes.Node], list[nodes.system_message]]:
+    """``{promise}`id``` is a ``[id]`` link to the id's entry on the ledger page."""
+    reference = addnodes.pending_xref(
+        rawtext,
+        refdomain="std",
+        reftype="ref",
+        reftarget=label(text),
+        refexplicit=True,
+        refwarn=True,
+        refdoc=inliner.document.settings.env.docname,
+    )
+    reference += nodes.inline(rawtext, f"[{text}]", classes=["xref", "std", "std-ref"])
+    return [reference], []
 
 
 class PromisesDirective(SphinxDirective):
@@ -54,27 +56,35 @@ class PromisesDirective(SphinxDirective):
     def run(self) -> list[nodes.Node]:
         made, _ = promise_ledger.promises(ROOT)
         named = promise_ledger.attacks(ROOT)
-        lines: list[str] = []
+        std = self.env.get_domain("std")
+        sections: list[nodes.Node] = []
         for path in sorted({promise.path for promise in made.values()}):
-            lines += [path, "-" * len(path), ""]
+            section = nodes.section(ids=[nodes.make_id(f"promises-{path}")])
+            section += nodes.title(text=path)
             for promise in sorted(made.values(), key=lambda p: p.line):
-                if promise.path != path:
-                    continue
-                tests = named.get(promise.id, [])
-                lines += [
-                    f".. _{label(promise.id)}:",
-                    "",
-                    f"**{promise.id}** ({path}, line {promise.line}): {escaped(promise.text)}",
-                    "",
-                    *(f"- ``{test}``" for test in tests),
-                    "",
-                ]
-        container = nodes.section()
-        nested_parse_with_titles(self.state, StringList(lines, "promises"), container)
-        return container.children
+                if promise.path == path:
+                    section += self.entry(promise, named.get(promise.id, []))
+                    std.note_hyperlink_target(
+                        label(promise.id), self.env.docname, label(promise.id), promise.id
+                    )
+            sections.append(section)
+        return sections
+
+    @staticmethod
+    def entry(promise: promise_ledger.Promise, tests: list[str]) -> list[nodes.Node]:
+        said = nodes.paragraph(ids=[label(promise.id)])
+        said += nodes.strong(text=promise.id)
+        said += nodes.Text(f" ({promise.path}, line {promise.line}): {promise.text}")
+        proofs = nodes.bullet_list()
+        for test in tests:
+            proofs += nodes.list_item("", nodes.paragraph("", "", nodes.literal(text=test)))
+        return [said, proofs]
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
-    app.add_role("promise", PromiseRole())
+    app.add_role("promise", promise_role)
     app.add_directive("delayq-promises", PromisesDirective)
+    # The ledger reads every page and test: read it again on every build, not only when
+    # its own source changes.
+    app.connect("env-get-outdated", lambda *_: [LEDGER_DOCNAME])
     return {"parallel_read_safe": True, "parallel_write_safe": True}
