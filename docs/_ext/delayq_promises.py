@@ -1,7 +1,7 @@
 """The ``promise`` role and the ``delayq-promises`` directive (the ledger page).
 
 ``{promise}`id``` after a sentence shows the id as a link to its entry on the ledger page;
-the entry quotes the promise, links back to where it is made and names every test that
+the entry quotes the promise, names the page and line that make it and every test that
 attacks it. Both sides are read from the source files (``promise_ledger``), so the page
 cannot drift from the tests; ``tests/docs/test_promises.py`` fails on a promise without a
 test, and the build fails (``-W``) on a link to an id the page does not have.
