@@ -18,13 +18,44 @@ delayq`` commands); see docs/explanation/design.md's module map.
 
 from __future__ import annotations
 
-from .brokers.common.errors import ConfigurationError, InvalidETA
-from .brokers.common.key_headers import DelayKeyHeld, InvalidDelayKey
-from .brokers.common.settings import DelayqConfig
-from .core.results import QueueBacklog
-from .ops.api import backlog, cancel, promote, reschedule
-from .scheduling.bulk import BulkScheduleError, schedule_many
-from .scheduling.debounce import KeyedResult, debounce, schedule_keyed
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .brokers.common.errors import ConfigurationError, InvalidETA
+    from .brokers.common.key_headers import DelayKeyHeld, InvalidDelayKey
+    from .brokers.common.settings import DelayqConfig
+    from .core.results import QueueBacklog
+    from .ops.api import backlog, cancel, promote, reschedule
+    from .scheduling.bulk import BulkScheduleError, schedule_many
+    from .scheduling.debounce import KeyedResult, debounce, schedule_keyed
+
+#: Where each public name lives. A name is imported on first use (PEP 562), so a process
+#: that only publishes through the transport never loads the operations or bulk modules.
+_HOMES = {
+    "ConfigurationError": ".brokers.common.errors",
+    "InvalidETA": ".brokers.common.errors",
+    "DelayKeyHeld": ".brokers.common.key_headers",
+    "InvalidDelayKey": ".brokers.common.key_headers",
+    "DelayqConfig": ".brokers.common.settings",
+    "QueueBacklog": ".core.results",
+    "backlog": ".ops.api",
+    "cancel": ".ops.api",
+    "promote": ".ops.api",
+    "reschedule": ".ops.api",
+    "BulkScheduleError": ".scheduling.bulk",
+    "schedule_many": ".scheduling.bulk",
+    "KeyedResult": ".scheduling.debounce",
+    "debounce": ".scheduling.debounce",
+    "schedule_keyed": ".scheduling.debounce",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        return getattr(import_module(_HOMES[name], __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __version__ = "0.1.0"
 
