@@ -82,7 +82,8 @@ files[lua .. "release_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_n
                                              "hold_key_again"},
                                             "prelude.lua, helpers.lua and handover.lua")
 files[lua .. "pending.lua"] = reads({"PAGES", "PAGE_PREFIX"}, "prelude.lua and helpers.lua")
-files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX"},
+files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "counted", "parse",
+                                   "add_entry"},
                                   "prelude.lua and helpers.lua")
 files[lua .. "repair.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "parse", "add_entry",
                                     "remove_entry", "duplicate_of", "forget_duplicate", "bury",

@@ -148,7 +148,9 @@ def promote(as_json: bool, task_ids: tuple[str, ...], all_due: bool) -> None:
 @click.option("--queue", "-Q", "queues", multiple=True, help="Only these queues (default: all).")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
 def purge(as_json: bool, queues: tuple[str, ...], yes: bool) -> None:
-    """Delete pending delayed tasks (they will never run)."""
+    """Delete pending delayed tasks (they will never run). Periodic entries' occurrences
+    written ahead are kept, so the entries go on running: pause or remove an entry to
+    stop it."""
     app = current_app()
     targets = [q for q in api.backlog(app) if not queues or q.queue in queues]
     if not yes:

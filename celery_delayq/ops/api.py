@@ -87,7 +87,8 @@ def deliver_all_due(app: Celery) -> int:
 
 def purge(app: Celery, queues: Iterable[str] | None = None) -> dict[str, int]:
     """Delete the pending delayed messages of ``queues`` (default: every queue); how
-    many per queue. The queues' lists are left alone (``celery purge`` empties both)."""
+    many per queue. The queues' lists are left alone (``celery purge`` empties both), and
+    so are the periodic occurrences written ahead: the entries go on running."""
     with open_store(app) as store:
         names = list(queues) if queues is not None else store.queues()
         return {queue: store.purge(queue) for queue in names}

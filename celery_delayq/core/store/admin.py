@@ -19,17 +19,25 @@ class Admin:
         self.state = state
 
     def purge(self, queue: str, lists: Sequence[str] = ()) -> int:
-        """Delete every pending message of ``queue``, and with ``lists`` (real keys of
-        the same Redis) the messages in those lists too, in the same atomic call as an
-        unsharded queue's messages (one call per shard: each shard is atomic on its
-        own); how many there were. A sharded or clustered queue stays registered, since
+        """Delete every pending message of ``queue`` but the periodic occurrences written
+        ahead, and with ``lists`` (real keys of the same Redis) the messages in those
+        lists too, in the same atomic call as an unsharded queue's messages (one call per
+        shard: each shard is atomic on its own); how many were deleted. The occurrences
+        stay because their entries' marks say they are written: no beat would write them
+        again, and the entries would run nothing until their horizon passed (pause or
+        remove an entry to stop it). A sharded or clustered queue stays registered, since
         a producer may be scheduling into a shard purged a moment ago."""
         shards = self.state.keys.shards_of(queue)
         forget = self.state.registry_in_scripts() if len(shards) == 1 else []
         return sum(
             int(
                 self.state.scripts.purge(
-                    keys=[*keys.as_list(), *forget, *(lists if keys.shard == 0 else ())],
+                    keys=[
+                        *keys.as_list(),
+                        keys.periodic_ahead,
+                        *forget,
+                        *(lists if keys.shard == 0 else ()),
+                    ],
                     args=[*keys.page_args(), queue, len(forget)],
                 )
             )
