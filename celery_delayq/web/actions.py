@@ -13,7 +13,7 @@ from typing import Any
 from urllib.parse import unquote
 
 from celery import Celery
-from flask import Blueprint, abort, flash, redirect, render_template, request
+from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
 
 from ..brokers.connect import open_store
 from ..ops import api
@@ -22,7 +22,8 @@ from ..ops.when import iso, parse_moment
 from ..periodic import manage
 from ..periodic.entry import MAX_NAME_LENGTH
 from .context import context, problem
-from .views import BadFilter, filter_from, safe_next
+from .links import back_to
+from .views import BadFilter, filter_from
 
 actions = Blueprint("actions", __name__)
 
@@ -58,7 +59,7 @@ class Selection:
     @classmethod
     def of(cls, form: Any, back: str) -> Selection:
         ids = list(dict.fromkeys(form.getlist("ids")))
-        return cls(ids, form.get("scope") == "all", request.script_root + back, form)
+        return cls(ids, form.get("scope") == "all", back, form)
 
     @property
     def empty(self) -> bool:
@@ -90,7 +91,7 @@ def act(verb: str) -> Any:
     """A verb on the ticked tasks (``ids``) or on every task the filter matches."""
     if verb not in PENDING_VERBS:
         abort(404)
-    picked = Selection.of(request.form, safe_next(request.form.get("next")))
+    picked = Selection.of(request.form, back_to(request.form.get("next")))
     try:
         where = filter_from(picked.form)
         eta = _eta(picked.form.get("eta")) if verb == "reschedule" else None
@@ -134,7 +135,7 @@ def _purge(where: TaskFilter) -> Any:
     app = context().celery
     purged = sum(api.purge(app, None if where.queue is None else [where.queue]).values())
     flash(f"Cancelled {purged} task{'s' if purged != 1 else ''}.", "ok")
-    return redirect(request.script_root + safe_next(request.form.get("next")))
+    return redirect(back_to(request.form.get("next")))
 
 
 def _eta(value: str | None) -> datetime:
@@ -162,7 +163,7 @@ def act_on_dead(verb: str) -> Any:
     """Send dead letters again (due now) or drop them: the ticked ones, or all."""
     if verb not in DEAD_VERBS:
         abort(404)
-    picked = Selection.of(request.form, "/dead")
+    picked = Selection.of(request.form, url_for("pages.dead"))
     if picked.empty:
         return problem(400, "Nothing selected", "Tick the dead letters to act on, or act on all.")
     app = context().celery
@@ -183,7 +184,7 @@ def act_on_periodic(verb: str) -> Any:
     field but never ASCII). A name that is no entry's is a 404, and nothing is done."""
     if verb not in PERIODIC_VERBS:
         abort(404)
-    picked = Selection.of(request.form, "/periodic")
+    picked = Selection.of(request.form, url_for("pages.periodic"))
     if not picked.ids or picked.everything:
         return problem(
             400,

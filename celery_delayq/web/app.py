@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from celery import Celery
-from flask import Flask, Response, current_app, redirect, request, session
+from flask import Flask, Response, current_app, redirect, request, session, url_for
 from flask.sessions import SecureCookieSessionInterface
 from flask_wtf.csrf import CSRFError, CSRFProtect
 from kombu.exceptions import OperationalError
@@ -31,6 +31,7 @@ from .actions import actions
 from .context import WebContext, context, problem
 from .headers import secure_headers
 from .hosts import HostCheck, allowed_hosts_of
+from .links import this_page
 from .present import clipped, utc
 from .sampler import CounterSampler, Totals
 from .throttle import FailedLogins
@@ -43,10 +44,15 @@ MAX_BODY = 1024 * 1024
 
 class SessionCookies(SecureCookieSessionInterface):
     """The session cookie is ``Secure`` whenever the page came over HTTPS (or always,
-    with ``delayq_web_secure_cookies``, for a proxy that ends TLS in front of it)."""
+    with ``delayq_web_secure_cookies``, for a proxy that ends TLS in front of it), and
+    is sent to the dashboard's own paths only: mounted in another app, it neither
+    overwrites that app's cookie of the same name nor is sent to its pages."""
 
     def get_cookie_secure(self, app: Flask) -> bool:
         return bool(app.config["SESSION_COOKIE_SECURE"] or request.is_secure)
+
+    def get_cookie_path(self, app: Flask) -> str:
+        return request.script_root or "/"
 
 
 def create_app(
@@ -104,6 +110,7 @@ def create_app(
     flask.context_processor(
         lambda: {"read_only": read_only, "now": time.time(), "logged_in": "login" in session}
     )
+    flask.jinja_env.globals["this_page"] = this_page
     flask.jinja_env.filters.update(
         iso=iso, duration=ago, number="{:,}".format, clip=clipped, utc=utc
     )
@@ -176,7 +183,7 @@ def authenticate() -> Any:
             return None
         ctx.failed_logins.failed(request.remote_addr or "")
     if access.token and not access.username:
-        return redirect(f"{request.script_root}/login?next={request.full_path}")
+        return redirect(url_for("pages.login", next=this_page()))
     body, _ = problem(401, "Authentication required", "This dashboard needs a login.")
     return Response(body, 401, {"WWW-Authenticate": 'Basic realm="celery-delayq"'})
 

@@ -9,13 +9,21 @@ most FIELD_MAX characters, moments a date can hold, a cursor a page wrote."""
 from __future__ import annotations
 
 import time
-import unicodedata
 from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
-from flask import Blueprint, current_app, flash, redirect, render_template, request, session
+from flask import (
+    Blueprint,
+    current_app,
+    flash,
+    redirect,
+    render_template,
+    request,
+    session,
+    url_for,
+)
 
 from ..brokers.common.message import message_headers
 from ..brokers.common.settings import config_of
@@ -30,6 +38,8 @@ from ..periodic.describe import schedule_text
 from ..periodic.entry import schedule_json
 from .charts import bar_chart, line_chart
 from .context import context, problem
+from .links import back_to
+from .links import safe_next as safe_next  # its home before links.py
 from .present import folded_value, pretty_repr
 
 pages = Blueprint("pages", __name__)
@@ -180,7 +190,7 @@ def scheduled() -> Any:
 def _with_args(**changes: str) -> str:
     args = {**request.args.to_dict(), **changes}
     query = "&".join(f"{k}={_quote(v)}" for k, v in args.items() if v)
-    return f"{request.script_root}{request.path}?{query}"
+    return url_for(str(request.endpoint), **(request.view_args or {})) + f"?{query}"
 
 
 def _quote(value: str) -> str:
@@ -256,13 +266,13 @@ def doctor_full_check() -> Any:
             ctx.checking.release()
     else:
         flash("A full check is running already: its findings show here when it ends.", "warn")
-    return redirect(request.script_root + "/doctor")
+    return redirect(url_for("pages.doctor"))
 
 
 @pages.route("/login", methods=["GET", "POST"])
 def login() -> Any:
     ctx = context()
-    target = safe_next(request.values.get("next"))
+    target = back_to(request.values.get("next"))
     if request.method == "GET":
         return render_template("login.html", next=target, failed=False)
     address = request.remote_addr or ""
@@ -274,7 +284,7 @@ def login() -> Any:
         ctx.failed_logins.succeeded(address)
         session.clear()  # a fresh session (and CSRF token) for the logged-in user
         session["login"] = ctx.access.login_digest(current_app.secret_key or "")
-        return redirect(request.script_root + target)
+        return redirect(target)
     ctx.failed_logins.failed(address)
     return render_template("login.html", next=target, failed=True), 401
 
@@ -283,23 +293,4 @@ def login() -> Any:
 def logout() -> Any:
     """End a token login (a POST with the CSRF token: no other site can log you out)."""
     session.clear()
-    where = "/login" if context().access.token else "/"
-    return redirect(request.script_root + where)
-
-
-def safe_next(target: str | None) -> str:
-    r"""A path on this site to go back to, or "/": never another site.
-
-    Browsers drop tabs and newlines from URLs and read a backslash as a slash, so
-    ``/\t/evil.example`` or ``/\evil.example`` would reach another host: any control or
-    invisible character, a backslash, a scheme or a host makes it "/"."""
-    if not target or len(target) > 2000 or not target.startswith("/"):
-        return "/"
-    if "\\" in target or any(unicodedata.category(c)[0] in "CZ" and c != " " for c in target):
-        return "/"
-    if target.startswith("//"):
-        return "/"
-    parts = urlsplit(target)
-    if parts.scheme or parts.netloc or not parts.path.startswith("/"):
-        return "/"
-    return target
+    return redirect(url_for("pages.login" if context().access.token else "pages.overview"))

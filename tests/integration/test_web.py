@@ -413,7 +413,12 @@ def test_mounted_under_a_prefix_every_link_and_redirect_keeps_it(app, schedule) 
     token = re.search(r'name="csrf_token" value="([^"]+)"', body).group(1)  # type: ignore[union-attr]
     done = client.post(
         "/delayq/actions/cancel",
-        data={"ids": [task_id], "confirmed": "yes", "csrf_token": token, "next": "/scheduled"},
+        data={
+            "ids": [task_id],
+            "confirmed": "yes",
+            "csrf_token": token,
+            "next": "/delayq/scheduled",
+        },
     )
     assert done.status_code == 302 and done.location == "/delayq/scheduled"
 

@@ -1,0 +1,64 @@
+"""The dashboard mounted under a prefix (werkzeug's DispatcherMiddleware, as the dashboard
+guide shows) against a real Redis: every page crawled, every form and its confirmation
+submitted, and every link, form target and redirect kept under the prefix (the Django
+mount: tests/django/test_site.py; clicking through both in chromium:
+tests/system/test_web_mounted_browser.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from celery_delayq.web import create_app
+from celery_delayq.web.access import Access
+
+from ..web_links import ACTIONS, Answer, Crawl, stocked
+
+flask = pytest.importorskip("flask")
+werkzeug_test = pytest.importorskip("werkzeug.test")
+DispatcherMiddleware = pytest.importorskip("werkzeug.middleware.dispatcher").DispatcherMiddleware
+
+TOKEN = "correct-horse-battery-staple-42"
+
+
+def werkzeug_fetch(client: Any) -> Any:
+    def fetch(method: str, url: str, fields: list[tuple[str, str]]) -> Answer:
+        data = werkzeug_test.MultiDict(fields) if method == "post" else None
+        answer = client.open(url, method=method.upper(), data=data)
+        return Answer(answer.status_code, answer.headers.get("Location"), answer.get_data(True))
+
+    return fetch
+
+
+@pytest.fixture
+def host(app: Celery) -> Any:
+    """A Flask app of its own with the dashboard mounted at /delayq, behind a token."""
+    host = flask.Flask("host")
+    dashboard = create_app(app, access=Access(token=TOKEN))
+    host.wsgi_app = DispatcherMiddleware(host.wsgi_app, {"/delayq": dashboard})  # type: ignore[method-assign]
+    return host
+
+
+def test_under_a_wsgi_prefix_every_link_form_and_redirect_keeps_the_prefix(app, host) -> None:
+    stocked(app, "tests.noop")
+    client = host.test_client()
+    crawl = Crawl(werkzeug_fetch(client), "/delayq", typed={"eta": "1h", "token": TOKEN})
+    crawl.request("get", "/delayq/scheduled?task=tests.noop")  # sent to the login page
+    crawl.submit_next()  # the login form, with the token typed: back to the page asked for
+    assert [url for _, url, _ in crawl.requests[:4]] == [
+        "/delayq/scheduled?task=tests.noop",
+        "/delayq/login?next=/delayq/scheduled?task%3Dtests.noop",
+        "/delayq/login",
+        "/delayq/scheduled?task=tests.noop",
+    ]
+    crawl.pages("/delayq/")
+    crawl.forms()
+    assert crawl.strays == []
+    assert {path.removeprefix("/delayq") for path in crawl.posted()} >= ACTIONS | {"/doctor"}
+    assert client.get_cookie("session", path="/delayq") is not None  # its own paths only
+    assert client.get_cookie("session", path="/") is None
+    crawl.release()  # the logout: back to the login page
+    assert crawl.requests[-2:] == [("POST", "/delayq/logout", 302), ("GET", "/delayq/login", 200)]
+    assert crawl.strays == []
