@@ -14,6 +14,8 @@ import celery_delayq
 from celery_delayq import ConfigurationError
 from celery_delayq.brokers.common.settings import DelayqConfig, WebConfig, config_of
 
+from ..web_links import ACTIONS, Answer, Crawl, Fetch, stocked
+
 pytestmark = pytest.mark.django_db
 
 
@@ -123,7 +125,7 @@ def test_a_csrf_protected_action_works_through_django(staff, site_app):
     sent = site_app.send_task("shop.nothing", countdown=3600)
     body = staff.get("/delayq/scheduled").content.decode()
     token = re.search(r'name="csrf_token" value="([^"]+)"', body).group(1)  # type: ignore[union-attr]
-    form = {"ids": [sent.id], "confirmed": "yes", "next": "/scheduled"}
+    form = {"ids": [sent.id], "confirmed": "yes", "next": "/delayq/scheduled"}
 
     refused = staff.post("/delayq/actions/cancel", form)
     assert refused.status_code == 400 and "could not be checked" in refused.content.decode()
@@ -134,3 +136,33 @@ def test_a_csrf_protected_action_works_through_django(staff, site_app):
     assert done["Location"] == "/delayq/scheduled"
     assert pending(site_app) == 0
     assert "Cancelled 1" in staff.get(done["Location"]).content.decode()
+
+
+def django_fetch(client: Client, script_name: str = "") -> Fetch:
+    """Requests through Django's test client, the site served under ``script_name``."""
+
+    def fetch(method: str, url: str, fields: list[tuple[str, str]]) -> Answer:
+        path, extra = url.removeprefix(script_name), {"SCRIPT_NAME": script_name}
+        if method == "get":
+            response = client.get(path, **extra)
+        else:
+            data: dict[str, list[str]] = {}
+            for name, value in fields:
+                data.setdefault(name, []).append(value)
+            response = client.post(path, data, **extra)
+        return Answer(response.status_code, response.get("Location"), response.content.decode())
+
+    return fetch
+
+
+@pytest.mark.parametrize("script_name", ["", "/site"])
+def test_every_link_form_and_redirect_keeps_the_mount(staff, site_app, script_name):
+    """Every page crawled, every action confirmed on its confirmation page, with the site
+    at the root and under a proxy's SCRIPT_NAME."""
+    stocked(site_app, "example_project.django_site.shop.tasks.confirm_order")
+    mount = f"{script_name}/delayq"
+    crawl = Crawl(django_fetch(staff, script_name), mount)
+    crawl.pages(f"{mount}/")
+    crawl.forms()
+    assert crawl.strays == []
+    assert {path.removeprefix(mount) for path in crawl.posted()} >= ACTIONS | {"/doctor"}
