@@ -195,6 +195,11 @@ class PublishReport:
         """Refuse a stored message that cannot be made a publish (crafted bytes)."""
         self.refused[message.key] = f"unreadable message: {exc!r}"
 
+    def refuse_unencodable(self, message: Outgoing, exc: Exception) -> None:
+        """Refuse a stored message the broker's client cannot encode (a header of a type
+        it does not know): this message's fault, not the connection's."""
+        self.refused[message.key] = f"the broker cannot encode it: {type(exc).__name__}: {exc}"
+
 
 @dataclass
 class Sent:

@@ -7,9 +7,11 @@ Select it with Celery settings only::
     delayq_store_url = "redis://redis:6379/0"
 
 A message whose ``eta`` header lies ahead is written to the delayed store at
-``delayq_store_url`` instead of the broker; everything else is published exactly as
-kombu's pyamqp transport publishes it. Movers publish due messages to the exchange and
-routing key the producer chose, with confirms (core/handover.py).
+``delayq_store_url`` instead of the broker, once encoded as its hand-over will encode it
+(what py-amqp cannot encode fails the publish now, as it fails a publish made at once);
+everything else is published exactly as kombu's pyamqp transport publishes it. Movers
+publish due messages to the exchange and routing key the producer chose, with confirms
+(core/handover.py).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from ...core.store import DelayedStore
 from ..common.diverter import Diverter, Outbound, store_for, uses_delayq
 from ..common.settings import DelayqConfig, config_of
 from .envelope import destination, envelope
-from .publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher
+from .publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher, check_publishable
 
 
 class AMQPChannel(pyamqp.Channel):
@@ -69,6 +71,7 @@ class AMQPChannel(pyamqp.Channel):
             headers=properties.get("application_headers") or {},
             destination=destination(exchange, routing_key),
             payload=lambda: envelope(msg),
+            validate=check_publishable,
         )
         if self.diverter.divert(outbound):
             return None

@@ -134,10 +134,8 @@ class AMQPPublisher:
         pending: list[bytes] = []
         size = 0
         for message in messages:
-            try:
-                command = publish_command(frames, message)
-            except UNREADABLE as exc:
-                report.refuse_unreadable(message, exc)
+            command = encoded(frames, message, report)
+            if command is None:
                 continue
             sent.append(message)
             pending.append(command)
@@ -186,6 +184,31 @@ def publish_command(frames: PublishFrames, message: Outgoing) -> bytes:
     exchange, routing_key = exchange_and_routing_key(message.destination)
     body, properties = due_content(message.payload, message.stable_id)
     return frames.publish(exchange, routing_key, body, properties)
+
+
+def encoded(frames: PublishFrames, message: Outgoing, report: PublishReport) -> bytes | None:
+    """The frames of one due message's publish, or None when it cannot be encoded (it is
+    then refused in ``report``: it alone, never its batch)."""
+    try:
+        return publish_command(frames, message)
+    except UNREADABLE as exc:
+        report.refuse_unreadable(message, exc)
+    except Exception as exc:  # noqa: BLE001 - encoding does no I/O: the message is at fault
+        report.refuse_unencodable(message, exc)
+    return None
+
+
+#: The frame size a delayed message is checked with at publish (RabbitMQ's default; the
+#: size only decides how the body is cut into frames, never whether it can be encoded).
+CHECK_FRAME_MAX = 131_072
+
+
+def check_publishable(destination: str, payload: bytes) -> None:
+    """Encode a delayed message now as its hand-over will when it is due
+    (``publish_command``), so that what py-amqp cannot encode (a header of a type it
+    does not know: ``FrameSyntaxError``) fails this publish, as py-amqp fails a publish
+    made at once, instead of failing every hand-over of it."""
+    publish_command(PublishFrames(1, CHECK_FRAME_MAX), Outgoing(b"", destination, payload, 0))
 
 
 class BatchConfirms:

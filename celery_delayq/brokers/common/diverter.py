@@ -72,6 +72,10 @@ class Outbound:
     payload: bytes | Callable[[], bytes]  # the envelope to store, or how to make it
     message_id: str | None = None  # its delivery tag (a new id when it has none)
     expires_ms: int | None = None  # its queue's x-expires, when declared
+    #: raises what the broker's client will raise publishing the kept message when it is
+    #: due (destination, payload): a message the broker refuses fails its publish now,
+    #: as a publish made at once would, instead of every hand-over of it
+    validate: Callable[[str, bytes], None] | None = None
 
 
 class DelayqChannel(Protocol):
@@ -190,14 +194,19 @@ class Diverter:
     def scheduled(self, message: Outbound, eta_seconds: float) -> Scheduled:
         """What the store keeps of a message due at ``eta_seconds``."""
         task_id = message.headers.get("id")
-        payload, destination = message.payload, message.destination
+        payload = message.payload() if callable(message.payload) else message.payload
+        destination = message.destination
+        if callable(destination):
+            destination = destination()
+        if message.validate is not None:
+            message.validate(destination, payload)
         return Scheduled(
             queue=message.queue,
             message_id=message.message_id or str(uuid.uuid4()),
             task_id=str(task_id) if task_id is not None else None,
             due_ms=due_ms(eta_seconds),
-            destination=destination() if callable(destination) else destination,
-            payload=payload() if callable(payload) else payload,
+            destination=destination,
+            payload=payload,
             expires_ms=message.expires_ms,
         )
 
@@ -255,9 +264,10 @@ def virtual_outbound(
     message: Mapping[str, Any],
     destination: str | Callable[[], str],
     expires_ms: int | None = None,
+    validate: Callable[[str, bytes], None] | None = None,
 ) -> Outbound:
     """The ``Outbound`` of a kombu virtual transport's message: its delivery tag as id,
-    stored as kombu's JSON envelope."""
+    stored as kombu's JSON envelope (``validate``: see ``Outbound``)."""
     headers = message.get("headers")
     properties = message.get("properties") or {}
     tag = properties.get("delivery_tag")
@@ -268,6 +278,7 @@ def virtual_outbound(
         payload=lambda: dumps(message).encode(),
         message_id=str(tag) if tag else None,
         expires_ms=expires_ms,
+        validate=validate,
     )
 
 
