@@ -14,11 +14,17 @@ Needs kombu's ``sqs`` extra (``pip install "celery-delayq[sqs]"``).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import botocore.session
+from botocore.exceptions import ParamValidationError
+from botocore.model import Shape
+from botocore.validate import validate_parameters
 from celery import Celery
 from kombu.transport import SQS
+from kombu.utils.json import loads
 
 from ..core.handover import Publisher
 from ..core.store import DelayedStore
@@ -31,6 +37,10 @@ class SQSChannel(SQS.Channel):
     """kombu's SQS channel with the delayed store (at ``delayq_store_url``)."""
 
     keeps_own_store = False
+    #: Errors of a put that refuse its message alone, though kombu lists every
+    #: ``BotoCoreError`` among SQS's connection errors: botocore's check of the
+    #: arguments, before anything is sent (VirtualPublisher).
+    refusals = (ParamValidationError,)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self.diverter = Diverter.of_current_app(
@@ -47,7 +57,8 @@ class SQSChannel(SQS.Channel):
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         """Publish, or store until due (sent to the same queue when due)."""
-        if not self.diverter.divert(virtual_outbound(queue, message, destination=queue)):
+        outbound = virtual_outbound(queue, message, destination=queue, validate=check_sendable)
+        if not self.diverter.divert(outbound):
             super()._put(queue, message, **kwargs)
 
     def _put_fanout(self, exchange: str, message: dict[str, Any], *args: Any, **kw: Any) -> None:
@@ -76,3 +87,33 @@ class SQSTransport(SQS.Transport):
 
     Channel = SQSChannel
     recoverable_connection_errors = store_retrying_errors(SQS.Transport)
+
+
+def send_message_arguments(queue: str, message: Mapping[str, Any]) -> dict[str, Any]:
+    """The SendMessage arguments kombu's SQS put (``Channel._put``) takes from a message's
+    properties, beside the queue URL and the body (here placeholders: a string, as
+    kombu's always are). Its delay is left out: kombu clamps it to what SQS takes."""
+    properties = message.get("properties") or {}
+    arguments: dict[str, Any] = {"QueueUrl": queue, "MessageBody": ""}
+    if "message_attributes" in properties:
+        arguments["MessageAttributes"] = properties["message_attributes"]
+    if "MessageGroupId" in properties:
+        arguments["MessageGroupId"] = properties["MessageGroupId"]
+    if queue.endswith(".fifo") and "MessageDeduplicationId" in properties:
+        arguments["MessageDeduplicationId"] = properties["MessageDeduplicationId"]
+    return arguments
+
+
+def check_sendable(queue: str, payload: bytes) -> None:
+    """Check a delayed message now as botocore will check its SendMessage when it is due
+    (``ParamValidationError``: a MessageGroupId that is no string, message attributes
+    that are no map), so the publish fails now, as a publish made at once fails, instead
+    of every hand-over of it."""
+    validate_parameters(send_message_arguments(queue, loads(payload)), _send_message_input())
+
+
+@functools.lru_cache(maxsize=1)
+def _send_message_input() -> Shape:
+    """SendMessage's input shape in botocore's model of SQS (read once: about 0.1 s)."""
+    model = botocore.session.get_session().get_service_model("sqs")
+    return model.operation_model("SendMessage").input_shape

@@ -3,7 +3,9 @@
 kombu's virtual ``_put`` returns once the broker took the message (SQS's SendMessage
 is synchronous), so each message is confirmed when its put returns. A connection
 error stops the batch (the rest is given back); any other error refuses that message
-alone (an SQS message over 256 KiB, say), and the batch goes on.
+alone (an SQS message over 256 KiB, say), and the batch goes on, as does an error the
+channel names among its ``refusals`` although kombu lists it among the connection
+errors (botocore's check of one message's arguments, on SQS).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class VirtualPublisher(ConfirmedOnReturn):
             self.close()
             report.error = exc
             return report
+        refusals: tuple[type[Exception], ...] = getattr(channel, "refusals", ())
         for message in messages:
             try:
                 envelope = loads(with_header(message.payload, STABLE_ID_HEADER, message.stable_id))
@@ -44,6 +47,8 @@ class VirtualPublisher(ConfirmedOnReturn):
                 continue
             try:
                 channel.put_now(message.destination, envelope)
+            except refusals as exc:
+                report.refused[message.key] = f"{type(exc).__name__}: {exc}"
             except connection.connection_errors as exc:
                 self.close()
                 report.error = exc
