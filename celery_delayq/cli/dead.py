@@ -49,9 +49,50 @@ def _selection(task_ids: tuple[str, ...], all_: bool) -> list[str] | None:
 @click.argument("task_ids", nargs=-1)
 @click.option("--all", "all_", is_flag=True, help="Every dead letter.")
 def resend(as_json: bool, task_ids: tuple[str, ...], all_: bool) -> None:
-    """Schedule dead letters again, due now (fix the cause first)."""
-    resent = api.resend_dead(current_app(), _selection(task_ids, all_))
-    emit(as_json, {"resent": resent}, f"resent {resent}")
+    """Schedule dead letters again, due now, and deliver them (fix the cause first).
+    Counts those that left the dead letters; names each that is a dead letter still
+    (its record cannot be read, or the broker refused it again) and then exits 1."""
+    app = current_app()
+    selection = _selection(task_ids, all_)
+    chosen = _chosen(api.dead_letters(app), selection)
+    api.resend_dead(app, selection)
+    still = [
+        _still_dead(letter, chosen[letter.queue, letter.key])
+        for letter in api.dead_letters(app)
+        if (letter.queue, letter.key) in chosen
+    ]
+    resent = len(chosen) - len(still)
+    lines = [f"resent {resent}"]
+    lines += [
+        f"still dead ({d['why']}): {d['id']} of queue {d['queue']}: {d['reason']}" for d in still
+    ]
+    emit(as_json, {"resent": resent, "still_dead": still}, "\n".join(lines))
+    if still:
+        raise SystemExit(1)
+
+
+def _chosen(
+    letters: list[DeadLetter], task_ids: list[str] | None
+) -> dict[tuple[str, bytes], DeadLetter]:
+    """The dead letters a resend selects (as ``api.resend_dead`` selects them)."""
+    wanted = None if task_ids is None else set(task_ids)
+    return {
+        (letter.queue, letter.key): letter
+        for letter in letters
+        if wanted is None or letter.task_id in wanted
+    }
+
+
+def _still_dead(letter: DeadLetter, before: DeadLetter) -> dict[str, Any]:
+    """A selected dead letter found in the dead letters after the resend: one that never
+    left (a move could not read its record), or one the broker refused again."""
+    stayed = (letter.dead_at, letter.reason) == (before.dead_at, before.reason)
+    return {
+        "id": letter.task_id,
+        "queue": letter.queue,
+        "why": "not resent" if stayed else "refused again",
+        "reason": letter.reason,
+    }
 
 
 @dead.command()

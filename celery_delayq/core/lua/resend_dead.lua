@@ -2,17 +2,19 @@
 -- operator fixed what made them fail (a missing binding, say). Their tries start over.
 --
 -- ARGV[3..] message keys of dead letters
--- Returns   how many were scheduled again (a key with no dead letter, or whose message
---           key is taken by a newer pending message of the same task, is left as it is)
+-- Returns   how many were scheduled again. A key with no dead letter, or whose message
+--           key is taken by a newer pending message of the same task, is left as it is;
+--           so is a dead letter whose record a move cannot read (parse): scheduled
+--           again, it would only be dead-lettered again by the next move.
 
 local now = server_now()
 local resent = 0
 for i = 3, #ARGV do
   local key = ARGV[i]
   local record = redis.call('HGET', DEAD, key)
-  if record and redis.call('HEXISTS', MSG, key) == 0 then
-    local due = parse(record)
-    if due then record = with_due(record, due, now) end
+  local due = record and parse(record)
+  if due and redis.call('HEXISTS', MSG, key) == 0 then
+    record = with_due(record, due, now)
     redis.call('HSET', MSG, key, record)
     add_entry(key, now)
     hold_key_again(record, key, now)
