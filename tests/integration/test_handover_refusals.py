@@ -1,0 +1,219 @@
+"""A message the broker refuses is refused alone: at publish when the broker's client
+would refuse it (as a publish made at once is refused), and, stored before (or crafted
+in Redis), dead-lettered after its tries while its batch, its queue and every other
+queue go on; ``dead resend`` says what left the dead letters (real RabbitMQ, moto's SQS
+server, real Redis)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import amqp
+import kombu.exceptions
+import pytest
+import redis
+from amqp.exceptions import FrameSyntaxError
+from celery import Celery
+
+import celery_delayq
+from celery_delayq.brokers.amqp.envelope import destination, envelope
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.core.record import Record, task_key
+from celery_delayq.core.results import DeadLetter
+from celery_delayq.core.store import Scheduled
+from celery_delayq.testing import wait_until
+
+from ..helpers import invoke, take_all
+from .test_sqs import sqs_messages
+
+pytestmark = pytest.mark.timeout(90)
+
+#: Tries before a refused message is dead-lettered, and the back-off (s) between them.
+TRIES = {"delayq_handover_tries": 2, "delayq_handover_backoff": 0.001}
+
+
+def overdue(app: Celery, *results: Any) -> None:
+    """Make these delayed tasks due now (by the store's clock), without racing a clock."""
+    for result in results:
+        assert celery_delayq.reschedule(app, result.id, countdown=-1) == 1
+
+
+def store_due_now(app: Celery, queue: str, task_id: str, where: str, payload: bytes) -> None:
+    """Keep ``payload`` as a message of ``queue`` due now, written straight into the
+    store: a message stored before its publish was checked, or crafted in Redis."""
+    with open_store(app) as store:
+        due = store.server_time_ms() - 1
+        store.schedule_many([Scheduled(queue, task_id, task_id, due, where, payload)])
+
+
+def dead_after_passes(app: Celery, wanted: int) -> list[DeadLetter]:
+    """Run mover passes (each must succeed) until ``wanted`` dead letters are kept."""
+    with open_store(app) as store:
+
+        def dead() -> list[DeadLetter]:
+            store.move_all_due()
+            return store.dead.list()
+
+        return wait_until(lambda: len(letters := dead()) >= wanted and letters, timeout=30)
+
+
+# RabbitMQ
+
+
+def amqp_table_error(error: BaseException) -> str:
+    """py-amqp's message for a header it cannot encode, without the value's repr."""
+    return str(error).split(" [value:")[0]
+
+
+def test_a_delayed_publish_with_a_header_py_amqp_cannot_encode_fails_as_one_made_at_once(
+    make_amqp_app: Callable[..., Celery],
+) -> None:
+    app = make_amqp_app()
+    with pytest.raises(FrameSyntaxError) as at_once:
+        app.send_task("tests.remember", headers={"x": uuid.uuid4()})
+    with pytest.raises(FrameSyntaxError) as delayed:
+        app.send_task("tests.remember", countdown=1, headers={"x": uuid.uuid4()})
+
+    assert amqp_table_error(delayed.value) == amqp_table_error(at_once.value)
+    assert "UUID" in str(delayed.value)
+    assert celery_delayq.backlog(app) == []
+    assert take_all(app, app.conf.task_default_queue) == []
+
+
+def test_a_stored_header_py_amqp_cannot_encode_is_dead_lettered_alone_and_every_queue_goes_on(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """20 good messages and one whose stored header py-amqp cannot encode, due together
+    in one queue, 20 more in another: every good one reaches RabbitMQ, each mover pass
+    succeeds, and the bad one is dead-lettered with the reason after its tries."""
+    app = make_amqp_app(**TRIES)
+    first, second = app.conf.task_default_queue, f"{app.conf.task_default_queue}-2"
+    good = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(20)]
+    other = [app.send_task("tests.remember", (i,), countdown=3600, queue=second) for i in range(20)]
+    overdue(app, *good[:10])
+    bad_id = str(uuid.uuid4())
+    bad = amqp.Message(b"[[], {}, {}]", application_headers={"id": bad_id, "x": uuid.uuid4()})
+    store_due_now(app, first, bad_id, destination("", first), envelope(bad))
+    overdue(app, *good[10:], *other)
+
+    (letter,) = dead_after_passes(app, 1)
+
+    assert letter.task_id == bad_id and letter.tries == 2
+    assert letter.reason.startswith("the broker cannot encode it: FrameSyntaxError: ")
+    assert "UUID" in letter.reason
+    assert sorted(m.headers["id"] for m in take_all(app, first)) == sorted(r.id for r in good)
+    assert sorted(m.headers["id"] for m in take_all(app, second)) == sorted(r.id for r in other)
+    assert redis_client.keys("*inflight*") == []
+
+
+# SQS
+
+
+def sqs_envelope(task_id: str, **properties: Any) -> bytes:
+    """A kombu envelope as the SQS channel stores it, with these extra properties."""
+    body = base64.b64encode(json.dumps([[], {}, {}]).encode()).decode()
+    return json.dumps(
+        {
+            "body": body,
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": {"id": task_id, "task": "tests.remember"},
+            "properties": {"body_encoding": "base64", "delivery_tag": task_id, **properties},
+        }
+    ).encode()
+
+
+def test_a_delayed_publish_botocore_refuses_fails_as_one_made_at_once(
+    make_sqs_app: Callable[..., Celery],
+) -> None:
+    app = make_sqs_app()
+    with pytest.raises(kombu.exceptions.OperationalError) as at_once:
+        app.send_task("tests.remember", MessageGroupId=5)
+    with pytest.raises(kombu.exceptions.OperationalError) as delayed:
+        app.send_task("tests.remember", countdown=2, MessageGroupId=5)
+
+    assert str(delayed.value) == str(at_once.value)
+    assert "Invalid type for parameter MessageGroupId" in str(delayed.value)
+    assert celery_delayq.backlog(app) == []
+    assert sqs_messages(app, app.conf.task_default_queue) == []
+
+
+@pytest.mark.slow
+def test_a_stored_message_botocore_refuses_is_dead_lettered_alone_and_every_queue_goes_on(
+    make_sqs_app: Callable[..., Celery],
+) -> None:
+    """A MessageGroupId that is no string, message attributes that are no map: botocore
+    refuses the SendMessage (a ``BotoCoreError``, which kombu lists among SQS's connection
+    errors) before anything is sent. Those two are dead-lettered with the reason after
+    their tries; the 50 good messages of their queue and 20 of another arrive."""
+    app = make_sqs_app(**TRIES)
+    first, second = app.conf.task_default_queue, f"{app.conf.task_default_queue}-2"
+    good = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(50)]
+    other = [app.send_task("tests.remember", (i,), countdown=3600, queue=second) for i in range(20)]
+    overdue(app, *good[:25])
+    group, attributes = str(uuid.uuid4()), str(uuid.uuid4())
+    store_due_now(app, first, group, first, sqs_envelope(group, MessageGroupId=5))
+    store_due_now(app, first, attributes, first, sqs_envelope(attributes, message_attributes="zz"))
+    overdue(app, *good[25:], *other)
+
+    letters = {letter.task_id: letter for letter in dead_after_passes(app, 2)}
+
+    assert set(letters) == {group, attributes}
+    assert all(letter.tries == 2 for letter in letters.values())
+    assert "Invalid type for parameter MessageGroupId" in letters[group].reason
+    assert "Invalid type for parameter MessageAttributes" in letters[attributes].reason
+    assert letters[group].reason.startswith("ParamValidationError: ")
+    delivered = [m["headers"]["id"] for m in sqs_messages(app, first)]
+    assert sorted(delivered) == sorted(r.id for r in good)
+    delivered = [m["headers"]["id"] for m in sqs_messages(app, second)]
+    assert sorted(delivered) == sorted(r.id for r in other)
+
+
+# dead resend
+
+
+def test_dead_resend_counts_what_left_the_dead_letters_and_names_what_did_not(
+    make_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """A dead letter whose record a move cannot read (as a move or ``doctor --repair``
+    buries it) stays a dead letter: it is named, not counted, and the command exits 1;
+    a readable one beside it is resent and delivered."""
+    app = make_app()
+    queue = app.conf.task_default_queue
+    broken = app.send_task("tests.remember", countdown=3600)
+    fine = app.send_task("tests.remember", countdown=3600)
+    with open_store(app) as store:
+        keys = store.keys.for_queue(queue)
+        overdue(app, broken, fine)
+        redis_client.hset(keys.messages, task_key(broken.id), b"12x:not a record")
+        store.move_all_due()  # buries the unreadable record, delivers the other
+        (buried,) = store.dead.list()
+        (payload,) = redis_client.lrange(queue, 0, -1)
+        redis_client.delete(queue)
+        store.dead.add(queue, task_key(fine.id), Record(0, keys.own_list, payload), "refused")
+
+    result = invoke(app, "dead", "resend", "--all")
+
+    assert result.exit_code == 1, result.output
+    assert result.output.splitlines() == [
+        "resent 1",
+        f"still dead (not resent): {broken.id} of queue {queue}: {buried.reason}",
+    ]
+    assert buried.reason.startswith("unreadable record")
+    delivered = [json.loads(raw)["headers"]["id"] for raw in redis_client.lrange(queue, 0, -1)]
+    assert delivered == [fine.id]
+    with open_store(app) as store:
+        (still,) = store.dead.list()
+    assert (still.task_id, still.dead_at) == (broken.id, buried.dead_at)
+    again = invoke(app, "dead", "resend", "--all", "--json")
+    assert again.exit_code == 1
+    assert json.loads(again.stdout) == {
+        "resent": 0,
+        "still_dead": [
+            {"id": broken.id, "queue": queue, "why": "not resent", "reason": buried.reason}
+        ],
+    }
