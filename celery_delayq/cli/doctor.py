@@ -21,10 +21,17 @@ def finding_line(finding: Finding) -> str:
 @click.command()
 @json_option
 @click.option("--repair", is_flag=True, help="Fix store inconsistencies that are safe to fix.")
-def doctor(as_json: bool, repair: bool) -> None:
+@click.option(
+    "--persistence-confirmed",
+    is_flag=True,
+    help="Persistence is confirmed another way (a managed Redis that refuses CONFIG): pass "
+    "the persistence check when AOF is off and the save setting cannot be read.",
+)
+def doctor(as_json: bool, repair: bool, persistence_confirmed: bool) -> None:
     """Check the store's Redis and the store itself, and say what to fix. Exits 1 on a
-    failed check."""
-    report = run_doctor(current_app(), repair=repair)
+    failed check, and on one that cannot be made (a Redis user that may not read what
+    it needs)."""
+    report = run_doctor(current_app(), repair=repair, persistence_confirmed=persistence_confirmed)
     data = {
         "redis": report.redis,
         "findings": [dataclasses.asdict(f) for f in report.findings],

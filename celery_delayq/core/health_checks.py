@@ -35,13 +35,22 @@ class Finding:
     fix: str = ""
 
 
-def server_findings(client: redis.Redis) -> list[Finding]:
+#: How to let ``doctor`` confirm persistence where this Redis user cannot read it.
+PERSISTENCE_UNCONFIRMED_FIX = (
+    "turn on AOF (appendonly yes), which INFO shows; or grant this Redis user +config|get "
+    "so that the save setting can be read; or, when persistence is confirmed another way, "
+    "run doctor --persistence-confirmed"
+)
+
+
+def server_findings(client: redis.Redis, persistence_confirmed: bool = False) -> list[Finding]:
     """Version, persistence and eviction policy of the server, or of every master of a
-    cluster (the check then names the node)."""
+    cluster (the check then names the node). ``persistence_confirmed``: the operator
+    vouches for a persistence that this Redis user cannot read (doctor's option)."""
     findings = []
     for name, server in server_nodes(client):
         try:
-            found = _one_server_findings(server)
+            found = _one_server_findings(server, persistence_confirmed)
         except redis.ConnectionError as exc:
             found = [Finding("server", FAIL, f"unreachable: {exc}", "check the node")]
         for finding in found:
@@ -50,9 +59,10 @@ def server_findings(client: redis.Redis) -> list[Finding]:
     return findings
 
 
-def _one_server_findings(client: redis.Redis) -> list[Finding]:
-    """Version, persistence and eviction policy of one server (a warning instead when
-    this user may not run INFO, as an ACL user confined to its keys may not)."""
+def _one_server_findings(client: redis.Redis, persistence_confirmed: bool) -> list[Finding]:
+    """Version, persistence and eviction policy of one server (a failure when this user
+    may not run INFO, as an ACL user confined to its keys may not: what cannot be
+    confirmed is not passed)."""
     try:
         server, persistence, memory = (
             client.info(section) for section in ("server", "persistence", "memory")
@@ -62,12 +72,16 @@ def _one_server_findings(client: redis.Redis) -> list[Finding]:
         return [
             Finding(
                 "server settings",
-                WARN,
+                FAIL,
                 message + "cannot be checked",
-                "grant +info, or check them yourself",
+                "grant this Redis user +info",
             )
         ]
-    return [_version(server), _persistence(client, persistence), _eviction(memory)]
+    return [
+        _version(server),
+        _persistence(client, persistence, persistence_confirmed),
+        _eviction(memory),
+    ]
 
 
 def _version(server: dict[str, Any]) -> Finding:
@@ -94,16 +108,23 @@ def _config_value(client: redis.Redis, name: str) -> str | None:
         return None
 
 
-def _persistence(client: redis.Redis, info: dict[str, Any]) -> Finding:
+def _persistence(client: redis.Redis, info: dict[str, Any], confirmed: bool) -> Finding:
     if int(info.get("aof_enabled", 0)):
         return _aof_fsync(client)
     save = _config_value(client, "save")
+    if save is None and confirmed:
+        return Finding(
+            "persistence",
+            OK,
+            "AOF is off and CONFIG GET save is not allowed: confirmed by the operator",
+        )
     if save is None:
         return Finding(
             "persistence",
-            WARN,
-            "AOF is off and CONFIG GET save is not allowed",
-            "turn on AOF: appendonly yes",
+            FAIL,
+            "AOF is off and CONFIG GET save is not allowed: persistence cannot be "
+            "confirmed, and without it a Redis restart loses every pending delayed task",
+            PERSISTENCE_UNCONFIRMED_FIX,
         )
     if save.strip():
         return Finding(

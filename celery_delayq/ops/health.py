@@ -35,18 +35,26 @@ class HealthReport:
         return all(finding.level != FAIL for finding in self.findings)
 
 
-def doctor(app: Celery, *, repair: bool = False, read_store: bool = True) -> HealthReport:
+def doctor(
+    app: Celery,
+    *,
+    repair: bool = False,
+    read_store: bool = True,
+    persistence_confirmed: bool = False,
+) -> HealthReport:
     """Check Redis version, persistence, eviction policy, clock skew, movers alive and
     the store's consistency, and with ``delayq_store_url`` the dead letters, the broker
     and publisher confirms; with ``repair``, fix what is safe to fix.
 
     ``read_store=False`` leaves out the consistency check, which reads every key of the
     store (seconds with a million pending): the web overview shows the rest on each load.
+    ``persistence_confirmed``: the operator vouches for a persistence that this Redis
+    user cannot read (no CONFIG GET), which otherwise fails.
     """
     with open_store(app) as store:
         status = read_status(store, config_of(app).mover_alive_within)
         findings = [
-            *server_findings(store.client),
+            *server_findings(store.client, persistence_confirmed),
             clock_finding(store.client),
             mover_finding(status.alive, status.backlog, status.alive_within),
             *(consistency_findings(store, repair=repair) if read_store else []),

@@ -171,7 +171,12 @@ def test_doctor_warns_that_appendfsync_everysec_can_lose_the_last_second(make_ap
 @pytest.mark.parametrize(
     ("aof", "level", "message"),
     [
-        (False, "warn", "AOF is off and CONFIG GET save is not allowed"),
+        (
+            False,
+            "fail",
+            "AOF is off and CONFIG GET save is not allowed: persistence cannot be confirmed, "
+            "and without it a Redis restart loses every pending delayed task",
+        ),
         (True, "ok", "AOF is on (appendfsync cannot be read here)"),
     ],
 )

@@ -218,7 +218,7 @@ def test_the_acl_user_cannot_touch_keys_or_channels_outside_its_prefix(
     app1.close()
 
 
-def test_without_info_the_checks_warn_instead_of_failing(
+def test_without_info_the_checks_fail_and_say_what_to_grant(
     locked_down: tuple[RedisServer, redis.Redis],
 ) -> None:
     server, admin = locked_down
@@ -227,7 +227,7 @@ def test_without_info_the_checks_warn_instead_of_failing(
     with pytest.raises(redis.exceptions.NoPermissionError):
         client.info("server")
     (finding,) = server_findings(client)
-    assert (finding.level, finding.fix) == ("warn", "grant +info, or check them yourself")
+    assert (finding.level, finding.fix) == ("fail", "grant this Redis user +info")
     client.close()
 
 
