@@ -106,18 +106,25 @@ class Taken:
         return cls(message, bytes_to_str(tag), bytes_to_str(reason))
 
 
-def read_payload(message: bytes) -> dict[str, Any]:
+def read_payload(message: bytes, tag: str = "") -> dict[str, Any]:
     """The envelope of a taken message, as kombu reads it; UnreadableMessage if it is not
-    a JSON object (Python's JSON may refuse what Redis's accepted: deep nesting, say, or
-    one of kombu's typed values, ``{"__type__": ..., "__value__": ...}``, that does not
-    decode)."""
+    a JSON object (Python's JSON may refuse what Redis's accepted: deep nesting, say, a
+    broken body consume.lua skimmed over, or one of kombu's typed values,
+    ``{"__type__": ..., "__value__": ...}``, that does not decode), or if its delivery tag
+    is not the ``tag`` consume.lua recorded it under (kombu would ack another entry, and
+    the recorded one would come back to run again)."""
     try:
         payload = loads(bytes_to_str(message))
     except Exception as exc:  # anything hostile JSON makes kombu's decoder raise
         raise UnreadableMessage(f"not JSON kombu reads: {exc!r}"[:300]) from None
     if not isinstance(payload, dict):
         raise UnreadableMessage("not a JSON object")
-    parts = payload.get("headers"), (payload.get("properties") or {}).get("delivery_info")
+    properties = payload.get("properties")
+    if not isinstance(properties, dict):
+        raise UnreadableMessage('no "properties" object')
+    if tag and properties.get("delivery_tag") != tag:
+        raise UnreadableMessage("its delivery tag reads differently in Redis and in Python")
+    parts = payload.get("headers"), properties.get("delivery_info")
     if any(part is not None and not isinstance(part, dict) for part in parts):
         # kombu's restore writes "redelivered" into both; Redis's cjson reads [] as {}
         raise UnreadableMessage('its "headers" or "delivery_info" would make its restore fail')
@@ -257,7 +264,7 @@ class AtomicConsumer:
         try:
             if taken.reason:  # not taken: still the last element of its list
                 raise UnreadableMessage(taken.reason)
-            payload = read_payload(taken.message)
+            payload = read_payload(taken.message, taken.tag)
             if taken.tag:
                 self.recorded_tags.add(taken.tag)
             self.channel.connection._deliver(payload, queue)
@@ -342,7 +349,7 @@ class AtomicConsumer:
         try:
             if taken.reason:
                 raise UnreadableMessage(taken.reason)
-            message = channel.Message(read_payload(taken.message), channel=channel)
+            message = channel.Message(read_payload(taken.message, taken.tag), channel=channel)
         except UnreadableMessage as exc:
             self.dead_letter(queue, source, source, taken, str(exc))
             return None

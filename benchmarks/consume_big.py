@@ -1,0 +1,185 @@
+"""``python -m benchmarks.consume_big [--sizes MB ...] [--rounds N] [--output PATH]``: what
+taking one big message with ``consume.lua`` costs, as a ratio to a plain ``RPOP`` of the
+same message.
+
+A worker on the Redis broker takes each message with one ``consume.lua`` call (the message
+off its list and kombu's ``unacked`` entry written, in one step). Stock kombu takes it with
+``BRPOP``. For each size, one real Celery task message (a string argument of that many
+bytes, published by Celery on stock kombu: base64 body, Celery's headers) is taken
+``--rounds`` times each way from a fresh private redis-server, alternately:
+
+- ``RPOP`` of the message;
+- ``consume.lua`` taking it and recording it (then its entry is dropped again);
+- the floor of any script that takes a message and records kombu's entry in one step:
+  ``RPOP`` inside a script, ``HSET`` of the entry (the message inside brackets), the message
+  returned. Everything beyond it is what ``consume.lua`` spends reading the message.
+
+Two times per call: the client's (send to reply parsed, what a worker waits for) and the
+server's (SLOWLOG, ``slowlog-log-slower-than`` 0: the command's own run, without writing
+the reply to the socket). The goal: a consume call's client time at most 1.5x the
+``RPOP``'s, plus 0.5 ms (medians over the rounds); the floor shows how much of the rest no
+one-step take can avoid (a script copies the message in, into the entry, and out).
+
+It imports only ``ConsumeScripts`` (the script as the transport loads it), so the same
+file measures older code: run it from a checkout of that code. Writes nothing unless
+``--output`` says where.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+import redis
+from celery import Celery
+
+from celery_delayq.brokers.redis.consume import ConsumeScripts
+from celery_delayq.testing import RedisServer
+
+from .pathological import code_version
+
+QUEUE = "bench"
+UNACKED, INDEX = "unacked", "unacked_index"
+SIZES_MB = (0.5, 5.0, 20.0)
+GOAL_RATIO, GOAL_SLACK_MS = 1.5, 0.5
+#: The least a one-step take does: the message in, into kombu's entry, and out.
+FLOOR = """
+local message = redis.call('RPOP', KEYS[1])
+redis.call('HSET', KEYS[2], 'tag', '[' .. message .. ', "", ""]')
+return message
+"""
+
+
+@dataclass
+class Sized:
+    """The times of one message size: per call, client ms and server us."""
+
+    size: int
+    rpop_ms: list[float] = field(default_factory=list)
+    consume_ms: list[float] = field(default_factory=list)
+    rpop_us: list[int] = field(default_factory=list)
+    consume_us: list[int] = field(default_factory=list)
+    floor_ms: list[float] = field(default_factory=list)
+    floor_us: list[int] = field(default_factory=list)
+
+    def met(self) -> bool:
+        rpop, consume = statistics.median(self.rpop_ms), statistics.median(self.consume_ms)
+        return consume <= GOAL_RATIO * rpop + GOAL_SLACK_MS
+
+
+def big_message(url: str, size: int) -> bytes:
+    """A Celery task message with a ``size``-byte argument, as stock kombu publishes it."""
+    app = Celery("bench", broker=url)
+    app.send_task("bench.big", args=["x" * size], queue=QUEUE)
+    raw = redis.Redis.from_url(url).rpop(QUEUE)
+    assert raw is not None
+    return raw
+
+
+def last_duration(client: redis.Redis, command: bytes) -> int:
+    """The SLOWLOG duration (us) of the latest ``command`` logged."""
+    for entry in client.slowlog_get(8):
+        if entry["command"].split(b" ", 1)[0].upper() == command:
+            return int(entry["duration"])
+    raise SystemExit(f"no {command!r} in the SLOWLOG")
+
+
+def measure(client: redis.Redis, message: bytes, rounds: int) -> Sized:
+    sized = Sized(len(message))
+    consume = ConsumeScripts.register(client).consume
+    client.script_load(consume.script)  # no NOSCRIPT round in what is measured
+    floor = client.register_script(FLOOR)
+    client.script_load(FLOOR)
+    for _ in range(rounds):
+        client.lpush(QUEUE, message)
+        began = time.perf_counter()
+        taken = client.rpop(QUEUE)
+        sized.rpop_ms.append((time.perf_counter() - began) * 1000)
+        sized.rpop_us.append(last_duration(client, b"RPOP"))
+        assert taken == message
+        client.lpush(QUEUE, message)
+        began = time.perf_counter()
+        reply = consume([UNACKED, INDEX, QUEUE], [repr(time.time()), QUEUE])
+        sized.consume_ms.append((time.perf_counter() - began) * 1000)
+        sized.consume_us.append(last_duration(client, b"EVALSHA"))
+        assert reply[1] == message and reply[2] and not reply[3], reply[2:]
+        client.delete(UNACKED, INDEX)
+        client.lpush(QUEUE, message)
+        began = time.perf_counter()
+        assert floor([QUEUE, UNACKED]) == message
+        sized.floor_ms.append((time.perf_counter() - began) * 1000)
+        sized.floor_us.append(last_duration(client, b"EVALSHA"))
+        client.delete(UNACKED)
+    return sized
+
+
+def run(sizes_mb: list[float], rounds: int) -> tuple[list[Sized], str]:
+    results = []
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url, socket_timeout=600)
+        client.config_set("slowlog-log-slower-than", 0)
+        client.config_set("slowlog-max-len", 1024)
+        version = str(client.info("server")["redis_version"])
+        for mb in sizes_mb:
+            message = big_message(server.url, int(mb * 1_000_000 * 3 / 4))  # base64: 4/3
+            results.append(measure(client, message, rounds))
+            print(row(results[-1]), flush=True)
+        client.close()
+    return results, version
+
+
+def row(sized: Sized) -> str:
+    med = statistics.median
+    rpop_ms, consume_ms = med(sized.rpop_ms), med(sized.consume_ms)
+    rpop_us, consume_us = med(sized.rpop_us), med(sized.consume_us)
+    floor_ms, floor_us = med(sized.floor_ms), med(sized.floor_us)
+    return (
+        f"| {sized.size / 1e6:.1f} MB | {rpop_ms:.2f} | {consume_ms:.2f} | "
+        f"{consume_ms / rpop_ms:.2f}x | {floor_ms / rpop_ms:.2f}x | {rpop_us:,.0f} | "
+        f"{consume_us:,.0f} | {consume_us / max(rpop_us, 1):.1f}x | "
+        f"{floor_us / max(rpop_us, 1):.1f}x | {'met' if sized.met() else 'NOT met'} |"
+    )
+
+
+def render(results: list[Sized], rounds: int, version: str, took: float) -> str:
+    lines = [
+        "# Consuming a big message: consume.lua against a plain RPOP of the same message",
+        "",
+        f"Generated by `python -m benchmarks.consume_big` on "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC ({took:.0f} s); medians of "
+        f"{rounds} rounds a size, RPOP, consume.lua and the floor script in turn (ratios: "
+        f"to the RPOP); Redis {version}; "
+        f"{code_version()}; {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}.",
+        "",
+        "| message | RPOP ms (client) | consume.lua ms (client) | ratio | floor ratio "
+        "| RPOP us (SLOWLOG) | consume.lua us (SLOWLOG) | ratio | floor ratio "
+        "| goal: client ≤ 1.5x RPOP + 0.5 ms |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        *(row(sized) for sized in results),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
+    parser.add_argument("--sizes", type=float, nargs="+", default=list(SIZES_MB), help="MB")
+    parser.add_argument("--rounds", type=int, default=7, help="calls each way per size")
+    parser.add_argument("--output", type=Path)
+    options = parser.parse_args()
+    started = time.time()
+    results, version = run(options.sizes, options.rounds)
+    report = render(results, options.rounds, version, time.time() - started)
+    print(report)
+    if options.output:
+        options.output.write_text(report)
+
+
+if __name__ == "__main__":
+    main()
