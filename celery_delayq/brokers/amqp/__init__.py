@@ -71,11 +71,16 @@ class AMQPChannel(pyamqp.Channel):
             headers=properties.get("application_headers") or {},
             destination=destination(exchange, routing_key),
             payload=lambda: envelope(msg),
-            validate=check_publishable,
+            validate=self.check_publishable,
         )
         if self.diverter.divert(outbound):
             return None
         return self._publish_now(msg, exchange, routing_key, *args, **kw)
+
+    def check_publishable(self, destination: str, payload: bytes) -> None:
+        """Refuse now a message kept for later that its hand-over could not encode
+        (publisher.check_publishable), with this connection's ``frame_max``."""
+        check_publishable(destination, payload, self.connection.frame_max)
 
 
 class AMQPConnection(pyamqp.Connection):

@@ -15,6 +15,7 @@ from struct import Struct
 from typing import Any
 
 from amqp import spec
+from amqp.exceptions import FrameError
 from amqp.serialization import dumps
 
 FRAME_END = b"\xce"
@@ -187,15 +188,22 @@ class PublishFrames:
     def publish(
         self, exchange: str, routing_key: str, body: bytes, properties: Mapping[str, Any]
     ) -> bytes:
-        """The frames of a mandatory publish of ``body`` with ``properties``."""
+        """The frames of a mandatory publish of ``body`` with ``properties``. Properties
+        and headers go in one frame, unlike the body: ``FrameError`` when they do not fit
+        (sent, the broker would close the connection, and the batch with it)."""
         method = self._methods.get((exchange, routing_key))
         if method is None:
             method = self._methods[exchange, routing_key] = self._method(exchange, routing_key)
         header = _CONTENT_HEADER.pack(spec.Basic.CLASS_ID, 0, len(body)) + content_properties(
             properties
         )
-        parts = [method, self._frame(HEADER_FRAME, header)]
         chunk = self.body_chunk
+        if len(header) > chunk:  # the broker would close the connection (frame_too_large)
+            raise FrameError(
+                f"the message's properties and headers take {len(header):,} bytes, over the "
+                f"{chunk:,} a frame holds (the broker's frame_max less 8)"
+            )
+        parts = [method, self._frame(HEADER_FRAME, header)]
         if len(body) <= chunk:
             if body:
                 parts.append(self._frame(BODY_FRAME, body))

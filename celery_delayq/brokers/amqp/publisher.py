@@ -198,17 +198,13 @@ def encoded(frames: PublishFrames, message: Outgoing, report: PublishReport) -> 
     return None
 
 
-#: The frame size a delayed message is checked with at publish (RabbitMQ's default; the
-#: size only decides how the body is cut into frames, never whether it can be encoded).
-CHECK_FRAME_MAX = 131_072
-
-
-def check_publishable(destination: str, payload: bytes) -> None:
+def check_publishable(destination: str, payload: bytes, frame_max: int) -> None:
     """Encode a delayed message now as its hand-over will when it is due
     (``publish_command``), so that what py-amqp cannot encode (a header of a type it
     does not know: ``FrameSyntaxError``) fails this publish, as py-amqp fails a publish
-    made at once, instead of failing every hand-over of it."""
-    publish_command(PublishFrames(1, CHECK_FRAME_MAX), Outgoing(b"", destination, payload, 0))
+    made at once, instead of failing every hand-over of it; so do headers too large
+    for one frame of ``frame_max`` bytes (``FrameError``)."""
+    publish_command(PublishFrames(1, frame_max), Outgoing(b"", destination, payload, 0))
 
 
 class BatchConfirms:
