@@ -9,6 +9,7 @@ test, and the build fails (``-W``) on a link to an id the page does not have.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -70,15 +71,47 @@ class PromisesDirective(SphinxDirective):
             sections.append(section)
         return sections
 
-    @staticmethod
-    def entry(promise: promise_ledger.Promise, tests: list[str]) -> list[nodes.Node]:
+    def entry(self, promise: promise_ledger.Promise, tests: list[str]) -> list[nodes.Node]:
         said = nodes.paragraph(ids=[label(promise.id)])
         said += nodes.strong(text=promise.id)
-        said += nodes.Text(f" ({promise.path}, line {promise.line}): {promise.text}")
+        said += nodes.Text(" (")
+        said += self.page_link(promise.path)
+        said += nodes.Text(f", line {promise.line}): ")
+        for at, part in enumerate(re.split(r"`([^`]*)`", promise.text)):
+            said += nodes.literal(text=part) if at % 2 else nodes.Text(part)
         proofs = nodes.bullet_list()
         for test in tests:
             proofs += nodes.list_item("", nodes.paragraph("", "", nodes.literal(text=test)))
         return [said, proofs]
+
+    def page_link(self, path: str) -> nodes.Node:
+        """``path`` as a link to the page of the site that shows it (a file outside
+        ``docs/`` through the page that includes it), or as text if none does."""
+        docname = shown_in(path)
+        if docname is None:
+            return nodes.Text(path)
+        reference = addnodes.pending_xref(
+            "",
+            refdomain="std",
+            reftype="doc",
+            reftarget=f"/{docname}",
+            refexplicit=True,
+            refdoc=self.env.docname,
+        )
+        reference += nodes.inline("", path)
+        return reference
+
+
+def shown_in(path: str) -> str | None:
+    """The docname of the page that shows ``path``: itself under ``docs/``, else the page
+    whose ``{include}`` names it."""
+    if path.startswith("docs/"):
+        return path.removeprefix("docs/").removesuffix(".md")
+    for page in sorted((ROOT / "docs").rglob("*.md")):
+        for included in re.findall(r"\{include\}\s+(\S+)", page.read_text(encoding="utf-8")):
+            if (page.parent / included).resolve() == (ROOT / path).resolve():
+                return page.relative_to(ROOT / "docs").with_suffix("").as_posix()
+    return None
 
 
 def setup(app: Sphinx) -> dict[str, Any]:

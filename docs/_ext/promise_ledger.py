@@ -24,13 +24,21 @@ ROLE = re.compile(r"\{promise\}`([^`]*)`")
 ID = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 #: The ledger page itself: it shows an id as an example, and makes no promise.
 LEDGER_PAGE = "docs/explanation/promises.md"
-#: Tests in these folders run no server or process: they cannot attack a promise.
-NOT_AN_ATTACK = ("tests/unit/",)
+#: The folders whose tests run real processes (redis-server, RabbitMQ, celery worker or
+#: beat, a browser): only they can attack a promise. ``tests/unit`` runs no server.
+ATTACKS = (
+    "tests/integration/",
+    "tests/system/",
+    "tests/adversarial/",
+    "tests/django/",
+    "tests/format/",
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Promise:
-    """One promise: its id, where it is made (path relative to the root, line) and its words."""
+    """One promise: its id, where it is made (path relative to the root, line) and its words
+    (Markdown code spans kept in backticks, other markup gone)."""
 
     id: str
     path: str
@@ -50,32 +58,81 @@ def documents(root: Path) -> list[Path]:
     ]
 
 
+CODE = re.compile(r"`[^`]*`")
+#: A sentence ends at . ! or ? (and the end of any bold around it) before a capital, a
+#: parenthesis or a code span; not at a colon or semicolon ("configured: HTTP basic auth
+#: ...", "(doctor says so; `doctor` warns ...)" go on).
+SENTENCE_END = re.compile(r"(?<=[.!?])(?:\*\*)?\s+(?=[A-Z(`])")
+
+
 def _plain(markdown: str) -> str:
-    """Markdown inline markup reduced to its words (links keep their text)."""
-    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", markdown)
-    text = re.sub(r"[*`]", "", text)
-    return " ".join(text.split())
+    """Markdown inline markup reduced to its words: roles go, links keep their text, bold
+    and emphasis marks go; code spans stay as they are (a ```"*"``` keeps its star), for
+    the ledger page to show them as code."""
+    text = re.sub(r"\{[a-z-]+\}`[^`]*`", "", markdown)
+    parts = re.split(r"(`[^`]*`)", text)
+    for at in range(0, len(parts), 2):  # the prose between code spans
+        prose = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", parts[at])
+        parts[at] = re.sub(r"\*+", "", prose)
+    return " ".join("".join(parts).split())
 
 
 def _paragraph_before(lines: list[str], index: int, column: int) -> str:
-    """The text of the paragraph or list item that holds ``lines[index]``, up to ``column``
-    and after any promise made before in it."""
+    """The Markdown of the paragraph or list item that holds ``lines[index]``, up to
+    ``column`` and after any promise made before in it."""
     start = index
-    while start > 0:
-        current = lines[start].lstrip()
-        if current.startswith(("- ", "* ", "| ")) or re.match(r"\d+\. ", current):
-            break
-        if not lines[start - 1].strip():
-            break
+    while start > 0 and lines[start - 1].strip() and not _starts_an_item(lines, start):
         start -= 1
     held = " ".join([*lines[start:index], lines[index][:column]])
-    after_last_promise = ROLE.split(held)[-1]
-    return _plain(after_last_promise.lstrip(" -*|"))
+    return ROLE.split(held)[-1].lstrip(" -*|")
 
 
-def _last_sentence(text: str) -> str:
-    sentences = re.split(r"(?<=[.;:!?])\s+(?=[A-Z(])", text.strip())
-    return sentences[-1] if sentences else ""
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip())
+
+
+def _starts_an_item(lines: list[str], index: int) -> bool:
+    """Whether ``lines[index]`` starts a list item or table row. A wrapped line that begins
+    "400. " is no numbered item: an item's own lines are indented past its marker, and a
+    numbered item follows another item, not a line of prose as far in."""
+    current, before = lines[index].lstrip(), lines[index - 1]
+    if current.startswith(("- ", "* ", "| ")):
+        return True
+    if not re.match(r"\d+\. ", current):
+        return False
+    return _indent(lines[index]) < _indent(before) or bool(
+        _indent(lines[index]) == _indent(before) and re.match(r"\s*\d+\. ", before)
+    )
+
+
+def _table_cell(row: str, column: int) -> str:
+    """In a table row, the cell up to ``column`` (after any promise made before in it),
+    after the row's first cell, which names what the row is about."""
+    cells = CODE.sub(lambda code: code.group().replace("|", "\0"), row[:column])
+    found = [cell.replace("\0", "|") for cell in cells.strip().strip("|").split("|")]
+    said = _plain(ROLE.split(found[-1])[-1])
+    return f"{_plain(found[0])}: {said}" if len(found) > 1 else said
+
+
+def _last_sentence(markdown: str) -> str:
+    """The last sentence of ``markdown``, as words (no sentence ends inside a code span)."""
+    spans: list[str] = []
+
+    def hold(code: re.Match[str]) -> str:
+        spans.append(code.group())
+        return f"`\0{len(spans) - 1}\0`"
+
+    held = CODE.sub(hold, markdown.strip())
+    last = SENTENCE_END.split(held)[-1]
+    return _plain(re.sub(r"`\0(\d+)\0`", lambda at: spans[int(at.group(1))], last))
+
+
+def _promise_text(lines: list[str], index: int, column: int) -> str:
+    """What the promise made at ``lines[index][column]`` says: its sentence, or in a table
+    its row's subject and its cell."""
+    if lines[index].lstrip().startswith("| "):
+        return _table_cell(lines[index], column)
+    return _last_sentence(_paragraph_before(lines, index, column))
 
 
 def promises(root: Path) -> tuple[dict[str, Promise], list[str]]:
@@ -98,7 +155,7 @@ def promises(root: Path) -> tuple[dict[str, Promise], list[str]]:
                         f" (first in {first.path}:{first.line})"
                     )
                 else:
-                    text = _last_sentence(_paragraph_before(lines, index, match.start()))
+                    text = _promise_text(lines, index, match.start())
                     found[promise_id] = Promise(promise_id, relative, index + 1, text)
     return found, problems
 
@@ -155,7 +212,7 @@ def problems(root: Path) -> list[str]:
     named = attacks(root)
     for promise_id, promise in sorted(made.items()):
         tests = named.get(promise_id, [])
-        real = [test for test in tests if not test.startswith(NOT_AN_ATTACK)]
+        real = [test for test in tests if test.startswith(ATTACKS)]
         if not tests:
             found.append(f"{promise.path}:{promise.line}: promise {promise_id!r} has no test")
         elif not real:

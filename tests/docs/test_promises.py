@@ -80,3 +80,46 @@ def test_the_check_fails_on_an_untested_promise_an_unknown_id_and_a_unit_only_pr
         " tests/unit/test_b.py::test_quiet",
         "tests/system/test_a.py::test_kept: names promise 'made-up', which no document makes",
     ]
+
+
+def test_a_promise_quotes_its_sentence_its_table_cell_and_its_code_as_written(
+    tmp_path: Path,
+) -> None:
+    write(
+        tmp_path,
+        "docs/guide.md",
+        """\
+        - **Hosts.** It answers a name in `allowed_hosts` (`"*"` for any): others get a
+          400. {promise}`hosts` Headers: `X-Frame-Options: DENY` and `nosniff`; {promise}`frames`
+        - **Kept.** `apply_async` returns once stored (see [the store](store.md)). {promise}`kept`
+
+        | | Redis | RabbitMQ |
+        |---|---|---|
+        | a ready message | never lost {promise}`ready` | `a|b` kept {promise}`piped` |
+        """,
+    )
+    write(
+        tmp_path,
+        "tests/docs/test_c.py",
+        """\
+        import pytest
+
+        @pytest.mark.promise("kept")
+        def test_built_pages():
+            pass
+        """,
+    )
+    made, problems = promise_ledger.promises(tmp_path)
+    assert problems == []
+    assert {promise_id: promise.text for promise_id, promise in made.items()} == {
+        "hosts": 'It answers a name in `allowed_hosts` (`"*"` for any): others get a 400.',
+        "frames": "Headers: `X-Frame-Options: DENY` and `nosniff`;",
+        "kept": "`apply_async` returns once stored (see the store).",
+        "ready": "a ready message: never lost",
+        "piped": "a ready message: `a|b` kept",
+    }
+    # a test outside the folders that run servers (here tests/docs) proves nothing
+    assert (
+        "docs/guide.md:3: promise 'kept' is named only by tests that run no server:"
+        " tests/docs/test_c.py::test_built_pages"
+    ) in promise_ledger.problems(tmp_path)
