@@ -87,6 +87,7 @@ def dead_payloads(app: Celery) -> list[tuple[bytes, str]]:
     return [(letter.record.payload, letter.reason) for letter in api.dead_letters(app)]
 
 
+@pytest.mark.promise("odd-delivery-info-delivered")
 def test_the_crafted_message_is_delivered_and_recorded_to_come_back_to_its_queue(
     app, redis_server, redis_client
 ) -> None:
@@ -123,6 +124,7 @@ UNREADABLE = {
 
 
 @pytest.mark.parametrize("how", ["consume", "get"])
+@pytest.mark.promise("poison-dead-lettered", "poison-reason-and-resend")
 def test_unreadable_messages_go_to_the_dead_letters_and_the_next_one_is_delivered(
     how, app, redis_client
 ) -> None:
@@ -156,6 +158,7 @@ def test_unreadable_messages_go_to_the_dead_letters_and_the_next_one_is_delivere
     assert letters.exit_code == 0 and "not JSON" in letters.output
 
 
+@pytest.mark.promise("poison-reason-and-resend")
 def test_a_dead_letter_resent_goes_back_to_its_queue(app, redis_client) -> None:
     redis_client.lpush("q", b"not json")
     with channel_of(app) as channel, consuming(channel, "q") as received:
@@ -165,6 +168,7 @@ def test_a_dead_letter_resent_goes_back_to_its_queue(app, redis_client) -> None:
     assert redis_client.lrange("q", 0, -1) == [b"not json"] and dead_payloads(app) == []
 
 
+@pytest.mark.promise("poison-dead-lettered")
 def test_with_a_store_apart_the_dead_letters_are_there(
     make_app, store_server, store_client, redis_client
 ) -> None:
@@ -245,6 +249,7 @@ hostile_messages = st.one_of(
 @given(hostile=st.lists(hostile_messages, min_size=1, max_size=4))
 @example(hostile=[(("properties", "delivery_tag"), b'"0"')] * 2)  # one tag, two messages
 @example(hostile=[(("headers",), b"[]"), (("properties", "delivery_info"), b"[1]")])
+@pytest.mark.promise("poison-dead-lettered")
 def test_fuzz_every_message_is_delivered_or_dead_lettered(
     hostile: list[Any], make_app, redis_client, caplog
 ) -> None:
@@ -282,6 +287,7 @@ SETTINGS = {"broker_transport_options": {"visibility_timeout": 10}}
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
+@pytest.mark.promise("poison-dead-lettered", "crafted-input-stops-nothing")
 def test_a_worker_lives_through_hostile_messages_and_loses_none(
     make_app, redis_server, redis_client
 ) -> None:

@@ -83,6 +83,7 @@ def test_a_message_due_before_or_after_a_hot_instant_never_copies_its_page(redis
     check_pages(redis_client, keys)
 
 
+@pytest.mark.promise("moved-exactly-once")
 def test_the_pages_keep_their_invariants_and_deliver_each_message_once(redis_client):
     store = make_store(redis_client)
     keys = store.keys.for_queue("q")
@@ -257,6 +258,7 @@ def unreadable_in_schedule(client: redis.Redis, keys: QueueKeys, raw: bytes, due
     return key
 
 
+@pytest.mark.promise("crafted-input-stops-nothing")
 def test_an_unreadable_record_goes_to_the_dead_letters_with_a_warning(redis_client, caplog):
     store = make_store(redis_client)
     keys = store.keys.for_queue("q")
@@ -280,6 +282,7 @@ def test_an_unreadable_record_goes_to_the_dead_letters_with_a_warning(redis_clie
 @settings(FIXTURE_SETTINGS, max_examples=50)
 @given(st.lists(RECORDS, min_size=1, max_size=8))
 @example(records=[b"0:", b"0:\x00"])
+@pytest.mark.promise("crafted-input-stops-nothing")
 def test_a_move_delivers_every_readable_record_and_dead_letters_the_rest(redis_client, records):
     redis_client.flushall()
     store = make_store(redis_client)
@@ -325,6 +328,7 @@ class ConfirmingPublisher(ConfirmedOnReturn):
         pass
 
 
+@pytest.mark.promise("crafted-input-stops-nothing")
 def test_the_claim_path_dead_letters_an_unreadable_record_too(redis_client, caplog):
     publisher = ConfirmingPublisher()
     handover = ClaimPublishAck(redis_client, lambda: publisher)

@@ -129,6 +129,7 @@ def test_a_refused_multi_node_url_is_named_without_its_passwords() -> None:
     assert "SECRET" not in str(refused.value)
 
 
+@pytest.mark.promise("services-listen-on-loopback", "exporter-loopback-unless-told")
 def test_the_metrics_exporter_listens_on_this_host_only_unless_told_otherwise(
     app_factory: Any,
 ) -> None:
@@ -158,6 +159,7 @@ def test_the_metrics_exporter_listens_on_this_host_only_unless_told_otherwise(
 
 
 @pytest.mark.slow
+@pytest.mark.promise("services-listen-on-loopback", "exporter-loopback-unless-told")
 def test_the_exporter_command_follows_the_setting_and_its_option() -> None:
     port = free_port()
     with celery_process(
@@ -395,6 +397,7 @@ def guarded_config(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("form", ["store in the broker", "store of its own", "amqp"])
+@pytest.mark.promise("urls-shown-without-passwords")
 def test_no_password_of_any_url_part_is_shown_by_a_command_a_log_or_a_page(
     request: pytest.FixtureRequest,
     app_factory: Any,

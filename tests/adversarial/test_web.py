@@ -91,6 +91,9 @@ def tie(app: Celery) -> list[str]:
 # -- finding 4: one request reads at most a page ------------------------------------------
 
 
+@pytest.mark.promise(
+    "security-web-bounded-reads", "web-request-reads-bounded", "web-crafted-cursor-refused"
+)
 def test_a_crafted_cursor_cannot_make_a_request_read_the_store(client, tie, redis_client) -> None:
     """``from=0.100000`` asked the old cursor to skip 100,000 messages of one ms: one
     request read all TIE of them (about 1 MB here). It is no cursor a page writes."""
@@ -102,6 +105,7 @@ def test_a_crafted_cursor_cannot_make_a_request_read_the_store(client, tie, redi
     assert sent < 100_000, f"one request made Redis send {sent:,} bytes"
 
 
+@pytest.mark.promise("security-web-bounded-reads", "web-request-reads-bounded")
 def test_paging_through_a_tie_reads_one_page_per_request(client, tie, redis_client) -> None:
     """Keyset paging: every page of the TIE tasks due in one ms (deep ones too) costs
     about one page of reads, and the pages walk every task once, in order."""
@@ -129,6 +133,7 @@ def test_paging_through_a_tie_reads_one_page_per_request(client, tie, redis_clie
     assert listed_ids(response)[:1] == [tie[TIE - 1]] and sent < 150_000
 
 
+@pytest.mark.promise("web-full-check-only-on-post")
 def test_the_doctor_page_does_not_read_the_store_on_a_get(client, tie, redis_client) -> None:
     """A GET shows Redis and the movers; the full check (every record) is a POST, kept."""
     response, sent, _ = RedisWork(redis_client).during(lambda: client.get("/doctor"))
@@ -144,6 +149,7 @@ def test_the_doctor_page_does_not_read_the_store_on_a_get(client, tie, redis_cli
     assert "Last full check" in body and "records, schedule and duplicate listings agree" in body
 
 
+@pytest.mark.promise("web-huge-repr-cut")
 def test_a_huge_argsrepr_is_shown_cut_not_parsed(app, client, redis_client) -> None:
     """A 2 MB argsrepr took 8.7 s and 971 MB to lay out; now the page shows its start
     and says how long it is."""
@@ -163,6 +169,7 @@ def test_a_huge_argsrepr_is_shown_cut_not_parsed(app, client, redis_client) -> N
 @pytest.mark.parametrize(
     "host", ["attacker.example", "attacker.example:5557", "localhost.attacker.example", "", "a b"]
 )
+@pytest.mark.promise("security-web-host-check", "web-answers-only-known-hosts")
 def test_a_foreign_host_header_is_refused(client, host: str) -> None:
     for path in ("/", "/scheduled", "/login", "/doctor", "/periodic"):
         response = client.get(path, headers={"Host": host})
@@ -174,10 +181,12 @@ def test_a_foreign_host_header_is_refused(client, host: str) -> None:
     "host",
     ["localhost", "localhost:5557", "127.0.0.1:5557", "[::1]:5557", "LOCALHOST.", "10.1.2.3"],
 )
+@pytest.mark.promise("web-answers-only-known-hosts")
 def test_loopback_names_and_addresses_are_answered(client, host: str) -> None:
     assert client.get("/scheduled", headers={"Host": host}).status_code == 200
 
 
+@pytest.mark.promise("security-web-host-check", "web-answers-only-known-hosts")
 def test_the_names_a_proxy_serves_it_under_come_from_a_setting(make_app) -> None:
     app = make_app(delayq_web_allowed_hosts="ops.example.com, delayq.internal")
     client = create_app(app, access=Access()).test_client()
@@ -186,6 +195,7 @@ def test_the_names_a_proxy_serves_it_under_come_from_a_setting(make_app) -> None
     assert client.get("/scheduled", headers={"Host": "evil.example.com"}).status_code == 400
 
 
+@pytest.mark.promise("security-web-host-check", "web-answers-only-known-hosts")
 def test_the_server_answers_its_bind_name(make_app) -> None:
     server = make_web_server(make_app(), "localhost", 0)
     try:
@@ -196,6 +206,7 @@ def test_the_server_answers_its_bind_name(make_app) -> None:
         server.server_close()
 
 
+@pytest.mark.promise("web-mounted-without-credentials-warns")
 def test_mounting_without_credentials_warns(app, caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="celery_delayq.web"):
         create_app(app, access=Access())
@@ -239,6 +250,7 @@ def lands_on_another_site(location: str) -> bool:
 
 
 @pytest.mark.parametrize("target", HOSTILE_NEXT)
+@pytest.mark.promise("web-redirects-stay-on-site")
 def test_a_token_login_never_redirects_to_another_site(app, target: str) -> None:
     client = create_app(app, access=Access(token=STRONG)).test_client()
     done = client.post(
@@ -249,6 +261,7 @@ def test_a_token_login_never_redirects_to_another_site(app, target: str) -> None
 
 
 @pytest.mark.parametrize("target", HOSTILE_NEXT)
+@pytest.mark.promise("web-redirects-stay-on-site")
 def test_an_action_never_redirects_to_another_site(app, client, target: str) -> None:
     task_id = noop_task(app).apply_async((1,), countdown=600).id
     done = client.post(
@@ -265,6 +278,7 @@ def test_an_action_never_redirects_to_another_site(app, client, target: str) -> 
 
 
 @pytest.mark.parametrize("target", ["/scheduled?queue=a&q=user+42", "/task/abc", "/"])
+@pytest.mark.promise("web-redirects-stay-on-site")
 def test_a_path_on_this_site_is_kept(app, target: str) -> None:
     assert views.safe_next(target) == target
 
@@ -275,6 +289,7 @@ def test_a_path_on_this_site_is_kept(app, target: str) -> None:
 @pytest.mark.parametrize(
     "path", ["/", "/scheduled", "/dead", "/doctor", "/login", "/task/x", "/periodic"]
 )
+@pytest.mark.promise("security-web-headers", "web-security-headers")
 def test_every_page_carries_the_security_headers(client, path: str) -> None:
     headers = client.get(path).headers
     csp = headers["Content-Security-Policy"]
@@ -285,6 +300,7 @@ def test_every_page_carries_the_security_headers(client, path: str) -> None:
     assert headers["Referrer-Policy"] == "same-origin"
 
 
+@pytest.mark.promise("web-security-headers")
 def test_no_page_has_script_a_policy_would_block(app, client, tie) -> None:
     """The policy allows no script: so no page may carry any (a browser check of the
     same, with no console violations, is in tests/system/test_web_browser.py)."""
@@ -308,6 +324,7 @@ def session_cookie(client: Any) -> Any:
     return client.get_cookie("session")
 
 
+@pytest.mark.promise("security-web-cookie", "web-cookie-holds-no-token", "web-cookie-flags")
 def test_the_session_cookie_never_holds_the_token(app) -> None:
     web = create_app(app, access=Access(token=STRONG))
     client = web.test_client()
@@ -319,6 +336,7 @@ def test_the_session_cookie_never_holds_the_token(app) -> None:
     assert client.get("/scheduled").status_code == 200  # the digest logs in
 
 
+@pytest.mark.promise("web-cookie-flags")
 def test_over_https_the_cookie_is_secure(app) -> None:
     client = create_app(app, access=Access(token=STRONG)).test_client()
     # over HTTPS, Flask-WTF also wants a same-site Referer
@@ -330,6 +348,7 @@ def test_over_https_the_cookie_is_secure(app) -> None:
     assert not session_cookie(plain).secure  # plain HTTP on loopback: it would be lost
 
 
+@pytest.mark.promise("web-token-change-ends-sessions")
 def test_a_changed_token_ends_the_sessions(app) -> None:
     web = create_app(app, access=Access(token=STRONG))
     client = web.test_client()
@@ -338,6 +357,7 @@ def test_a_changed_token_ends_the_sessions(app) -> None:
     assert client.get("/scheduled").status_code == 302  # back to the login page
 
 
+@pytest.mark.promise("web-logout-needs-csrf")
 def test_logout_is_a_post_with_its_csrf_token(app) -> None:
     client = create_app(app, access=Access(token=STRONG)).test_client()
     login(client)
@@ -350,6 +370,7 @@ def test_logout_is_a_post_with_its_csrf_token(app) -> None:
     assert client.get("/scheduled").status_code == 302
 
 
+@pytest.mark.promise("security-web-rate-limit", "web-login-rate-limit")
 def test_failed_logins_are_rate_limited_per_address(app) -> None:
     client = create_app(app, access=Access(token=STRONG)).test_client()
     attacker = {"environ_base": {"REMOTE_ADDR": "192.0.2.7"}}
@@ -381,6 +402,7 @@ def test_the_rate_limit_forgets_and_its_memory_is_bounded() -> None:
 @pytest.mark.parametrize(
     "secret", ["t", "short-token", "aaaaaaaaaaaaaaaaaaaaaaaa", "abababab12121212"]
 )
+@pytest.mark.promise("web-strong-credentials-beyond-loopback")
 def test_a_weak_secret_cannot_serve_beyond_loopback(secret: str) -> None:
     with pytest.raises(AddressRefused, match="weak delayq_web_token"):
         check_address("0.0.0.0", Access(token=secret))
@@ -390,6 +412,7 @@ def test_a_weak_secret_cannot_serve_beyond_loopback(secret: str) -> None:
     check_address("0.0.0.0", Access(token=STRONG))
 
 
+@pytest.mark.promise("security-web-auth-beyond-loopback", "web-strong-credentials-beyond-loopback")
 def test_the_web_command_refuses_a_weak_token_beyond_loopback(make_app) -> None:
     result = invoke(make_app(delayq_web_token="t"), "web", "--address", "0.0.0.0", "--port", "1")
     assert result.exit_code != 0
@@ -418,6 +441,7 @@ def pickle_enabled() -> Iterator[None]:
         kombu.disable_insecure_serializers()
 
 
+@pytest.mark.promise("security-web-never-unpickles", "web-bodies-never-unpickled")
 def test_viewing_a_pickled_task_never_unpickles_it(app, client, tmp_path, pickle_enabled) -> None:
     """A message with a pickle body and no argsrepr (a client that sends its own): after
     kombu.enable_insecure_serializers(['pickle']) opening the pages ran the pickle."""
@@ -458,6 +482,7 @@ def test_viewing_a_pickled_task_never_unpickles_it(app, client, tmp_path, pickle
         "queue=" + "q" * 600,
     ],
 )
+@pytest.mark.promise("web-query-checked")
 def test_a_hostile_query_is_a_clear_400_not_a_500(client, query: str) -> None:
     path = "/?" if query.startswith("refresh") else "/scheduled?"
     response = client.get(path + query)
@@ -466,12 +491,14 @@ def test_a_hostile_query_is_a_clear_400_not_a_500(client, query: str) -> None:
         assert "Something went wrong" not in response.get_data(as_text=True)
 
 
+@pytest.mark.promise("web-query-checked")
 def test_a_400_digit_due_after_says_what_is_wrong(client) -> None:
     response = client.get("/scheduled?after=" + "1" * 400)
     assert response.status_code == 400
     assert "further away than a date can be" in response.get_data(as_text=True)
 
 
+@pytest.mark.promise("web-forms-limited")
 def test_an_oversized_form_is_refused_and_changes_nothing(app, client) -> None:
     task_id = noop_task(app).apply_async((1,), countdown=600).id
     data = {
@@ -486,6 +513,7 @@ def test_an_oversized_form_is_refused_and_changes_nothing(app, client) -> None:
         assert [m.task_id for m in store.pending()] == [task_id]
 
 
+@pytest.mark.promise("security-web-csrf", "web-actions-need-csrf")
 def test_a_cross_origin_post_without_a_valid_csrf_token_changes_nothing(app, client) -> None:
     task_id = noop_task(app).apply_async((1,), countdown=600).id
     periodic.upsert(app, "entry", "tests.noop", 3600)
@@ -514,6 +542,7 @@ VALUES = st.one_of(
 
 
 @pytest.mark.slow
+@pytest.mark.promise("security-web-bounded-reads", "web-request-reads-bounded")
 def test_fuzzed_query_strings_never_fail_and_read_a_bounded_amount(
     app, client, tie, redis_client, monkeypatch
 ) -> None:
@@ -539,6 +568,7 @@ def test_fuzzed_query_strings_never_fail_and_read_a_bounded_amount(
 
 
 @pytest.mark.parametrize("shards", [1, 3])
+@pytest.mark.promise("web-request-reads-bounded")
 def test_keyset_pages_walk_ties_across_queues_and_shards_once_in_order(
     make_app, shards: int
 ) -> None:

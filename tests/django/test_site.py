@@ -100,6 +100,7 @@ def test_a_user_who_is_not_staff_is_refused(client, django_user_model, site_app)
     assert client.post("/delayq/actions/cancel", {"ids": ["x"]}).status_code == 403
 
 
+@pytest.mark.promise("web-mounted-keeps-prefix")
 def test_staff_see_the_dashboard_with_its_links_under_the_mount(staff, site_app):
     sent = site_app.send_task("shop.nothing", countdown=3600)
     page = staff.get("/delayq/scheduled")
@@ -110,6 +111,7 @@ def test_staff_see_the_dashboard_with_its_links_under_the_mount(staff, site_app)
     assert staff.get("/delayq/static/style.css").status_code == 200
 
 
+@pytest.mark.promise("web-mounted-keeps-prefix")
 def test_under_a_script_name_the_links_keep_the_whole_prefix(staff, site_app):
     """A site served under /site (a proxy's SCRIPT_NAME): the pages link below it."""
     page = staff.get("/delayq/scheduled", SCRIPT_NAME="/site")

@@ -36,6 +36,7 @@ def overdue(app: Celery, *results: Any) -> None:
         assert celery_delayq.reschedule(app, result.id, countdown=-1) == 1
 
 
+@pytest.mark.promise("eta-tasks-wait-in-redis", "eta-header-renamed")
 def test_a_delayed_task_waits_in_redis_and_reaches_its_queue_once_when_due(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -61,6 +62,7 @@ def test_a_delayed_task_waits_in_redis_and_reaches_its_queue_once_when_due(
     assert redis_client.keys("*inflight*") == [] and redis_client.keys("*claims*") == []
 
 
+@pytest.mark.promise("eta-header-renamed")
 def test_a_due_message_keeps_its_properties_headers_and_a_body_over_frame_max(
     make_amqp_app: Callable[..., Celery],
 ) -> None:
@@ -88,6 +90,7 @@ def test_a_due_message_keeps_its_properties_headers_and_a_body_over_frame_max(
     assert message.properties["content_encoding"] == "utf-8"
 
 
+@pytest.mark.promise("movers-publish-with-confirms", "handover-refused-dead-lettered")
 def test_a_message_nobody_can_route_is_retried_then_dead_lettered_with_the_reason(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -118,6 +121,7 @@ def test_a_message_nobody_can_route_is_retried_then_dead_lettered_with_the_reaso
     assert len(take_all(app, app.conf.task_default_queue)) == 1
 
 
+@pytest.mark.promise("handover-refused-dead-lettered")
 def test_an_exchange_that_does_not_exist_refuses_only_its_own_messages(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -136,6 +140,7 @@ def test_an_exchange_that_does_not_exist_refuses_only_its_own_messages(
     assert "NOT_FOUND" in why.decode() and "nowhere" in why.decode()
 
 
+@pytest.mark.promise("handover-failed-publish-returns-claims")
 def test_an_unreachable_broker_returns_the_claims_and_loses_nothing(
     make_amqp_app: Callable[..., Celery],
     app_factory: Callable[..., Celery],
@@ -157,6 +162,7 @@ def test_an_unreachable_broker_returns_the_claims_and_loses_nothing(
     assert len(take_all(app, app.conf.task_default_queue)) == 5
 
 
+@pytest.mark.promise("handover-expired-lease-republished")
 def test_a_claim_whose_mover_died_comes_back_after_its_lease(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -215,6 +221,7 @@ def wait_for_move(store: Any) -> Any:
     return wait_until(lambda: (r := store.move_all_due()).moved and r, what="a pass moved it")
 
 
+@pytest.mark.promise("quorum-queues-skip-native-delayed-delivery")
 def test_a_quorum_queue_on_a_topic_exchange_keeps_celerys_native_delayed_delivery_out(
     make_amqp_app: Callable[..., Celery],
 ) -> None:
@@ -245,6 +252,7 @@ def test_a_quorum_queue_on_a_topic_exchange_keeps_celerys_native_delayed_deliver
     assert message.delivery_info["exchange"] == name
 
 
+@pytest.mark.promise("store-url-required")
 def test_a_broker_that_is_not_redis_needs_a_store_url(
     app_factory: Callable[..., Celery], rabbitmq_url: str
 ) -> None:
@@ -262,6 +270,7 @@ def test_a_store_url_must_be_a_redis_url(app_factory: Callable[..., Celery]) -> 
         celery_delayq.backlog(app)
 
 
+@pytest.mark.promise("store-down-publish-fails-clean")
 def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
     make_amqp_app: Callable[..., Celery],
 ) -> None:
@@ -290,6 +299,9 @@ def claim(store: Any, queue_name: str, owner: str, lease_ms: int) -> list[Outgoi
 
 
 @pytest.mark.parametrize("killed_after", ["claim", "publish", "ack"])
+@pytest.mark.promise(
+    "handover-nothing-lost", "handover-expired-lease-republished", "handover-stable-id"
+)
 def test_a_mover_killed_at_any_step_loses_nothing_and_duplicates_only_after_the_confirm(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis, killed_after: str
 ) -> None:
@@ -358,6 +370,7 @@ def recorded(store: Any) -> Recording:
     return recording
 
 
+@pytest.mark.promise("handover-settles-every-batch")
 def test_a_backlog_goes_out_with_each_next_batch_sent_before_the_last_is_confirmed(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -379,6 +392,7 @@ def test_a_backlog_goes_out_with_each_next_batch_sent_before_the_last_is_confirm
     assert ids == Counter(r.id for r in sent)
 
 
+@pytest.mark.promise("handover-settles-every-batch")
 def test_one_batch_asked_for_is_one_batch_sent_and_nothing_stays_in_flight(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -395,6 +409,7 @@ def test_one_batch_asked_for_is_one_batch_sent_and_nothing_stays_in_flight(
         assert celery_delayq.backlog(app)[0].overdue == 3
 
 
+@pytest.mark.promise("handover-settles-every-batch")
 def test_closing_a_store_settles_the_batch_it_sent_ahead(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -413,6 +428,7 @@ def test_closing_a_store_settles_the_batch_it_sent_ahead(
     assert ids == Counter(r.id for r in sent)
 
 
+@pytest.mark.promise("handover-refused-dead-lettered")
 def test_a_message_that_closes_the_channel_loses_nothing_of_the_batch_sent_after_it(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -447,6 +463,7 @@ def test_a_message_that_closes_the_channel_loses_nothing_of_the_batch_sent_after
         b'{"body": "", "properties": 7}',
     ],
 )
+@pytest.mark.promise("crafted-input-stops-nothing", "handover-refused-dead-lettered")
 def test_a_crafted_envelope_is_refused_alone_and_dead_lettered_with_the_reason(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis, payload: bytes
 ) -> None:

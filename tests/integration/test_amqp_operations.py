@@ -41,6 +41,7 @@ def findings(app: Celery) -> dict[str, dict[str, Any]]:
     return {finding["check"]: finding for finding in report["findings"]}
 
 
+@pytest.mark.promise("dead-letters-shown", "dead-letters-resent-or-dropped")
 def test_a_dead_letter_shows_everywhere_and_is_delivered_once_its_cause_is_fixed(
     make_amqp_app: Callable[..., Celery],
 ) -> None:
@@ -70,6 +71,7 @@ def test_a_dead_letter_shows_everywhere_and_is_delivered_once_its_cause_is_fixed
     assert celery_delayq.backlog(app)[0].dead == 0
 
 
+@pytest.mark.promise("dead-letters-resent-or-dropped")
 def test_dead_letters_are_dropped_only_when_asked(make_amqp_app: Callable[..., Celery]) -> None:
     app = make_amqp_app(delayq_handover_tries=1)
     sent = dead_lettered(app)
@@ -82,6 +84,7 @@ def test_dead_letters_are_dropped_only_when_asked(make_amqp_app: Callable[..., C
     assert json.loads(invoke(app, "list", "--dead", "--json").output) == []
 
 
+@pytest.mark.promise("movers-publish-with-confirms", "doctor-checks-broker")
 def test_doctor_fails_when_the_broker_cannot_be_reached_and_sees_confirms(
     app_factory: Callable[..., Celery], amqp_settings: dict[str, Any]
 ) -> None:

@@ -131,6 +131,7 @@ def test_purge_asks_for_confirmation_unless_yes(app):
     assert everything.exit_code == 0 and "purged 1" in everything.output
 
 
+@pytest.mark.promise("persistence-warned")
 def test_doctor_flags_eviction_and_missing_persistence(make_app):
     with RedisServer("--maxmemory", "100mb", "--maxmemory-policy", "allkeys-lru") as server:
         app = make_app(url=server.url)
@@ -158,6 +159,7 @@ def test_doctor_passes_on_a_well_set_up_redis(make_app):
     assert "[ok  ] persistence: AOF is on, appendfsync always" in result.output
 
 
+@pytest.mark.promise("persistence-warned")
 def test_doctor_warns_that_appendfsync_everysec_can_lose_the_last_second(make_app):
     with RedisServer("--appendfsync", "everysec", appendonly=True) as server:
         app = make_app(url=server.url)

@@ -46,6 +46,7 @@ def unacked_entry(client: redis.Redis, tag: str) -> list[Any]:
     return loads(client.hget("unacked", tag))  # type: ignore[no-any-return]
 
 
+@pytest.mark.promise("consume-atomic")
 def test_a_queued_message_is_taken_and_recorded_as_kombu_records_it(app, redis_client) -> None:
     with channel_of(app) as channel:
         publish(channel, "q", {"n": 1})
@@ -60,6 +61,7 @@ def test_a_queued_message_is_taken_and_recorded_as_kombu_records_it(app, redis_c
     assert redis_client.hlen("unacked") == redis_client.zcard("unacked_index") == 0
 
 
+@pytest.mark.promise("consume-atomic")
 def test_a_waiting_consumer_takes_a_new_message_through_its_landing_list(app, redis_client) -> None:
     with channel_of(app) as channel, consuming(channel, ["q"]) as received:
         assert not drain(channel, timeout=0.3)  # every list empty: the waits are sent
@@ -98,6 +100,7 @@ def publish_mixed(channel: Any) -> None:
 
 
 @pytest.mark.parametrize("how", ["consume", "get"])
+@pytest.mark.promise("consume-as-kombu")
 def test_priorities_and_the_rotation_over_queues_are_kombus(
     how, app, redis_server, redis_client
 ) -> None:
@@ -116,6 +119,7 @@ def test_priorities_and_the_rotation_over_queues_are_kombus(
     assert len(orders[0]) == 12 and orders[0][0]["n"] == 0  # priority 0 is highest in kombu
 
 
+@pytest.mark.promise("consume-as-kombu")
 def test_prefetch_is_kept_and_a_message_that_lands_on_a_full_consumer_goes_back(
     app, redis_client
 ) -> None:
@@ -136,6 +140,7 @@ def test_prefetch_is_kept_and_a_message_that_lands_on_a_full_consumer_goes_back(
         assert received[1].payload == {"n": 3}  # priority 0 is kombu's highest on Redis
 
 
+@pytest.mark.promise("consume-as-kombu")
 def test_a_no_ack_consumer_records_nothing(app, redis_client) -> None:
     with channel_of(app) as channel:
         publish(channel, "q", {"n": 1})
@@ -149,6 +154,7 @@ def test_a_no_ack_consumer_records_nothing(app, redis_client) -> None:
         assert redis_client.hlen("unacked") == 0
 
 
+@pytest.mark.promise("consume-as-kombu")
 def test_basic_get_records_the_message(app, redis_client) -> None:
     with channel_of(app) as channel:
         publish(channel, "q", {"n": 1})
@@ -159,6 +165,7 @@ def test_basic_get_records_the_message(app, redis_client) -> None:
     assert redis_client.hlen("unacked") == 0
 
 
+@pytest.mark.promise("rolling-upgrade-restores-both-ways")
 def test_stock_kombu_restores_what_ours_took(app, redis_server, redis_client) -> None:
     with channel_of(app) as ours, channel_of(redis_server.url) as stock:
         publish(ours, "q", {"n": 1})
@@ -173,6 +180,7 @@ def test_stock_kombu_restores_what_ours_took(app, redis_server, redis_client) ->
         assert back["properties"]["delivery_info"]["redelivered"] is True
 
 
+@pytest.mark.promise("consume-as-kombu")
 def test_with_global_keyprefix_every_key_is_prefixed(make_app, redis_client) -> None:
     app = make_app()
     with channel_of(app, global_keyprefix="pfx:") as channel:
@@ -230,6 +238,7 @@ def test_the_setting_off_gives_kombus_brpop(make_app, redis_client) -> None:
 
 
 @pytest.mark.parametrize("side", ["stock", "ours"])
+@pytest.mark.promise("consume-killed-waiter-loses-nothing", "ready-never-lost")
 def test_a_consumer_killed_with_a_message_taken_but_unread(
     side, app, redis_server, redis_client
 ) -> None:

@@ -320,6 +320,7 @@ def envelopes(draw: st.DrawFn) -> tuple[str, bytes, dict[str, Any], Any]:
 
 @FUZZ
 @given(envelope=envelopes())
+@pytest.mark.promise("odd-messages-refused-or-kept-whole")
 def test_any_message_is_refused_clearly_or_delivered_as_plain_kombu_pushes_it(
     publishing: Publishing, envelope: tuple[str, bytes, dict[str, Any], Any]
 ) -> None:
@@ -345,6 +346,7 @@ def test_a_task_id_with_lone_surrogates_is_handled_as_plain_kombu_handles_it(
 
 
 @pytest.mark.parametrize("megabytes", [1, 6])
+@pytest.mark.promise("odd-messages-refused-or-kept-whole")
 def test_a_body_of_several_megabytes_is_delivered_byte_for_byte(
     publishing: Publishing, megabytes: int
 ) -> None:
@@ -354,6 +356,7 @@ def test_a_body_of_several_megabytes_is_delivered_byte_for_byte(
     assert publish_everywhere(publishing, "default", message) == "stored and delivered"
 
 
+@pytest.mark.promise("odd-messages-refused-or-kept-whole")
 def test_a_payload_at_redis_bulk_limit_is_refused_and_leaves_nothing_behind(
     make_app: Callable[..., Celery],
 ) -> None:
@@ -464,6 +467,7 @@ def store(make_app: Callable[..., Celery], redis_client: redis.Redis) -> Iterato
     message_id=st.uuids().map(str) | NAMES,
     offset=st.integers(-100_000, 0),
 )
+@pytest.mark.promise("odd-messages-refused-or-kept-whole")
 def test_the_mover_delivers_any_payload_byte_for_byte_without_reading_it(
     store: DelayedStore,
     redis_client: redis.Redis,
@@ -585,6 +589,7 @@ def test_a_message_without_a_task_id_never_shows_one_whatever_its_delivery_tag(
     assert entry.task_id == ""
 
 
+@pytest.mark.promise("failed-move-writes-nothing")
 def test_a_move_failing_on_a_destination_that_is_not_a_list_loses_nothing_and_blocks_nothing(
     store: DelayedStore, redis_client: redis.Redis
 ) -> None:

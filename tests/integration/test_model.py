@@ -586,6 +586,7 @@ def bound_machine(
 
 
 @pytest.mark.slow  # 5 to 20 s, by what the random sequences hold
+@pytest.mark.promise("moved-exactly-once", "store-follows-its-model")
 def test_the_store_behaves_like_its_model_under_random_operations(
     bound_machine: type[StoreMachine],
 ) -> None:

@@ -90,6 +90,7 @@ def test_a_wake_up_brings_the_pass_forward_to_the_new_due_time_not_to_now(
     assert passes[1] >= due
 
 
+@pytest.mark.promise("never-moved-early")
 def test_with_move_ahead_a_message_is_moved_that_long_before_it_is_due(redis_client, redis_server):
     """``delayq_move_ahead``: the pass is planned for the due time less the lead (a
     worker then holds the message until the ETA in its header)."""
@@ -236,6 +237,7 @@ def burst_store(client: redis.Redis, burst_ahead_ms: int = 2000) -> DelayedStore
         (3000, 20 + 2000),  # bounded: move-ahead plus burst_ahead_ms at most
     ],
 )
+@pytest.mark.promise("never-moved-early")
 def test_a_dense_instant_is_moved_ahead_in_proportion_to_its_size(
     redis_client, count, look_ahead_ms
 ):
@@ -261,6 +263,7 @@ def test_a_dense_instant_is_moved_ahead_in_proportion_to_its_size(
     assert moved.now_ms >= before + look_ahead_ms  # judged by Redis time + look-ahead
 
 
+@pytest.mark.promise("never-moved-early")
 def test_burst_lead_is_off_with_burst_ahead_zero(redis_client):
     store = burst_store(redis_client, burst_ahead_ms=0)
     schedule_numbered(store, "q", 3000, store.server_time_ms() + 30_000)

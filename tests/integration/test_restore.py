@@ -41,6 +41,7 @@ def queued(redis_client: redis.Redis, queue: str) -> list[dict[str, Any]]:
     return [loads(raw) for raw in redis_client.lrange(queue, 0, -1)]
 
 
+@pytest.mark.promise("restore-without-lock", "redeliveries-counted")
 def test_a_mutex_left_by_a_dead_worker_stalls_kombu_but_not_ours(
     app, redis_server, redis_client
 ) -> None:
@@ -63,6 +64,7 @@ def test_a_mutex_left_by_a_dead_worker_stalls_kombu_but_not_ours(
     assert redis_client.get(DEAD_HOLDER[0]) == DEAD_HOLDER[1].encode()  # left alone
 
 
+@pytest.mark.promise("redeliveries-counted")
 def test_each_redelivery_is_counted(app, redis_client) -> None:
     queue = app.conf.task_default_queue
     with channel_of(app) as channel:
@@ -76,6 +78,7 @@ def test_each_redelivery_is_counted(app, redis_client) -> None:
     assert redis_client.hlen("unacked") == 0 and queued(redis_client, queue) == []
 
 
+@pytest.mark.promise("restored-once")
 def test_racing_restorers_put_each_message_back_once(app, redis_client) -> None:
     queue = app.conf.task_default_queue
     start = threading.Barrier(3)
@@ -124,6 +127,7 @@ def test_the_setting_is_checked(make_app, value: Any) -> None:
         config_of(make_app(delayq_reliable_consume=value))
 
 
+@pytest.mark.promise("long-task-not-redelivered")
 def test_a_live_channel_renews_what_it_holds_and_a_restore_leaves_it_alone(
     app, redis_client
 ) -> None:
@@ -178,6 +182,7 @@ def test_redeliveries_are_counted_per_queue_in_the_metrics(app, redis_client) ->
     }
 
 
+@pytest.mark.promise("restore-scan-every-interval")
 def test_a_channel_scans_once_per_restore_interval_whatever_the_throttle(app, redis_client) -> None:
     """kombu scans on every 10th call (``unacked_restore_throttle``): with a worker's
     10 s between calls, every 100 s. Ours scans when ``unacked_restore_interval`` has
@@ -198,6 +203,7 @@ def test_a_channel_scans_once_per_restore_interval_whatever_the_throttle(app, re
 
 
 @pytest.mark.parametrize("since_listed", ["taken again", "renewed"])
+@pytest.mark.promise("restore-rechecks-expiry")
 def test_a_message_held_again_since_it_was_listed_is_not_restored(
     since_listed, app, redis_client
 ) -> None:

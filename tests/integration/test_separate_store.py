@@ -62,6 +62,7 @@ def test_a_delayed_task_waits_in_the_store_redis_and_reaches_the_broker_list_whe
     assert store_client.keys("*inflight*") == []
 
 
+@pytest.mark.promise("store-apart-not-a-list-refuses-its-own")
 def test_a_destination_that_is_not_a_list_refuses_only_its_messages(
     make_split_app, redis_client: redis.Redis
 ) -> None:
@@ -79,6 +80,7 @@ def test_a_destination_that_is_not_a_list_refuses_only_its_messages(
 
 
 @pytest.mark.parametrize("payload", [b"not json", b"[1, 2]", b'{"headers": 7}'])
+@pytest.mark.promise("crafted-input-stops-nothing")
 def test_a_crafted_message_is_refused_alone_and_dead_lettered_with_the_reason(
     make_split_app, redis_client: redis.Redis, store_client: redis.Redis, payload: bytes
 ) -> None:
@@ -110,6 +112,7 @@ def test_purge_empties_the_queue_list_and_its_delayed_messages(
     assert redis_client.llen("default") == 0
 
 
+@pytest.mark.promise("store-down-publish-fails-clean")
 def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
     make_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -123,6 +126,7 @@ def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
     assert redis_client.llen("default") == 0
 
 
+@pytest.mark.promise("store-outage-ridden-out", "store-apart-rides-out-restart")
 def test_publish_retries_against_a_failed_store_are_spaced_out(
     make_app: Callable[..., Celery],
 ) -> None:
@@ -141,6 +145,7 @@ def test_publish_retries_against_a_failed_store_are_spaced_out(
     assert all(gap >= least for gap, least in zip(gaps, (0.05, 0.1, 0.2)))
 
 
+@pytest.mark.promise("store-outage-ridden-out", "store-apart-rides-out-restart")
 def test_a_publish_rides_out_a_store_restart(
     make_app: Callable[..., Celery], store_server: RedisServer, store_client: redis.Redis
 ) -> None:

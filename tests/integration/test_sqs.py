@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import boto3
+import pytest
 from celery import Celery
 
 import celery_delayq
@@ -76,6 +77,7 @@ def test_cancel_and_purge_work_on_sqs_too(make_sqs_app: Callable[..., Celery]) -
     assert sqs_messages(app, app.conf.task_default_queue) == []
 
 
+@pytest.mark.promise("crafted-input-stops-nothing")
 def test_a_crafted_message_is_refused_alone_and_dead_lettered_with_the_reason(
     make_sqs_app: Callable[..., Celery],
 ) -> None:

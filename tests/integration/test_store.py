@@ -35,6 +35,7 @@ def schedule(store: DelayedStore, n: int, due_ms: int, queue: str = "q", task: s
         )
 
 
+@pytest.mark.promise("never-moved-early")
 def test_a_message_is_not_moved_before_it_is_due_by_the_redis_clock(redis_client):
     store = make_store(redis_client)
     schedule(store, 1, store.server_time_ms() + 60_000)
@@ -116,6 +117,7 @@ def _drain(port: int, moved: multiprocessing.Value) -> None:  # type: ignore[val
             return
 
 
+@pytest.mark.promise("moved-exactly-once")
 def test_four_concurrent_movers_deliver_10000_messages_exactly_once(redis_server, redis_client):
     store = make_store(redis_client)
     due = store.server_time_ms() + 300
@@ -236,6 +238,7 @@ def test_an_eta_in_year_9999_is_stored_and_listed(redis_client):
     assert (backlog.pending, backlog.overdue, backlog.next_due) == (1, 0, 253_402_300_799.0)
 
 
+@pytest.mark.promise("crafted-input-stops-nothing")
 def test_an_unreadable_record_does_not_block_the_queue_and_is_dead_lettered(redis_client):
     store = make_store(redis_client)
     now = store.server_time_ms()

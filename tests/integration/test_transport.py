@@ -51,6 +51,7 @@ def test_messages_without_a_future_eta_are_queued_at_once_as_vanilla(app, redis_
     assert redis_client.hlen(RECORDS) == 0
 
 
+@pytest.mark.promise("malformed-eta-refused")
 def test_a_malformed_eta_is_a_clear_error_and_writes_nothing(app, redis_client):
     before = set(redis_client.keys("*"))
     with pytest.raises(InvalidETA, match="invalid eta 'next tuesday'"):
@@ -59,6 +60,7 @@ def test_a_malformed_eta_is_a_clear_error_and_writes_nothing(app, redis_client):
     assert not [k for k in new_keys if not k.startswith(b"_kombu.binding")]
 
 
+@pytest.mark.promise("malformed-eta-refused")
 def test_an_eta_header_of_the_wrong_type_is_refused(app, redis_client):
     with app.producer_or_acquire() as producer:
         with pytest.raises(InvalidETA, match="must be an ISO 8601 string, got int"):
@@ -125,6 +127,7 @@ def test_settings_are_read_from_a_django_style_namespace(make_app, redis_server,
     assert redis_client.hlen("django-delayed:{default}:msg") == 1
 
 
+@pytest.mark.promise("scheduled-means-stored", "store-down-publish-fails-clean")
 def test_redis_down_while_publishing_raises_kombus_error_and_leaves_nothing(make_app):
     with RedisServer() as server:
         app = make_app(url=server.url)
@@ -138,6 +141,7 @@ def test_redis_down_while_publishing_raises_kombus_error_and_leaves_nothing(make
         assert server.client().hlen(RECORDS) == 0  # no AOF: the server restarted empty
 
 
+@pytest.mark.promise("scheduled-means-stored")
 def test_publish_retry_policy_applies_while_redis_is_down(make_app):
     with RedisServer(appendonly=True) as server:
         app = make_app(url=server.url)

@@ -138,6 +138,7 @@ def test_scheduled_lists_in_due_order_and_filters(app, schedule, client) -> None
         ("from=1.999999999", "not a listing position"),  # the old cursor form
     ],
 )
+@pytest.mark.promise("web-query-checked")
 def test_a_bad_filter_says_what_is_wrong(client, query: str, says: str) -> None:
     response = client.get(f"/scheduled?{query}")
     assert response.status_code == 400
@@ -208,6 +209,7 @@ def test_an_unknown_task_id_is_a_clear_404(client) -> None:
     assert page_title(response) == "No pending task with that id"
 
 
+@pytest.mark.promise("web-values-escaped")
 def test_task_arguments_are_escaped_everywhere(app, schedule, client) -> None:
     task_id = schedule(XSS, countdown=60)
     celery_delayq.debounce(noop_task(app), (XSS,), key=XSS, countdown=60)
@@ -285,6 +287,7 @@ def test_nothing_selected_is_a_clear_400(client) -> None:
     assert response.status_code == 400 and page_title(response) == "Nothing selected"
 
 
+@pytest.mark.promise("security-web-csrf", "web-actions-need-csrf")
 def test_a_post_without_the_csrf_token_is_refused(app, schedule, client) -> None:
     task_id = schedule("x")
     response = client.post("/actions/cancel", data={"ids": [task_id], "confirmed": "yes"})
@@ -293,6 +296,7 @@ def test_a_post_without_the_csrf_token_is_refused(app, schedule, client) -> None
     assert pending_ids(app) == [task_id]
 
 
+@pytest.mark.promise("security-web-read-only", "web-read-only-refuses-actions")
 def test_read_only_shows_tasks_and_refuses_every_action(app, schedule) -> None:
     task_id = schedule("x")
     client = create_app(app, read_only=True, access=Access()).test_client()
@@ -351,6 +355,7 @@ def test_credentials_come_from_settings_or_the_environment(make_app) -> None:
 
 
 @pytest.mark.parametrize("address", ["0.0.0.0", "192.168.1.10", "::", "dashboard.internal"])
+@pytest.mark.promise("security-web-auth-beyond-loopback", "web-loopback-unless-authenticated")
 def test_listening_beyond_this_machine_needs_authentication(address: str) -> None:
     with pytest.raises(AddressRefused, match="without authentication"):
         check_address(address, Access())
@@ -360,12 +365,14 @@ def test_listening_beyond_this_machine_needs_authentication(address: str) -> Non
         check_address(loopback, Access())
 
 
+@pytest.mark.promise("security-web-auth-beyond-loopback", "web-loopback-unless-authenticated")
 def test_the_web_command_refuses_a_public_address_without_authentication(app) -> None:
     result = invoke(app, "web", "--address", "0.0.0.0", "--port", "1")
     assert result.exit_code != 0
     assert "refusing to listen on 0.0.0.0 without authentication" in result.output
 
 
+@pytest.mark.promise("urls-shown-without-passwords", "web-url-without-password")
 def test_the_broker_password_is_never_shown(make_app, redis_client, redis_server) -> None:
     redis_client.acl_setuser(
         "web",
@@ -387,6 +394,7 @@ def test_the_broker_password_is_never_shown(make_app, redis_client, redis_server
         redis_client.acl_deluser("web")
 
 
+@pytest.mark.promise("web-redis-outage-503")
 def test_a_redis_outage_is_a_clear_503(make_app) -> None:
     with RedisServer() as server:
         app = make_app(
@@ -401,6 +409,7 @@ def test_a_redis_outage_is_a_clear_503(make_app) -> None:
             assert page_title(response) == "The delayed store is unreachable"
 
 
+@pytest.mark.promise("web-mounted-keeps-prefix")
 def test_mounted_under_a_prefix_every_link_and_redirect_keeps_it(app, schedule) -> None:
     host = flask.Flask("host")
     host.wsgi_app = DispatcherMiddleware(

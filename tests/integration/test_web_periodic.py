@@ -222,6 +222,7 @@ def test_run_now_asks_first_then_sends_one_extra_occurrence(app, client, redis_c
 
 @pytest.mark.parametrize("verb", VERBS)
 @pytest.mark.parametrize("token", [None, "forged", "another app's"])
+@pytest.mark.promise("security-web-csrf", "web-actions-need-csrf")
 def test_a_post_without_its_csrf_token_changes_nothing(
     app, client, redis_client, verb, token
 ) -> None:
@@ -238,12 +239,14 @@ def test_a_post_without_its_csrf_token_changes_nothing(
 
 
 @pytest.mark.parametrize("verb", VERBS)
+@pytest.mark.promise("security-web-csrf", "web-actions-need-csrf")
 def test_an_action_is_a_post_never_a_get(app, client, redis_client, verb) -> None:
     periodic.upsert(app, "tick", TASK, 60, enabled=verb != "resume")
     assert client.get(f"/periodic/{verb}?ids=tick&confirmed=yes").status_code == 405
     assert enabled(app, "tick") == (verb != "resume") and queued(app, redis_client) == []
 
 
+@pytest.mark.promise("security-web-read-only", "web-read-only-refuses-actions")
 def test_read_only_shows_the_entries_and_refuses_every_action(app, redis_client) -> None:
     periodic.upsert(app, "tick", TASK, 60)
     periodic.upsert(app, "quiet", TASK, 60, enabled=False)
@@ -262,6 +265,7 @@ def test_read_only_shows_the_entries_and_refuses_every_action(app, redis_client)
 
 
 @pytest.mark.parametrize("name", CRAFTED)
+@pytest.mark.promise("web-values-escaped")
 def test_a_crafted_name_is_shown_as_text_and_acted_on(app, client, redis_client, name) -> None:
     periodic.upsert(app, name, TASK, 60)
     page = client.get("/periodic")
@@ -327,6 +331,7 @@ def test_an_unknown_verb_no_name_or_all_is_refused(app, client) -> None:
     assert enabled(app, "tick")
 
 
+@pytest.mark.promise("web-redis-outage-503")
 def test_redis_out_of_reach_is_a_clear_503_at_once(make_app) -> None:
     app = make_app(url=NOWHERE, broker_connection_retry=False, broker_connection_max_retries=0)
     started = time.monotonic()

@@ -118,6 +118,7 @@ def test_occurrences_are_moved_when_due_and_then_no_longer_withdrawn(redis_clien
     assert redis_client.llen(QUEUE) == 1
 
 
+@pytest.mark.promise("crafted-input-stops-nothing")
 def test_crafted_bytes_in_the_ahead_list_stop_nothing(redis_client):
     store = make_store(redis_client)
     keys = store.keys.for_queue(QUEUE)

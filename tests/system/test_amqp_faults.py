@@ -24,6 +24,7 @@ MESSAGES = 3_000
 
 
 @pytest.mark.slow
+@pytest.mark.promise("handover-nothing-lost", "handover-stable-id")
 def test_a_mover_killed_mid_hand_over_loses_nothing_and_its_duplicates_are_attributable(
     make_amqp_app, amqp_settings, rabbitmq_url
 ):
@@ -77,6 +78,7 @@ def all_handed_over(app: Celery) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.promise("handover-nothing-lost", "handover-failed-publish-returns-claims")
 def test_rabbitmq_restarted_under_a_mover_loses_nothing(
     app_factory, amqp_settings, private_rabbitmq
 ):

@@ -45,6 +45,7 @@ def nothing_left(app: Celery, queue: str) -> bool:
     )
 
 
+@pytest.mark.promise("eta-tasks-wait-in-redis", "rabbitmq-never-before-eta")
 def test_delayed_tasks_run_once_each_and_never_before_their_eta(
     make_amqp_app, amqp_settings, rabbitmq_url, redis_server, redis_client
 ):
@@ -89,6 +90,7 @@ def test_retries_and_autoretry_backoff_wait_in_redis(
     assert (stats["scheduled"], stats["moved"]) == (3, 3)
 
 
+@pytest.mark.promise("quorum-queues-skip-native-delayed-delivery")
 def test_a_quorum_queue_worker_gets_its_delayed_tasks_and_control_still_works(
     make_amqp_app, amqp_settings, rabbitmq_url, redis_server, redis_client
 ):

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import urllib.request
 
+import pytest
+
 from celery_delayq.testing import free_port, wait_until
 
 from ..helpers import celery_process, invoke, remember, standalone_mover
@@ -29,6 +31,7 @@ def test_status_lists_a_live_mover_with_its_host(app, redis_server, redis_client
     assert json.loads(invoke(app, "status", "--json").output)["movers"] == []
 
 
+@pytest.mark.promise("services-listen-on-loopback", "web-loopback-unless-authenticated")
 def test_the_web_command_serves_the_dashboard_until_sigterm(app, redis_server):
     sent = remember(app, "shown on the dashboard", countdown=3600)
     port = free_port()

@@ -172,6 +172,7 @@ def first_placed_on(
     raise AssertionError("no shard on that master")
 
 
+@pytest.mark.promise("store-outage-ridden-out")
 def test_publishers_retry_through_a_master_failover_and_lose_nothing(
     make_amqp_app, replicated_cluster
 ):

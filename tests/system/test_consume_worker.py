@@ -66,6 +66,9 @@ STOCK = {**RESTORING, "broker_transport": "redis"}  # kombu's own transport, as 
 
 
 @pytest.mark.slow
+@pytest.mark.promise(
+    "dead-worker-tasks-run-elsewhere", "rolling-upgrade-restores-both-ways", "ready-never-lost"
+)
 def test_a_stock_worker_and_ours_on_one_queue_lose_nothing_when_both_die(
     make_app, redis_server, redis_client
 ):
@@ -103,6 +106,7 @@ def test_a_stock_worker_and_ours_on_one_queue_lose_nothing_when_both_die(
 
 
 @pytest.mark.slow
+@pytest.mark.promise("acks-late-reruns-only-on-death")
 def test_a_worker_killed_after_the_task_ended_and_before_its_ack(
     make_app, redis_server, redis_client
 ):

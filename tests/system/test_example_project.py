@@ -62,11 +62,13 @@ def run_demo(broker_url: str | None = None) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.promise("never-starts-early")
 def test_demo_runs_every_task_never_early_and_not_the_cancelled_one() -> None:
     check(run_demo())
 
 
 @pytest.mark.slow
+@pytest.mark.promise("rabbitmq-never-before-eta")
 def test_the_demo_on_rabbitmq_too(rabbitmq_url: str) -> None:
     """``BROKER_URL=amqp://... python -m example_project.demo``: the queue on RabbitMQ,
     delayed tasks in the demo's Redis."""

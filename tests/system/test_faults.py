@@ -41,6 +41,7 @@ def start_mover(port: int, batch: int) -> WatchedProcess:
     return mover
 
 
+@pytest.mark.promise("moved-exactly-once")
 def test_movers_killed_mid_batch_lose_nothing_and_duplicate_nothing():
     with RedisServer() as server:
         client = server.client()
@@ -72,6 +73,7 @@ def test_movers_killed_mid_batch_lose_nothing_and_duplicate_nothing():
 
 
 @pytest.mark.parametrize("kill", [False, True], ids=["clean restart", "SIGKILL"])
+@pytest.mark.promise("kept-across-redis-restart")
 def test_pending_tasks_survive_a_redis_restart_with_aof_and_are_delivered(make_app, kill):
     """The tasks are due an hour later, so they are certainly pending when Redis goes
     down; once it is back they are rescheduled to now, and the worker's mover, whose

@@ -17,6 +17,7 @@ pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 TASKS = 300
 
 
+@pytest.mark.promise("never-starts-early")
 def test_tasks_of_a_hot_instant_start_at_their_eta_never_before(
     make_app, redis_server, redis_client
 ):

@@ -22,6 +22,7 @@ SETTINGS = {
 
 
 @pytest.mark.slow
+@pytest.mark.promise("dead-worker-tasks-run-elsewhere", "restore-without-lock", "ready-never-lost")
 def test_a_killed_workers_task_runs_again_though_a_dead_worker_holds_the_lock(
     make_app, redis_server, redis_client
 ) -> None:
@@ -43,6 +44,7 @@ def test_a_killed_workers_task_runs_again_though_a_dead_worker_holds_the_lock(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("reliable", [True, False], ids=["leases", "kombu"])
+@pytest.mark.promise("long-task-not-redelivered", "acks-late-reruns-only-on-death")
 def test_a_task_longer_than_the_visibility_timeout_runs_once_on_a_live_worker(
     make_app, redis_server, redis_client, reliable: bool
 ) -> None:

@@ -173,6 +173,7 @@ def test_a_token_login_refuses_a_wrong_token(app, browser) -> None:
         assert page.url.startswith(f"{url}/login")
 
 
+@pytest.mark.promise("security-web-headers", "web-security-headers")
 def test_the_security_policy_blocks_nothing_the_pages_use(app, browser) -> None:
     """Every page, a form post and a chart under the Content-Security-Policy, with no
     violation reported in the console and no page error."""
@@ -197,6 +198,7 @@ def test_the_security_policy_blocks_nothing_the_pages_use(app, browser) -> None:
     assert violations == [], violations
 
 
+@pytest.mark.promise("security-web-read-only", "web-read-only-refuses-actions")
 def test_read_only_shows_tasks_and_offers_no_action(app, browser) -> None:
     task_id = remember_task(app).apply_async(("x",), countdown=600).id
     with dashboard(app, access=Access(), read_only=True) as url:
@@ -219,6 +221,7 @@ def test_read_only_shows_tasks_and_offers_no_action(app, browser) -> None:
         assert [m.task_id for m in store.pending()] == [task_id]
 
 
+@pytest.mark.promise("web-values-escaped")
 def test_a_script_in_task_arguments_is_shown_as_text_and_never_runs(
     app, browser, screenshots
 ) -> None:

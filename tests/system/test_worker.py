@@ -19,6 +19,7 @@ from ..helpers import REMEMBER, celery_process, remember, runs
 pytestmark = pytest.mark.timeout(120)
 
 
+@pytest.mark.promise("never-starts-early")
 def test_no_delayed_message_reaches_a_worker_before_its_eta(make_app, redis_server, redis_client):
     app = make_app()
     with celery_process("worker", redis_server.url, {}, "-P", "solo"):
@@ -171,6 +172,7 @@ def test_priorities_and_global_keyprefix_are_respected_end_to_end(
     assert redis_client.keys("delayq*") == []
 
 
+@pytest.mark.promise("persistence-warned")
 def test_a_worker_logs_where_the_store_is_and_warns_about_risky_redis_settings(
     redis_server, redis_client
 ):
