@@ -287,7 +287,9 @@ SETTINGS = {"broker_transport_options": {"visibility_timeout": 10}}
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
-@pytest.mark.promise("poison-dead-lettered", "crafted-input-stops-nothing")
+@pytest.mark.promise(
+    "poison-dead-lettered", "poison-reason-and-resend", "crafted-input-stops-nothing"
+)
 def test_a_worker_lives_through_hostile_messages_and_loses_none(
     make_app, redis_server, redis_client
 ) -> None:

@@ -158,6 +158,7 @@ def django_fetch(client: Client, script_name: str = "") -> Fetch:
 
 
 @pytest.mark.parametrize("script_name", ["", "/site"])
+@pytest.mark.promise("web-mounted-keeps-prefix")
 def test_every_link_form_and_redirect_keeps_the_mount(staff, site_app, script_name):
     """Every page crawled, every action confirmed on its confirmation page, with the site
     at the root and under a proxy's SCRIPT_NAME."""

@@ -178,6 +178,7 @@ def crafted_shapes(good: dict[str, Any]) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("how", ["consume", "get"])
+@pytest.mark.promise("poison-dead-lettered")
 def test_a_message_crafted_against_the_skim_is_delivered_under_the_tag_kombu_reads(
     how, app, redis_server, redis_client
 ) -> None:
@@ -214,6 +215,7 @@ def broken_shapes(good: dict[str, Any]) -> dict[str, bytes]:
 
 
 @pytest.mark.parametrize("how", ["consume", "get"])
+@pytest.mark.promise("poison-dead-lettered")
 def test_json_only_the_skim_passes_is_dead_lettered_and_not_left_recorded(
     how, app, redis_client
 ) -> None:
@@ -222,6 +224,7 @@ def test_json_only_the_skim_passes_is_dead_lettered_and_not_left_recorded(
     assert Counter(payload for payload, _ in dead_payloads(app)) == Counter(broken)
 
 
+@pytest.mark.promise("poison-dead-lettered")
 def test_a_message_recorded_under_another_tag_than_python_reads_is_dead_lettered(
     app, redis_client
 ) -> None:

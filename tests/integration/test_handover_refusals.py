@@ -103,6 +103,7 @@ def test_a_delayed_publish_with_headers_over_a_frame_fails_rather_than_its_hand_
     ],
     ids=["a type py-amqp cannot encode", "over frame_max"],
 )
+@pytest.mark.promise("handover-refused-dead-lettered", "crafted-input-stops-nothing")
 def test_a_stored_header_the_hand_over_cannot_send_is_dead_lettered_alone_and_queues_go_on(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis, header: Any, reason: str
 ) -> None:
@@ -161,6 +162,7 @@ def test_a_delayed_publish_botocore_refuses_fails_as_one_made_at_once(
 
 
 @pytest.mark.slow
+@pytest.mark.promise("crafted-input-stops-nothing")
 def test_a_stored_message_botocore_refuses_is_dead_lettered_alone_and_every_queue_goes_on(
     make_sqs_app: Callable[..., Celery],
 ) -> None:
@@ -194,6 +196,7 @@ def test_a_stored_message_botocore_refuses_is_dead_lettered_alone_and_every_queu
 # dead resend
 
 
+@pytest.mark.promise("dead-letters-resent-or-dropped")
 def test_dead_resend_counts_what_left_the_dead_letters_and_names_what_did_not(
     make_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:

@@ -41,6 +41,7 @@ def host(app: Celery) -> Any:
     return host
 
 
+@pytest.mark.promise("web-mounted-keeps-prefix")
 def test_under_a_wsgi_prefix_every_link_form_and_redirect_keeps_the_prefix(app, host) -> None:
     stocked(app, "tests.noop")
     client = host.test_client()
