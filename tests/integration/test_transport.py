@@ -27,6 +27,7 @@ from ..helpers import noop_task, remember
 RECORDS = "delayq:{default}:msg"
 
 
+@pytest.mark.promise("scheduled-means-stored")
 def test_a_future_countdown_is_stored_not_queued(app, redis_client):
     result = noop_task(app).apply_async(countdown=60)
 
