@@ -12,6 +12,7 @@ from urllib.parse import urlencode, urljoin, urlsplit
 
 from celery import Celery
 
+import celery_delayq
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 
@@ -198,7 +199,8 @@ def _all(form: Form, button: tuple[str | None, str | None, str | None]) -> bool:
 
 def dead_letter(app: Celery, task_id: str) -> None:
     """Make the pending task ``task_id`` a dead letter, as a broker that kept refusing it
-    leaves it."""
+    leaves it: due already (no mover may run meanwhile)."""
+    assert celery_delayq.reschedule(app, task_id, countdown=-1) == 1
     with open_store(app) as store:
         (message,) = store.find(task_id)
         store.cancel(task_id)
