@@ -1,0 +1,61 @@
+"""A real ``celery worker`` on RabbitMQ whose mover meets a stored message the broker
+cannot take: every other delayed task runs once, in its queue and in another queue, and
+that message alone is dead-lettered with the reason."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
+import amqp
+import pytest
+import redis
+from celery import Celery
+
+from celery_delayq.brokers.amqp.envelope import destination, envelope
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.core.store import Scheduled
+from celery_delayq.testing import wait_until
+
+from ..helpers import REMEMBER, celery_process, remember, runs
+
+pytestmark = pytest.mark.timeout(120)
+
+
+@pytest.mark.slow
+def test_a_stored_header_py_amqp_cannot_encode_stops_neither_its_queue_nor_another(
+    make_amqp_app: Callable[..., Celery],
+    amqp_settings: dict[str, Any],
+    rabbitmq_url: str,
+    redis_server: Any,
+    redis_client: redis.Redis,
+) -> None:
+    settings = {**amqp_settings, "delayq_handover_tries": 2, "delayq_handover_backoff": 0.001}
+    app = make_amqp_app(**settings)
+    first = app.conf.task_default_queue
+    second = f"{first}-2"
+    bad_id = str(uuid.uuid4())
+    bad = amqp.Message(
+        b"[[], {}, {}]", application_headers={"id": bad_id, "task": REMEMBER, "x": uuid.uuid4()}
+    )
+    with open_store(app) as store:  # stored before its publish was checked, or by hand
+        due = store.server_time_ms() - 1
+        store.schedule_many(
+            [Scheduled(first, bad_id, bad_id, due, destination("", first), envelope(bad))]
+        )
+
+    with celery_process(
+        "worker", rabbitmq_url, settings, "-P", "solo", "-Q", f"{first},{second}",
+        record_url=redis_server.url,
+    ):  # fmt: skip
+        sent = [remember(app, f"first-{i}", countdown=0.5) for i in range(20)]
+        sent += [remember(app, f"second-{i}", countdown=0.5, queue=second) for i in range(10)]
+        wait_until(lambda: len(runs(redis_client)) >= len(sent), timeout=30)
+        with open_store(app) as store:
+            (letter,) = wait_until(lambda: store.dead.list(), timeout=30)
+
+    assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in sent)
+    assert letter.task_id == bad_id and letter.tries == 2
+    assert letter.reason.startswith("the broker cannot encode it: FrameSyntaxError: ")
