@@ -121,7 +121,7 @@ def test_a_message_nobody_can_route_is_retried_then_dead_lettered_with_the_reaso
     assert len(take_all(app, app.conf.task_default_queue)) == 1
 
 
-@pytest.mark.promise("handover-refused-dead-lettered")
+@pytest.mark.promise("handover-refused-dead-lettered", "handover-refusal-stops-one")
 def test_an_exchange_that_does_not_exist_refuses_only_its_own_messages(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:

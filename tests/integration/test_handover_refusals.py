@@ -69,6 +69,7 @@ def amqp_table_error(error: BaseException) -> str:
     return str(error).split(" [value:")[0]
 
 
+@pytest.mark.promise("unencodable-publish-raises-at-send")
 def test_a_delayed_publish_with_a_header_py_amqp_cannot_encode_fails_as_one_made_at_once(
     make_amqp_app: Callable[..., Celery],
 ) -> None:
@@ -84,6 +85,7 @@ def test_a_delayed_publish_with_a_header_py_amqp_cannot_encode_fails_as_one_made
     assert take_all(app, app.conf.task_default_queue) == []
 
 
+@pytest.mark.promise("unencodable-publish-raises-at-send")
 def test_a_delayed_publish_with_headers_over_a_frame_fails_rather_than_its_hand_over(
     make_amqp_app: Callable[..., Celery],
 ) -> None:
@@ -103,7 +105,9 @@ def test_a_delayed_publish_with_headers_over_a_frame_fails_rather_than_its_hand_
     ],
     ids=["a type py-amqp cannot encode", "over frame_max"],
 )
-@pytest.mark.promise("handover-refused-dead-lettered", "crafted-input-stops-nothing")
+@pytest.mark.promise(
+    "handover-refused-dead-lettered", "handover-refusal-stops-one", "crafted-input-stops-nothing"
+)
 def test_a_stored_header_the_hand_over_cannot_send_is_dead_lettered_alone_and_queues_go_on(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis, header: Any, reason: str
 ) -> None:
