@@ -63,7 +63,7 @@ def test_a_dead_letter_shows_everywhere_and_is_delivered_once_its_cause_is_fixed
     with app.connection_for_write() as connection:
         target(connection.default_channel).declare()  # the cause, fixed: a binding
     resent = invoke(app, "dead", "resend", "--all", "--json")
-    assert json.loads(resent.output) == {"resent": 1}
+    assert json.loads(resent.output) == {"resent": 1, "still_dead": []}
 
     with app.connection_for_write() as connection:
         message = connection.default_channel.basic_get(target.name, no_ack=True)
