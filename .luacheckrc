@@ -18,11 +18,12 @@ max_line_length = 100
 -- in front of every store script).
 local prelude_exports = {
   "MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX", "add_entry", "duplicate_key", "store_message",
+  "BY_TASK", "extra_prefix",
 }
 -- The locals helpers.lua defines for the scripts after it (all but schedule.lua and
 -- schedule_many.lua).
 local helpers_exports = {
-  "parse", "remove_entry", "head", "duplicate_of", "forget_duplicate", "message_keys",
+  "parse", "remove_entry", "head", "duplicate_of", "forget_duplicate", "extra_messages",
   "collect_due", "drop_taken", "bury", "bury_unreadable", "lateness_histogram", "server_now", "call_chunked",
   "index_field", "key_holder", "release_key", "hold_key_again", "remove_message", "with_due",
   "counted",
@@ -51,7 +52,8 @@ local function reads(names, from)
   return {read_globals = names}
 end
 local lua = "celery_delayq/core/lua/"
-files[lua .. "cancel.lua"] = reads({"MSG", "DUP", "STATS", "remove_message", "message_keys"},
+files[lua .. "cancel.lua"] = reads({"MSG", "DUP", "STATS", "BY_TASK", "remove_message",
+                                    "extra_messages", "duplicate_key", "call_chunked"},
                                    "prelude.lua and helpers.lua")
 files[lua .. "write_ahead.lua"] = reads({"MSG", "STATS", "store_message", "counted", "parse",
                                          "remove_message", "forget_duplicate"},
@@ -82,18 +84,18 @@ files[lua .. "release_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_n
                                              "hold_key_again"},
                                             "prelude.lua, helpers.lua and handover.lua")
 files[lua .. "pending.lua"] = reads({"PAGES", "PAGE_PREFIX"}, "prelude.lua and helpers.lua")
-files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "counted", "parse",
-                                   "add_entry"},
+files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "BY_TASK", "PAGE_PREFIX", "counted",
+                                   "parse", "add_entry"},
                                   "prelude.lua and helpers.lua")
 files[lua .. "repair.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "parse", "add_entry",
                                     "remove_entry", "duplicate_of", "forget_duplicate", "bury",
-                                    "server_now"},
+                                    "server_now", "BY_TASK", "extra_prefix"},
                                    "prelude.lua and helpers.lua")
 files[lua .. "replace.lua"] = reads({"MSG", "parse", "add_entry", "remove_entry", "head"},
                                     "prelude.lua and helpers.lua")
 files[lua .. "schedule.lua"] = reads({"STATS", "store_message"}, "prelude.lua")
 files[lua .. "helpers.lua"] = reads({"MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX",
-                                     "duplicate_key"}, "prelude.lua")
+                                     "duplicate_key", "BY_TASK", "extra_prefix"}, "prelude.lua")
 files[lua .. "helpers.lua"].ignore = unused_exports
 files[lua .. "schedule_keyed.lua"] = reads({"MSG", "DUP", "STATS", "parse", "store_message",
                                             "head", "server_now", "key_holder", "index_field",

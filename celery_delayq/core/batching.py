@@ -27,6 +27,7 @@ burst went over the 2 ms budget, the longest 4.4 ms; at 0.5, none did, the longe
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Hashable
 
 #: Fewest messages a move call is asked for, however slow the calls.
 LEAST = 10
@@ -69,3 +70,28 @@ class BatchSizer:
         wanted = self.budget * AIM / min(self._per_message)
         bounded = min(limit * STEP, max(limit / STEP, wanted))
         self.size = min(self.most, max(LEAST, round(bounded)))
+
+
+class ShardBatches:
+    """One ``BatchSizer`` per queue shard: a shard whose messages cost more per message
+    (large payloads, a dense instant) gets smaller batches without shrinking another's,
+    so in a pass, where the shards take turns a batch each, one queue's shape cannot slow
+    another's delivery."""
+
+    def __init__(self, most: int, budget: float) -> None:
+        self.most = most
+        self.budget = budget
+        self._sizers: dict[Hashable, BatchSizer] = {}
+
+    def of(self, shard: Hashable) -> BatchSizer:
+        """The sizer of one queue shard (a new one starts small, see ``FIRST``)."""
+        sizer = self._sizers.get(shard)
+        if sizer is None:
+            sizer = self._sizers[shard] = BatchSizer(self.most, self.budget)
+        return sizer
+
+    @property
+    def size(self) -> int:
+        """The smallest batch any shard is at (a new shard's before any move): for reports."""
+        first = self.most if self.budget <= 0 else min(self.most, FIRST)
+        return min((sizer.size for sizer in self._sizers.values()), default=first)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from .health_checks import OK, WARN, Finding
 from .keys import QueueKeys
-from .record import Record, duplicate_key, is_duplicate, is_key_index
+from .record import Record, duplicate_key, is_duplicate, is_key_index, split_extra
 from .store import DelayedStore
 
 #: Records read per HSCAN round trip.
@@ -95,5 +95,12 @@ def scan_shard(store: DelayedStore, keys: QueueKeys) -> QueueScan:
         if not is_key_index(task)  # a delay key's holder, not a list of duplicates
         for seq in seqs.split()
     }
+    extras = (split_extra(member) for member in _by_task(store, keys))
+    listed.update(duplicate_key(*extra) for extra in extras if extra is not None)
     scan.misfiled = listed ^ {key for key in records if is_duplicate(key)}
     return scan
+
+
+def _by_task(store: DelayedStore, keys: QueueKeys) -> list[bytes]:
+    """Every member of the shard's index of extra messages (``P:{Q}:dup:by-task``)."""
+    return [member for member, _ in store.client.zscan_iter(keys.by_task, count=SCAN_CHUNK)]

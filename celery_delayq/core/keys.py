@@ -19,9 +19,13 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:{Q}:p:<n>         ZSET   one page: message key -> due time (ms since the epoch), at
                                 most PAGE_SIZE entries, so Redis keeps it as a compact
                                 listpack (see lua/prelude.lua)
-    P:{Q}:dup           HASH   task key -> sequence numbers of the task's extra messages;
-                                "\x04<delay key>" -> "<since ms>:<message key>" of the
-                                pending message holding a delay key (delay_keys.py)
+    P:{Q}:dup           HASH   "\x04<delay key>" -> "<since ms>:<message key>" of the
+                                pending message holding a delay key (delay_keys.py);
+                                task key -> sequence numbers of the task's extra
+                                messages, as stores before P:{Q}:dup:by-task wrote it
+    P:{Q}:dup:by-task   ZSET   "<len>:<task key><seq>" at score 0 for each extra message
+                                of a task (record.extra_prefix): one task's are one
+                                lexicographic range, so no call's work grows with them
     P:{Q}:stats         HASH   counters: scheduled, moved, cancelled, replaced, dropped,
                                 refused (keyed messages), the move lateness
                                 histogram (late_le_<ms>, late_sum_ms, late_count), and
@@ -110,6 +114,11 @@ class QueueKeys:
     def as_list(self) -> list[str]:
         """The keys in the order every per-queue script expects them as KEYS."""
         return [self.messages, self.pages, self.duplicates, self.stats]
+
+    @property
+    def by_task(self) -> str:
+        """The index of the tasks' extra messages (formed in lua/prelude.lua as well)."""
+        return f"{self.duplicates}:by-task"
 
     @property
     def inflight(self) -> str:

@@ -24,7 +24,9 @@ A record outside it is unreadable; a move dead-letters it with the reason.
 Records are keyed by the Celery task id, packed small because every pending message
 carries its key twice (record hash and page of due times): a canonical uuid becomes its
 16 bytes; any other id ``\\x00`` + its text; a message without a task id ``\\x03`` + its
-delivery tag; a second message of the same task id ``\\xff<seq>:<task key>``. Only a uuid
+delivery tag; a second message of the same task id ``\\xff<seq>:<task key>``, indexed by
+task in ``P:{Q}:dup:by-task`` (``extra_prefix``; stores written before that index listed
+the sequence numbers under the task key in ``P:{Q}:dup``, which is still read). Only a uuid
 key is 16 bytes long (a uuid may start with any byte): any other key that would be 16
 bytes long is prefixed with ``\\x02``.
 
@@ -78,6 +80,22 @@ def message_key(task_id: str | None, message_id: str) -> bytes:
 def duplicate_key(task_key: bytes, seq: bytes) -> bytes:
     """The message key of a task's extra message number ``seq`` (as schedule.lua forms it)."""
     return _not_uuid_sized(DUPLICATE + seq + b":" + task_key)
+
+
+def extra_prefix(task_key: bytes) -> bytes:
+    """The start of every member of ``P:{Q}:dup:by-task`` indexing one task's extra
+    messages (``extra_prefix`` in lua/prelude.lua): each member is it and a sequence
+    number, so one task's members are one lexicographic range."""
+    return b"%d:%s" % (len(task_key), task_key)
+
+
+def split_extra(member: bytes) -> tuple[bytes, bytes] | None:
+    """The task key and sequence number of a ``P:{Q}:dup:by-task`` member; None for a
+    member this store did not write."""
+    length, _, rest = member.partition(b":")
+    if not _ASCII_DIGITS.fullmatch(length) or int(length) >= len(rest):
+        return None
+    return rest[: int(length)], rest[int(length) :]
 
 
 def key_index_field(delay_key: bytes) -> bytes:

@@ -121,10 +121,12 @@ local function duplicate_of(key)
   if seq then return string.sub(key, colon + 1), seq end
 end
 
--- Forget a delivered or removed duplicate in its task's list of extra messages.
+-- Forget a delivered or removed duplicate in its task's index of extra messages (BY_TASK;
+-- a store written before that index listed it in DUP: forget_listed).
 local function forget_duplicate(key)
   local task_key, seq = duplicate_of(key)
   if not task_key then return end
+  if redis.call('ZREM', BY_TASK, extra_prefix(task_key) .. seq) == 1 then return end
   local seqs = redis.call('HGET', DUP, task_key)
   if not seqs then return end
   local rest = {}
@@ -138,13 +140,18 @@ local function forget_duplicate(key)
   end
 end
 
--- Every message key of one task: its own and its duplicates'.
-local function message_keys(task_key)
-  local keys = {task_key}
-  for seq in string.gmatch(redis.call('HGET', DUP, task_key) or '', '%S+') do
-    keys[#keys + 1] = duplicate_key(task_key, seq)
+-- Up to `most` extra messages of one task, in BY_TASK order: their message keys, and the
+-- BY_TASK members that index them (one range read, O(log n + most)).
+local function extra_messages(task_key, most)
+  local prefix = extra_prefix(task_key)
+  -- a member is the prefix and a sequence number's digits, all below ':'
+  local members = redis.call('ZRANGEBYLEX', BY_TASK, '(' .. prefix, '(' .. prefix .. ':',
+                             'LIMIT', 0, most)
+  local keys = {}
+  for i, member in ipairs(members) do
+    keys[i] = duplicate_key(task_key, string.sub(member, #prefix + 1))
   end
-  return keys
+  return keys, members
 end
 
 -- The DUP field indexing a delay key (record.key_index_field): never 16 bytes long, so it

@@ -13,9 +13,15 @@
 --                             when its publisher declared one; k: a keyed message's key)
 -- KEYS[2]  P:{Q}:pages  zset  page number -> page start (<= every due time in the page;
 --                             the first page's start is its earliest due time)
--- KEYS[3]  P:{Q}:dup    hash  task key -> sequence numbers of its extra messages (rarely
---                             used), and "\4<delay key>" -> "<since ms>:<message key>" for
---                             each pending keyed message (index_field)
+-- KEYS[3]  P:{Q}:dup    hash  "\4<delay key>" -> "<since ms>:<message key>" for each
+--                             pending keyed message (index_field); and, as stores before
+--                             the by-task index wrote it, task key -> sequence numbers of
+--                             its extra messages (read and emptied, never written now)
+-- (formed) P:{Q}:dup:by-task  zset  the extra messages of every task, one member each,
+--                             "<len>:<task key><seq>" at score 0 (extra_member): one
+--                             task's are a lexicographic range, so adding, removing and
+--                             reading a bounded number of them costs O(log n) however many
+--                             messages share the task id
 -- KEYS[4]  P:{Q}:stats  hash  counters (scheduled, moved, cancelled, lateness histogram,
 --                             page_seq, dup_seq)
 -- ARGV[1]  page key prefix "P:{Q}:p:"; page n is the zset P:{Q}:p:<n> of message key -> due
@@ -45,6 +51,7 @@
 -- if that is 16 bytes long), listed under the task key in KEYS[3].
 
 local MSG, PAGES, DUP, STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
+local BY_TASK = DUP .. ':by-task'  -- same hash tag as DUP (see KEYS[3] above)
 local PAGE_PREFIX, PAGE_MAX = ARGV[1], tonumber(ARGV[2])
 
 local function new_page(start)
@@ -161,16 +168,22 @@ local function duplicate_key(task_key, seq)
   return key
 end
 
+-- The start of every BY_TASK member of one task (record.extra_prefix): the length makes
+-- it no other task's start, so a task's members are the range after it.
+local function extra_prefix(task_key)
+  return #task_key .. ':' .. task_key
+end
+
 -- Keep one message until it is due (schedule.lua; schedule_many.lua, per message): its
 -- record (whole, due time first: the client builds it, as a concatenation here would cost
 -- a copy of the payload, ~1 us a call) and page entry. A second message of the same task
--- id is kept as a duplicate. Returns the message key it is kept under, and true when it is
--- now its queue's earliest.
+-- id is kept as a duplicate, numbered from a queue-wide counter (so no duplicate's key is
+-- ever used twice) and indexed in BY_TASK. Returns the message key it is kept under, and
+-- true when it is now its queue's earliest.
 local function store_message(key, due, record)
   if redis.call('HSETNX', MSG, key, record) == 0 then
     local seq = redis.call('HINCRBY', STATS, 'dup_seq', 1)
-    local seqs = redis.call('HGET', DUP, key)
-    redis.call('HSET', DUP, key, seqs and (seqs .. ' ' .. seq) or seq)
+    redis.call('ZADD', BY_TASK, 0, extra_prefix(key) .. seq)
     key = duplicate_key(key, seq)
     redis.call('HSET', MSG, key, record)
   end

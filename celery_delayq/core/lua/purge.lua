@@ -37,7 +37,7 @@ for i = first_list, #KEYS do count = count + redis.call('LLEN', KEYS[i]) end  --
 for _, page in ipairs(redis.call('ZRANGE', PAGES, 0, -1)) do
   redis.call('UNLINK', PAGE_PREFIX .. page)
 end
-redis.call('UNLINK', MSG, PAGES, DUP)
+redis.call('UNLINK', MSG, PAGES, DUP, BY_TASK)
 for i = first_list, #KEYS do redis.call('DEL', KEYS[i]) end
 for _, message in ipairs(kept) do
   redis.call('HSET', MSG, message[1], message[3])

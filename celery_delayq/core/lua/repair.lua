@@ -31,10 +31,5 @@ end
 remove_entry(key, due)
 add_entry(key, due)
 local task_key, seq = duplicate_of(key)
-if task_key then
-  local seqs = redis.call('HGET', DUP, task_key)
-  local listed = false
-  for s in string.gmatch(seqs or '', '%S+') do listed = listed or s == seq end
-  if not listed then redis.call('HSET', DUP, task_key, seqs and (seqs .. ' ' .. seq) or seq) end
-end
+if task_key then redis.call('ZADD', BY_TASK, 0, extra_prefix(task_key) .. seq) end
 return 1

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Sequence
 import redis
 from redis.client import PubSub
 
-from ..batching import BatchSizer
+from ..batching import ShardBatches
 from ..delay_keys import DelayKey, KeyedOutcome
 from ..handover import HandOver, SameRedisMove
 from ..heartbeats import MoverRegistry
@@ -69,7 +69,7 @@ class DelayedStore:
             keys,
             scripts,
             handover or SameRedisMove(client, scripts),
-            BatchSizer(move_batch_size, move_call_budget),
+            ShardBatches(move_batch_size, move_call_budget),
             cluster,
             wait_for,
         )
@@ -102,7 +102,7 @@ class DelayedStore:
         return self.state.handover
 
     @property
-    def batch(self) -> BatchSizer:
+    def batch(self) -> ShardBatches:
         return self.state.batch
 
     @property

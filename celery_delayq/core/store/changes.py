@@ -11,6 +11,10 @@ from ..lua_scripts import run_pipelined
 from ..record import Record, task_key
 from .state import StoreState
 
+#: Most extra messages of a task (sharing its task id) one cancel call removes: about a
+#: millisecond of Redis time, like a move call's batch.
+CANCEL_CHUNK = 100
+
 
 class Changes:
     """Cancels and reschedules the pending messages of a task, in every queue."""
@@ -19,14 +23,24 @@ class Changes:
         self.state = state
 
     def cancel(self, task_id: str) -> int:
-        """Remove every pending message of ``task_id``; how many were removed."""
+        """Remove every pending message of ``task_id``; how many were removed.
+
+        One script call per shard removes at most ``CANCEL_CHUNK`` extra messages of the
+        task (lua/cancel.lua), so thousands sharing a task id take several short calls,
+        pipelined per round, until no shard has any left.
+        """
         key = task_key(task_id)
         shards = self.state.all_shards(self.state.queues())
-        calls = [
-            (self.state.scripts.cancel, [*keys.as_list()], [*keys.page_args(), key])
-            for keys in shards
-        ]
-        return sum(int(removed) for removed in run_pipelined(self.state.client, calls))
+        removed = 0
+        while shards:
+            calls = [
+                (self.state.scripts.cancel, keys.as_list(), [*keys.page_args(), key, CANCEL_CHUNK])
+                for keys in shards
+            ]
+            replies = run_pipelined(self.state.client, calls)
+            removed += sum(int(reply[0]) for reply in replies)
+            shards = [keys for keys, reply in zip(shards, replies) if int(reply[1])]
+        return removed
 
     def reschedule(
         self, task_id: str, due_ms: int, rewrite_payload: Callable[[bytes], bytes]

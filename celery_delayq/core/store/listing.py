@@ -9,7 +9,7 @@ from typing import Any
 from ..keys import QueueKeys
 from ..record import Record
 from ..results import PendingMessage, Position
-from .state import StoreState
+from .state import READ_CHUNK, StoreState
 
 #: How long a worker's claim to list a queue in its reply to one remote-control request
 #: lasts: longer than any client waits for replies, so a late replier cannot list the
@@ -90,9 +90,10 @@ class Listing:
     ) -> list[PendingMessage]:
         """The messages of these keys that still have a record (due from the page entry
         when known, else from the record)."""
-        if not entries:
-            return []
-        raws: list[Any] = self.state.client.hmget(keys.messages, [key for key, _ in entries])
+        raws: list[Any] = []
+        for at in range(0, len(entries), READ_CHUNK):  # a task may have thousands
+            chunk = [key for key, _ in entries[at : at + READ_CHUNK]]
+            raws += self.state.client.hmget(keys.messages, chunk)
         found = []
         for (key, due_ms), raw in zip(entries, raws):
             if raw is not None:

@@ -19,7 +19,8 @@ logger = logging.getLogger(__name__)
 
 
 class Moves:
-    """Delivers due messages in bounded batches, sized by the time the last ones took."""
+    """Delivers due messages in bounded batches, each shard's sized by the time its last
+    ones took (batching.ShardBatches)."""
 
     def __init__(self, state: StoreState) -> None:
         self.state = state
@@ -80,9 +81,10 @@ class Moves:
 
     def _deliver(self, shard: QueueKeys, more_calls: bool = False) -> MoveResult:
         """One batch, sized by the time the calls before it took (batching.py)."""
-        limit = self.state.batch.size
+        sizer = self.state.batch.of(shard)
+        limit = sizer.size
         result = self.state.handover.deliver_due(shard, limit, more_calls)
-        self.state.batch.observe(limit, result.moved + result.missing, result.call_seconds)
+        sizer.observe(limit, result.moved + result.missing, result.call_seconds)
         return result
 
     def wakeup_subscription(self) -> PubSub:

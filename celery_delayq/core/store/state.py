@@ -14,11 +14,14 @@ from typing import Any, Optional, cast
 import redis
 from redis.commands.core import Script
 
-from ..batching import BatchSizer
+from ..batching import ShardBatches
 from ..handover import HandOver
 from ..keys import KeySpace, QueueKeys
 from ..lua_scripts import StoreScripts
-from ..record import duplicate_key, task_key
+from ..record import duplicate_key, extra_prefix, task_key
+
+#: Most entries one read of a task's extra messages (or records) returns.
+READ_CHUNK = 1000
 
 
 @dataclass(frozen=True)
@@ -43,7 +46,7 @@ class StoreState:
     handover: HandOver
     #: Sizes each move's batch (at most ``move_batch_size``) so that one call keeps
     #: Redis busy for at most ``move_call_budget`` seconds (0: always the full size).
-    batch: BatchSizer
+    batch: ShardBatches
     cluster: bool
     #: Schedules wait for this many replicas (None: they do not wait).
     wait_for: ReplicaWait | None
@@ -67,10 +70,22 @@ class StoreState:
         return [] if self.cluster else [self.keys.queues]
 
     def message_keys(self, keys: QueueKeys, task_id: str) -> list[bytes]:
-        """The message keys of a task: its own, and its duplicates' (if any)."""
+        """The message keys of a task: its own, and its duplicates' (if any), these read
+        ``READ_CHUNK`` at a time: each read stays short however many there are."""
         own = task_key(task_id)
-        seqs = cast(Optional[bytes], self.client.hget(keys.duplicates, own))
-        return [own, *(duplicate_key(own, seq) for seq in (seqs or b"").split())]
+        prefix = extra_prefix(own)
+        seqs = (cast(Optional[bytes], self.client.hget(keys.duplicates, own)) or b"").split()
+        low = b"(" + prefix
+        while True:
+            members = cast(
+                list[bytes],
+                self.client.zrangebylex(keys.by_task, low, b"(" + prefix + b":", 0, READ_CHUNK),
+            )
+            seqs += [member[len(prefix) :] for member in members]
+            if len(members) < READ_CHUNK:
+                break
+            low = b"(" + members[-1]
+        return [own, *(duplicate_key(own, seq) for seq in seqs)]
 
     def run(self, script: Script, keys: QueueKeys, *args: Any) -> Any:
         """Run a per-queue script: KEYS are the queue's keys, ARGV the page arguments,
