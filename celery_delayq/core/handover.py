@@ -448,10 +448,11 @@ class ClaimPublishAck:
         return int(acked), int(max_late)
 
     def _give_back_refused(self, queue: QueueKeys, owner: str, refused: dict[bytes, str]) -> None:
-        """Give refused messages back with a back-off, one call per reason."""
+        """Give refused messages back with a back-off, one call per reason (kept on one
+        line: a broker's may span several, as botocore's do)."""
         by_reason: dict[str, list[bytes]] = defaultdict(list)
         for key, reason in refused.items():
-            by_reason[reason].append(key)
+            by_reason[" ".join(reason.split())].append(key)
         for reason, keys in by_reason.items():
             logger.warning(
                 "celery-delayq: the broker refused %d message(s) of queue %r: %s",

@@ -83,6 +83,8 @@ def test_a_delayed_publish_with_a_header_py_amqp_cannot_encode_fails_as_one_made
     assert "UUID" in str(delayed.value)
     assert celery_delayq.backlog(app) == []
     assert take_all(app, app.conf.task_default_queue) == []
+    app.send_task("tests.remember", countdown=1, headers={"x": str(uuid.uuid4())})
+    assert celery_delayq.backlog(app)[0].pending == 1  # the producer goes on
 
 
 @pytest.mark.promise("unencodable-publish-raises-at-send")
@@ -163,6 +165,8 @@ def test_a_delayed_publish_botocore_refuses_fails_as_one_made_at_once(
     assert "Invalid type for parameter MessageGroupId" in str(delayed.value)
     assert celery_delayq.backlog(app) == []
     assert sqs_messages(app, app.conf.task_default_queue) == []
+    app.send_task("tests.remember", countdown=2, MessageGroupId="5")
+    assert celery_delayq.backlog(app)[0].pending == 1  # the producer goes on
 
 
 @pytest.mark.slow
@@ -191,6 +195,7 @@ def test_a_stored_message_botocore_refuses_is_dead_lettered_alone_and_every_queu
     assert "Invalid type for parameter MessageGroupId" in letters[group].reason
     assert "Invalid type for parameter MessageAttributes" in letters[attributes].reason
     assert letters[group].reason.startswith("ParamValidationError: ")
+    assert "\n" not in letters[group].reason  # one line, as `list --dead` shows it
     delivered = [m["headers"]["id"] for m in sqs_messages(app, first)]
     assert sorted(delivered) == sorted(r.id for r in good)
     delivered = [m["headers"]["id"] for m in sqs_messages(app, second)]
