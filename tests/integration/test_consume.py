@@ -276,4 +276,4 @@ def test_a_consumer_killed_with_a_message_taken_but_unread(
 
 
 def test_the_scripts_are_packaged() -> None:
-    assert set(SOURCES) == {"consume", "return_landed"}
+    assert set(SOURCES) == {"consume", "return_landed", "name"}

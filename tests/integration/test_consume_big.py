@@ -242,3 +242,62 @@ def test_a_message_recorded_under_another_tag_than_python_reads_is_dead_lettered
     ((payload, reason),) = dead_payloads(app)
     assert payload == message and "delivery tag reads differently" in reason
     assert redis_client.hlen("unacked") == 0 and redis_client.zcard("unacked_index") == 0
+
+
+def dense(payload: dict[str, Any], count: int = 60_000, note: bytes = b'"x"') -> bytes:
+    """The envelope with ``count`` numbers in its headers (more than the script's skim
+    follows, and too big for it to read whole) and ``note`` beside them."""
+    numbers = b"[" + b"1, " * count + b"1]"
+    headers = {**payload["headers"], "n": "\x00N\x00", "note": "\x00NOTE\x00"}
+    raw = json.dumps({**payload, "headers": headers}).encode()
+    return raw.replace(b'"\\u0000N\\u0000"', numbers).replace(b'"\\u0000NOTE\\u0000"', note)
+
+
+@pytest.mark.parametrize("how", ["consume", "get"])
+def test_a_big_message_too_dense_to_skim_is_named_by_the_consumer_not_decoded_by_redis(
+    how, app, redis_client
+) -> None:
+    """Its entry is written under a tag of the consumer's own, then renamed to the tag
+    kombu reads: the surrogate beside the numbers, which Redis's decoder refuses, shows
+    Redis never decoded it."""
+    good = envelope(app)
+    messages = [dense(tagged(good, "dense"), note=b'"' + SURROGATE + b'"')]
+    delivered = take_all(app, redis_client, messages, how)
+    assert [m.delivery_tag for m in delivered] == ["dense"]
+    assert dead_payloads(app) == []
+
+
+@pytest.mark.parametrize("how", ["consume", "get"])
+def test_a_big_message_too_dense_to_skim_that_cannot_be_taken_is_dead_lettered(
+    how, app, redis_client
+) -> None:
+    good = envelope(app)
+    hostile = [
+        b"not json " * 10_000,
+        dense(tagged(good, [1])),  # type: ignore[arg-type]
+        dense(tagged(good, "\u00e9")),
+        dense({**good, "properties": {**good["properties"], "priority": float("inf")}}),
+    ]
+    assert take_all(app, redis_client, hostile, how) == []
+    assert Counter(payload for payload, _ in dead_payloads(app)) == Counter(hostile)
+
+
+def test_a_consumer_gone_before_it_named_the_entry_loses_nothing(
+    app, redis_server, redis_client
+) -> None:
+    """The entry under the consumer's own tag is kombu's, naming the queue: any restore
+    (stock kombu's here) puts the message back, and it is delivered under its tag."""
+    message = dense(tagged(envelope(app), "dense"))
+    redis_client.lpush("q", message)
+    with channel_of(app) as channel:  # takes it, then dies before naming it
+        keys, args = channel.consumer.consume_call([("q", "q")])
+        reply = channel.consumer.scripts.consume(keys, args)
+        assert reply[2] == args[1].encode() and redis_client.hkeys("unacked") == [reply[2]]
+        redis_client.zadd("unacked_index", {args[1]: 1})  # long ago: due for a restore
+        channel.consumer.recorded_tags.clear()
+    with channel_of(redis_server.url) as stock:
+        stock.qos.restore_visible(num=10, interval=1)
+    assert redis_client.llen("q") == 1 and redis_client.hlen("unacked") == 0
+    restored = redis_client.rpop("q")  # kombu's restore marks it redelivered
+    (delivered,) = take_all(app, redis_client, [restored], "consume")
+    assert delivered.delivery_tag == "dense"

@@ -35,17 +35,19 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import uuid
 from dataclasses import dataclass
 from functools import cached_property, partial
 from time import monotonic, time
 from typing import Any
+from uuid import uuid4
 
 import redis
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
-from kombu.utils.json import loads
+from kombu.utils.json import dumps, loads
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
@@ -63,6 +65,7 @@ class ConsumeScripts:
 
     consume: Script
     return_landed: Script
+    name: Script
 
     @classmethod
     def register(cls, client: redis.Redis) -> ConsumeScripts:
@@ -131,6 +134,25 @@ def read_payload(message: bytes, tag: str = "") -> dict[str, Any]:
     return payload
 
 
+def kombu_entry(message: bytes, queue: str) -> tuple[str, bytes]:
+    """The delivery tag of a message consume.lua recorded under a provisional tag (too
+    big to read whole in Redis, and not one its skim could follow), and kombu's unacked
+    entry of it, checked as consume.lua checks what it reads; UnreadableMessage if it
+    cannot be taken."""
+    properties = read_payload(message)["properties"]
+    tag = properties.get("delivery_tag")
+    if not isinstance(tag, str) or not tag or not all(" " <= c <= "~" for c in tag):
+        raise UnreadableMessage('no "delivery_tag" (a string of printable ASCII)')
+    priority = properties.get("priority")
+    if isinstance(priority, float) and math.isinf(priority):
+        raise UnreadableMessage('its "priority" would make its restore fail')
+    info = properties.get("delivery_info") or {}
+    names = info.get("exchange"), info.get("routing_key")
+    if not all(isinstance(name, str) for name in names):
+        names = "", queue  # as consume.lua records it: back to the queue it came from
+    return tag, b"[" + message + b", " + dumps(names)[1:].encode()
+
+
 class AtomicConsumer:
     """The atomic consume path of one Redis channel (see the module), which the channel
     hands kombu's BRPOP start and read, ``basic_get`` and its landing waits.
@@ -150,6 +172,8 @@ class AtomicConsumer:
         self.consume_waits = False
         #: The lists of the consume.lua call in flight: (kombu list, queue) each.
         self._consume_sent: list[tuple[str, str]] = []
+        #: The provisional tag of the consume.lua call in flight (consume_call).
+        self._provisional = ""
         #: When the last warning of a call Redis refused was logged (monotonic seconds).
         self._refused_warned_at = float("-inf")
 
@@ -190,11 +214,30 @@ class AtomicConsumer:
         return [channel.real_key(channel.unacked_key), channel.real_key(channel.unacked_index_key)]
 
     def consume_call(self, lists: list[tuple[str, str]]) -> tuple[list[str], list[str]]:
-        """KEYS and ARGV of consume.lua taking from these lists."""
+        """KEYS and ARGV of consume.lua taking from these lists, with a provisional tag
+        of its own (ARGV[2]: see ``named``)."""
         real_key = self.channel.real_key
         keys = self.unacked_keys() + [real_key(kombu_list) for kombu_list, _ in lists]
         record_as = ["" if queue in self.noack_queues else queue for _, queue in lists]
-        return keys, [repr(time()), *record_as]
+        return keys, [repr(time()), f"_delayq.unread.{uuid4().hex}", *record_as]
+
+    def named(
+        self, taken: Taken, provisional: str, queue: str, source: str, taken_from: str
+    ) -> Taken | None:
+        """``taken``, or, when consume.lua recorded it under the call's ``provisional``
+        tag (a big message its skim could not follow), ``taken`` under the delivery tag
+        read here, its entry renamed to it (name.lua). None when it went to the dead
+        letters instead (its entry dropped), or a restore put it back in its queue."""
+        if taken.reason or not taken.tag or taken.tag != provisional:
+            return taken
+        try:
+            tag, entry = kombu_entry(taken.message, queue)
+        except UnreadableMessage as exc:
+            self.dead_letter(queue, source, taken_from, taken, str(exc))
+            return None
+        if not self.scripts.name(self.unacked_keys(), [provisional, tag, entry, repr(time())]):
+            return None
+        return Taken(taken.message, tag, "")
 
     # -- consuming from the event loop: kombu's BRPOP start and read, replaced --
 
@@ -210,7 +253,7 @@ class AtomicConsumer:
             return
         keys, args = self.consume_call(lists)
         connection = channel.client.connection
-        self._consume_sent = lists
+        self._consume_sent, self._provisional = lists, args[1]
         channel._in_poll = connection
         channel._brpop_sent_at = monotonic()
         sha = self.scripts.consume.sha
@@ -238,7 +281,8 @@ class AtomicConsumer:
                 raise virtual.Empty()
             kombu_list, queue = self._consume_sent[reply[0] - 1]
             source = channel.real_key(kombu_list)
-            if not self.deliver_taken(queue, source, source, Taken.of(reply)):
+            taken = self.named(Taken.of(reply), self._provisional, queue, source, source)
+            if taken is None or not self.deliver_taken(queue, source, source, taken):
                 raise virtual.Empty()
             return True
         finally:
@@ -312,15 +356,17 @@ class AtomicConsumer:
             raise virtual.Empty()
         record_as = "" if wait.queue in self.noack_queues else wait.queue
         keys = [*self.unacked_keys(), wait.landing]
+        provisional = f"_delayq.unread.{uuid4().hex}"
         try:
-            reply = self.scripts.consume(keys, [repr(time()), record_as])
+            reply = self.scripts.consume(keys, [repr(time()), provisional, record_as])
         except ResponseError as exc:  # Redis refused the call: nothing was taken
             self.warn_refused(exc)
             self.waits.give_back(wait)
             raise virtual.Empty() from None
         if reply is None:  # this consumer's lease ran out and a restore returned it
             raise virtual.Empty()
-        if not self.deliver_taken(wait.queue, wait.source, wait.landing, Taken.of(reply)):
+        taken = self.named(Taken.of(reply), provisional, wait.queue, wait.source, wait.landing)
+        if taken is None or not self.deliver_taken(wait.queue, wait.source, wait.landing, taken):
             raise virtual.Empty()
         return True
 
@@ -336,7 +382,7 @@ class AtomicConsumer:
         lists = self.consume_lists([queue])
         keys, args = self.consume_call(lists)
         if no_ack:
-            args = [args[0]] + [""] * len(lists)
+            args = args[:2] + [""] * len(lists)
         reply = self.scripts.consume(keys, args)
         refresh_expiry = getattr(channel, "_maybe_update_queues_expire", None)  # kombu >= 5.6
         if refresh_expiry is not None:  # a get counts as use of a queue with x-expires
@@ -344,8 +390,10 @@ class AtomicConsumer:
                 refresh_expiry(client, queue)
         if reply is None:
             return None
-        taken = Taken.of(reply)
         source = channel.real_key(lists[reply[0] - 1][0])
+        taken = self.named(Taken.of(reply), args[1], queue, source, source)
+        if taken is None:
+            return None
         try:
             if taken.reason:
                 raise UnreadableMessage(taken.reason)

@@ -17,10 +17,14 @@
 -- from the "properties" value alone, as a full decode would read it (the last of
 -- duplicate keys wins, keys are unescaped, as in Python's json). A message the skim
 -- cannot follow within MAX_STEPS steps (not an object, deep or token-dense values,
--- strings full of escapes, JSON the skim finds broken) is read whole, as before. The
--- skim checks structure, not every token: what it passes and Python's JSON refuses (a
--- broken body) is taken and recorded, then dead-lettered by the consumer, which also
--- refuses a message whose delivery tag Python reads differently (consume.py).
+-- strings full of escapes, JSON the skim finds broken) is read whole, as before, if it is
+-- small (FULL_READ_MAX: a decode of it stays well under a millisecond, whatever its shape);
+-- a bigger one is recorded under the consumer's provisional tag (ARGV[2]) as kombu's entry
+-- of the queue it came from, and the consumer reads it and gives the entry the tag it reads
+-- (name.lua), or dead-letters it. The skim checks structure, not every token: what it
+-- passes and Python's JSON refuses (a broken body) is taken and recorded, then
+-- dead-lettered by the consumer, which also refuses a message whose delivery tag Python
+-- reads differently (consume.py).
 --
 -- KEYS[1]   kombu's ``unacked`` hash (global_keyprefix applied, like every key here)
 -- KEYS[2]   kombu's ``unacked_index`` sorted set
@@ -28,7 +32,9 @@
 --           consumer's landing list (consume.py) is taken from the same way
 -- ARGV[1]   the consumer's clock (seconds since the epoch): an entry's score, as kombu scores
 --           it (restores and lease renewals compare with the workers' clocks too)
--- ARGV[i+1] for the list KEYS[i + 2]: its queue's name, to record what is taken from it, or
+-- ARGV[2]   a tag of the consumer's own, unique to the call: what a big message the skim
+--           cannot follow is recorded under until the consumer has read it
+-- ARGV[i+2] for the list KEYS[i + 2]: its queue's name, to record what is taken from it, or
 --           "" to take it unrecorded (a no_ack consumer)
 --
 -- Returns nil when all the lists are empty, else {i, message, tag, reason}, i counting the
@@ -38,7 +44,8 @@
 --              under the message's delivery tag, scored with the time it was taken. When the
 --              delivery info does not name the exchange and routing key as strings (kombu
 --              always does), the entry names the default exchange ("") and the queue, so a
---              restore puts the message back in the queue it was taken from.
+--              restore puts the message back in the queue it was taken from. A big
+--              message the skim cannot follow is recorded under ARGV[2] that way.
 --   reason     why the message cannot be taken: it is not kombu's JSON envelope, or has
 --              parts that would make kombu's restore of it fail (and drop it). It is back
 --              in its list, as the last element, and tag is "".
@@ -76,6 +83,9 @@ end
 -- Steps the skim takes at most (a step: a byte outside strings, a string, a backslash
 -- before a quote) before it reads the message whole instead: well under a millisecond.
 local MAX_STEPS = 4096
+-- The biggest message read whole when the skim gives up (bytes); a bigger one is read by
+-- the consumer.
+local FULL_READ_MAX = 16384
 local QUOTE, BACKSLASH, COLON, COMMA = 34, 92, 58, 44
 local OPENS = {[123] = true, [91] = true}  -- { [
 local CLOSES = {[125] = true, [93] = true}  -- } ]
@@ -218,9 +228,13 @@ local function skim(s)
 end
 
 -- The parts of the message's envelope that unreadable() looks at, or nil and why it cannot
--- be taken. The body is never decoded unless the skim gives up (then all of it is).
+-- be taken, or false for a big message the skim cannot follow. The body is never decoded
+-- unless the skim gives up on a small message (then all of it is).
 local function read(message)
   local skimmed, properties, headers = pcall(skim, message)
+  if not skimmed and #message > FULL_READ_MAX then
+    return false
+  end
   local ok, payload
   if skimmed then
     -- headers: cjson reads [] and {} as tables, anything else as something else
@@ -256,9 +270,13 @@ local function entry_of(message, properties, queue)
 end
 
 -- The delivery tag and entry ("" for a consumer that does not record) of a message, or
--- nil and why it cannot be taken.
+-- nil and why it cannot be taken; a big message the skim cannot follow is recorded under
+-- the consumer's provisional tag, to come back to its queue.
 local function take(message, queue)
   local payload, reason = read(message)
+  if payload == false then
+    return ARGV[2], queue ~= '' and entry_of(message, {}, queue) or ''
+  end
   if not payload then
     return nil, reason
   end
@@ -269,7 +287,7 @@ end
 for i = 3, #KEYS do
   local message = redis.call('RPOP', KEYS[i])
   if message then
-    local ok, tag, entry = pcall(take, message, ARGV[i - 1])
+    local ok, tag, entry = pcall(take, message, ARGV[i])
     if not ok or not tag then  -- an error (tag holds it) or a reason (entry holds it)
       redis.call('RPUSH', KEYS[i], message)
       return {i - 2, message, '', ok and entry or ('cannot be read: ' .. tostring(tag))}
