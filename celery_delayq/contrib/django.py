@@ -6,13 +6,15 @@ is not staff gets 403, staff get the dashboard. Django's login is the gate, so t
 dashboard's own basic auth and token are not asked for; its forms keep their own CSRF
 tokens (Flask-WTF), so Django's CSRF check is left to them.
 
-The pages are a WSGI application: each request is handed to it with ``SCRIPT_NAME`` set
-to the mount point, so the links and redirects it makes stay under it.
+The pages are a WSGI application: each request, whether Django is served over WSGI or
+ASGI, is handed to it with ``SCRIPT_NAME`` set to the mount point (a proxy's
+``SCRIPT_NAME`` included), so every link, form and redirect it makes stays under it.
 """
 
 from __future__ import annotations
 
 import io
+import sys
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -28,6 +30,13 @@ from ..web.access import Access
 from ..web.app import create_app
 
 View = Callable[..., HttpResponse]
+#: The WSGI keys a request served by Django under ASGI lacks.
+WSGI_DEFAULTS: dict[str, Any] = {
+    "wsgi.version": (1, 0),
+    "wsgi.multithread": True,
+    "wsgi.multiprocess": True,
+    "wsgi.run_once": False,
+}
 
 
 def is_staff(user: Any) -> bool:
@@ -89,13 +98,18 @@ def _build(celery_app: Celery, read_only: bool) -> Any:
 def call_wsgi(app: Any, request: HttpRequest, path: str) -> HttpResponse:
     """Run one request through the WSGI ``app`` mounted where ``path`` begins, and turn
     its answer into a Django response."""
-    environ = dict(request.META)
     mount = request.path[: len(request.path) - len(path)].rstrip("/")
     # WSGI carries paths as the bytes of the URL, each byte one latin-1 character.
-    environ["SCRIPT_NAME"] = mount.encode().decode("latin-1")
-    environ["PATH_INFO"] = ("/" + path).encode().decode("latin-1")
-    environ["wsgi.input"] = io.BytesIO(request.body)
-    environ["CONTENT_LENGTH"] = str(len(request.body))
+    environ = {
+        "wsgi.errors": sys.stderr,
+        **WSGI_DEFAULTS,
+        **request.META,  # under ASGI, it has no wsgi.* keys: the defaults stand
+        "SCRIPT_NAME": mount.encode().decode("latin-1"),
+        "PATH_INFO": ("/" + path).encode().decode("latin-1"),
+        "wsgi.url_scheme": request.scheme,  # as Django sees it (SECURE_PROXY_SSL_HEADER)
+        "wsgi.input": io.BytesIO(request.body),
+        "CONTENT_LENGTH": str(len(request.body)),
+    }
     answer: dict[str, Any] = {}
 
     def start_response(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> Any:

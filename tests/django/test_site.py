@@ -3,12 +3,13 @@ that schedules a countdown on commit, and the dashboard behind Django's login.""
 
 from __future__ import annotations
 
+import asyncio
 import re
 from typing import Any
 
 import pytest
 from celery import Celery
-from django.test import Client
+from django.test import AsyncClient, Client
 
 import celery_delayq
 from celery_delayq import ConfigurationError
@@ -169,3 +170,31 @@ def test_every_link_form_and_redirect_keeps_the_mount(staff, site_app, script_na
     crawl.forms()
     assert crawl.strays == []
     assert {path.removeprefix(mount) for path in crawl.posted()} >= ACTIONS | {"/doctor"}
+
+
+def asgi_fetch(client: AsyncClient) -> Fetch:
+    """Requests through Django's ASGI handler (its async test client)."""
+
+    def fetch(method: str, url: str, fields: list[tuple[str, str]]) -> Answer:
+        data: dict[str, list[str]] = {}
+        for name, value in fields:
+            data.setdefault(name, []).append(value)
+        answer = client.get(url) if method == "get" else client.post(url, data)
+        response = asyncio.run(answer)
+        return Answer(response.status_code, response.get("Location"), response.content.decode())
+
+    return fetch
+
+
+@pytest.mark.django_db(transaction=True)
+def test_served_over_asgi_every_page_and_action_works(django_user_model, site_app):
+    """Django over ASGI hands the view a request without the WSGI keys the pages need."""
+    staff = AsyncClient()
+    asyncio.run(staff.aforce_login(django_user_model.objects.create_user("boss", is_staff=True)))
+    stocked(site_app, "example_project.django_site.shop.tasks.confirm_order")
+    crawl = Crawl(asgi_fetch(staff), "/delayq")
+    crawl.pages("/delayq/")
+    crawl.forms()
+    assert crawl.strays == []
+    assert {status for _, _, status in crawl.requests} <= {200, 302, 400}
+    assert {path.removeprefix("/delayq") for path in crawl.posted()} >= ACTIONS | {"/doctor"}
