@@ -1,6 +1,6 @@
-"""A real ``celery worker`` on RabbitMQ whose mover meets a stored message the broker
-cannot take: every other delayed task runs once, in its queue and in another queue, and
-that message alone is dead-lettered with the reason."""
+"""A real ``celery worker`` (on RabbitMQ, on moto's SQS server) whose mover meets a
+stored message the broker cannot take: every other delayed task runs once, in its queue
+and in another queue, and that message alone is dead-lettered with the reason."""
 
 from __future__ import annotations
 
@@ -20,6 +20,7 @@ from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import wait_until
 
 from ..helpers import REMEMBER, celery_process, remember, runs
+from ..integration.test_handover_refusals import sqs_envelope
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -59,3 +60,49 @@ def test_a_stored_header_py_amqp_cannot_encode_stops_neither_its_queue_nor_anoth
     assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in sent)
     assert letter.task_id == bad_id and letter.tries == 2
     assert letter.reason.startswith("the broker cannot encode it: FrameSyntaxError: ")
+
+
+@pytest.mark.slow
+def test_a_stored_message_botocore_refuses_stops_neither_its_queue_nor_another(
+    make_sqs_app: Callable[..., Celery],
+    sqs_server: str,
+    redis_server: Any,
+    redis_client: redis.Redis,
+) -> None:
+    app = make_sqs_app(delayq_handover_tries=2, delayq_handover_backoff=0.001)
+    first = app.conf.task_default_queue
+    second = f"{first}-2"
+    settings = {
+        key: app.conf[key]
+        for key in (
+            "broker_transport",
+            "delayq_store_url",
+            "task_default_queue",
+            "delayq_handover_tries",
+            "delayq_handover_backoff",
+        )
+    }
+    settings["broker_transport_options"] = {
+        **app.conf.broker_transport_options,
+        "polling_interval": 0.1,
+        "wait_time_seconds": 0,
+    }
+    bad_id = str(uuid.uuid4())
+    with open_store(app) as store:  # stored before its publish was checked, or by hand
+        due = store.server_time_ms() - 1
+        payload = sqs_envelope(bad_id, MessageGroupId=5)
+        store.schedule_many([Scheduled(first, bad_id, bad_id, due, first, payload)])
+
+    with celery_process(
+        "worker", sqs_server, settings, "-P", "solo", "-Q", f"{first},{second}",
+        record_url=redis_server.url,
+    ):  # fmt: skip
+        sent = [remember(app, f"first-{i}", countdown=0.5) for i in range(10)]
+        sent += [remember(app, f"second-{i}", countdown=0.5, queue=second) for i in range(5)]
+        wait_until(lambda: len(runs(redis_client)) >= len(sent), timeout=45)
+        with open_store(app) as store:
+            (letter,) = wait_until(lambda: store.dead.list(), timeout=30)
+
+    assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in sent)
+    assert letter.task_id == bad_id and letter.tries == 2
+    assert letter.reason.startswith("ParamValidationError: ")
