@@ -6,7 +6,8 @@
   ``sync_settings``); entries made at run time (API, CLI, dashboard) are kept;
 - every pass, each entry's occurrences are written ahead as delayed messages, up to
   ``delayq_periodic_horizon`` ahead, under the entry's mark (periodic/writer.py): of any number of
-  beats, one writes each occurrence, and no lock or leader is needed;
+  beats, one writes each occurrence, and no lock or leader is needed; an entry that
+  fails (or cannot be read) is logged and stops no other;
 - a mover thread delivers due messages, as the workers' movers do, so the occurrences
   reach the queues while the beat runs even with no worker mover.
 
@@ -28,7 +29,7 @@ from .brokers.common.settings import config_of
 from .brokers.connect import log_startup, mover_thread, open_store
 from .core.mover import MoverThread
 from .periodic.manage import settings_entry, sync_settings
-from .periodic.registry import EntryRegistry, Stored, Versioned
+from .periodic.registry import EntryRegistry, Read, Stored
 from .periodic.writer import OccurrenceWriter
 from .worker.metrics import start_configured_exporter
 
@@ -48,7 +49,7 @@ class Scheduler(CeleryScheduler):
         self.exporter: Any = None
         self.synced = False
         #: The entries read last pass, by their stored bytes (registry.py reuses them).
-        self.parsed: dict[Stored, Versioned] = {}
+        self.parsed: dict[Stored, Read] = {}
         super().__init__(app, *args, **kwargs)
         # Validate now, so a bad setting or entry fails at start; `celery beat` also
         # builds a lazy instance only to print its banner, so no work starts here.
@@ -83,9 +84,10 @@ class Scheduler(CeleryScheduler):
         if not self.synced:
             synced = sync_settings(self.app, self.settings_schedule, now)
             logger.info(
-                "periodic entries from beat_schedule: %d written, %d removed",
+                "periodic entries from beat_schedule: %d written, %d removed, %d refused",
                 len(synced.written),
                 len(synced.removed),
+                len(synced.refused),
             )
             self.synced = True
         with open_store(self.app) as store:

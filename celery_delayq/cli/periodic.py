@@ -13,6 +13,7 @@ from ..ops.when import iso
 from ..periodic import manage
 from ..periodic.describe import schedule_text
 from ..periodic.entry import CATCH_UP_POLICIES, schedule_json
+from ..periodic.registry import Unreadable
 from .render import current_app, emit, json_option, table
 
 
@@ -79,9 +80,17 @@ def periodic() -> None:
 @periodic.command(name="list")
 @json_option
 def list_entries(as_json: bool) -> None:
-    """Every entry, with its next run."""
-    entries = [entry_json(info) for info in manage.entries(current_app())]
+    """Every entry, with its next run; those stored that cannot be read are named on
+    stderr, with why."""
+    found = manage.listing(current_app())
+    entries = [entry_json(info) for info in found.entries]
     emit(as_json, entries, entries_table(entries) if entries else "no periodic entries")
+    for each in found.unreadable:
+        click.echo(unreadable_line(each), err=True)
+
+
+def unreadable_line(each: Unreadable) -> str:
+    return f"periodic entry {each.name!r} cannot be read, and is left out: {each.reason}"
 
 
 @periodic.command()
@@ -89,8 +98,12 @@ def list_entries(as_json: bool) -> None:
 @click.argument("name")
 def show(as_json: bool, name: str) -> None:
     """One entry, whole, with its next three runs."""
-    info = manage.get(current_app(), name)
+    app = current_app()
+    info = manage.get(app, name)
     if info is None:
+        unreadable = [each for each in manage.listing(app).unreadable if each.name == name]
+        if unreadable:
+            raise click.ClickException(unreadable_line(unreadable[0]))
         raise click.ClickException(f"no periodic entry named {name!r}")
     data = entry_json(info)
     emit(as_json, data, json.dumps(data, indent=2))
@@ -178,6 +191,8 @@ def run(as_json: bool, name: str) -> None:
         task_id = manage.run_now(current_app(), name)
     except KeyError as exc:
         raise click.ClickException(str(exc.args[0])) from None
+    except ValueError as exc:
+        raise click.ClickException(str(exc)) from None
     emit(as_json, {"task_id": task_id}, f"sent {task_id}")
 
 
@@ -186,6 +201,8 @@ def _change(as_json: bool, name: str, change: Any, verb: str) -> None:
         done = change(current_app(), name)
     except KeyError as exc:
         raise click.ClickException(str(exc.args[0])) from None
+    except ValueError as exc:  # resumed, its message cannot be built
+        raise click.ClickException(str(exc)) from None
     emit(as_json, {"name": name, verb: True, "version": done.version}, f"{verb} {name!r}")
 
 

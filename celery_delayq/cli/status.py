@@ -57,7 +57,7 @@ def status(as_json: bool, timeline: bool) -> None:
     data = status_json(location, snapshot)
     data["periodic"] = periodic
     human = [f"store: {location}", queues_table(snapshot), "", movers_table(snapshot)]
-    if periodic["entries"]:
+    if periodic["entries"] or periodic["unreadable"]:
         human += ["", periodic_summary(periodic)]
     if counts is not None:
         data["timeline"] = counts
@@ -97,8 +97,10 @@ def queue_json(q: QueueBacklog) -> dict[str, Any]:
 
 def periodic_json(store: DelayedStore) -> dict[str, Any]:
     """How many periodic entries there are, and the occurrences missed while every beat
-    was down: run late (their ``catch_up``) or not run, per entry that had any."""
-    entries = EntryRegistry(store.client, store.keys).all()
+    was down: run late (their ``catch_up``) or not run, per entry that had any; and the
+    stored entries that cannot be read, with why."""
+    scan = EntryRegistry(store.client, store.keys).scan()
+    entries = scan.entries
     history = EntryHistory(store.client, store.keys).read(e.entry.name for e in entries)
     missing = [
         {"name": name, "late": h.late, "missed": h.missed}
@@ -111,6 +113,7 @@ def periodic_json(store: DelayedStore) -> dict[str, Any]:
         "late": sum(h.late for h in history.values()),
         "missed": sum(h.missed for h in history.values()),
         "entries_late_or_missed": missing,
+        "unreadable": [{"name": each.name, "reason": each.reason} for each in scan.unreadable],
     }
 
 
@@ -123,6 +126,11 @@ def periodic_summary(periodic: dict[str, Any]) -> str:
     if periodic["entries_late_or_missed"]:
         rows = [[e["name"], e["late"], e["missed"]] for e in periodic["entries_late_or_missed"]]
         lines.append(table(["periodic entry", "run late", "missed"], rows))
+    for each in periodic["unreadable"]:
+        lines.append(
+            f"WARNING: periodic entry {each['name']!r} cannot be read, and is left out: "
+            f"{each['reason']}"
+        )
     return "\n".join(lines)
 
 

@@ -1,7 +1,8 @@
 """Periodic entries kept in the store, written ahead by any number of beats.
 
 ``celery_delayq.periodic.upsert(app, name, task, schedule, ...)``, ``remove``, ``pause``,
-``resume``, ``run_now``, ``get`` and ``entries`` manage them at run time (manage.py); the
+``resume``, ``run_now``, ``get``, ``entries`` and ``listing`` (the entries, and the stored
+records that cannot be read) manage them at run time (manage.py); the
 modules below say when each occurrence falls (``cron_times``, ``occurrences``), how an
 entry is kept (``entry``, ``registry``) and how beats write its occurrences ahead once
 (``writer``). The API is imported on first use: ``cron_times`` needs the standard library
@@ -14,7 +15,17 @@ from importlib import import_module
 from typing import Any
 
 _API = frozenset(
-    {"upsert", "remove", "pause", "resume", "run_now", "get", "entries", "UnknownTaskWarning"}
+    {
+        "upsert",
+        "remove",
+        "pause",
+        "resume",
+        "run_now",
+        "get",
+        "entries",
+        "listing",
+        "UnknownTaskWarning",
+    }
 )
 
 

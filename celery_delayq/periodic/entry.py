@@ -22,7 +22,14 @@ from celery.schedules import crontab, schedule, solar
 from .cron_times import as_utc
 from .occurrences import Occurrences
 
-__all__ = ["CATCH_UP_POLICIES", "ORIGINS", "PeriodicEntry", "schedule_from_json", "schedule_json"]
+__all__ = [
+    "CATCH_UP_POLICIES",
+    "ORIGINS",
+    "PeriodicEntry",
+    "error_text",
+    "schedule_from_json",
+    "schedule_json",
+]
 
 #: What happens to occurrences missed while no beat wrote ahead (an outage longer than the
 #: horizon): run the latest once (Celery's behaviour, the default), run each (up to a
@@ -30,6 +37,9 @@ __all__ = ["CATCH_UP_POLICIES", "ORIGINS", "PeriodicEntry", "schedule_from_json"
 CATCH_UP_POLICIES = ("latest", "all", "none")
 #: Where an entry came from: ``beat_schedule`` (synced at beat's start) or run time.
 ORIGINS = ("settings", "api")
+#: apply_async options an entry may not set: each occurrence's ``eta`` is its time, and
+#: Celery would count a ``countdown`` from when the occurrence is written ahead.
+TIMED_OPTIONS = frozenset({"eta", "countdown"})
 #: The longest entry name accepted (it is part of Redis keys and of every occurrence).
 MAX_NAME_LENGTH = 200
 
@@ -64,6 +74,8 @@ class PeriodicEntry:
             raise ValueError("kwargs must be a mapping with string keys")
         if not isinstance(self.options, Mapping):
             raise ValueError("options must be a mapping")
+        if TIMED_OPTIONS.intersection(self.options):
+            raise ValueError("options may not set eta or countdown: the schedule says when")
         # to the millisecond, as the store keeps it: every beat reads back the same anchor,
         # and the same occurrences, as the process that wrote the entry
         object.__setattr__(self, "anchor", from_ms(to_ms(as_utc(self.anchor, "anchor"))))
@@ -102,7 +114,7 @@ class PeriodicEntry:
     @classmethod
     def from_json(cls, text: str | bytes) -> PeriodicEntry:
         """An entry read back from the store (checked again: the store's bytes may be
-        anyone's)."""
+        anyone's, so any failure to read them, of any type, is a ``ValueError``)."""
         try:
             data = json.loads(text)
             return cls(
@@ -118,8 +130,8 @@ class PeriodicEntry:
                 enabled=data["enabled"] is True,
                 origin=data["origin"],
             )
-        except (KeyError, TypeError, ValueError, OverflowError, AttributeError, ImportError) as exc:
-            raise ValueError(f"not a periodic entry: {exc!r}") from None
+        except Exception as exc:  # RecursionError (deep nesting), crontab's ParseException...
+            raise ValueError(f"not a periodic entry: {error_text(exc)}") from None
 
 
 def to_ms(moment: datetime) -> int:
@@ -191,6 +203,12 @@ def _cron_field_json(value: Any) -> str | int | list[int]:
     if isinstance(value, (Sequence, set, frozenset)):
         return sorted(int(each) for each in value)
     raise ValueError(f"a crontab field is text, a number or numbers, not {value!r}")
+
+
+def error_text(exc: BaseException) -> str:
+    """An error in a line of at most 200 characters (crafted bytes may be in it)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= 200 else text[:199] + "…"
 
 
 def _check_text(name: str, value: Any, longest: int) -> None:

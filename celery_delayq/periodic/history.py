@@ -81,11 +81,15 @@ class EntryHistory:
 
 
 def _run(raw: bytes | None) -> tuple[datetime | None, datetime | None]:
-    """A recorded run, as read back; crafted bytes read as no run."""
+    """A recorded run, as read back; crafted bytes (digits past the year 9999, say) read
+    as no run."""
     parts = raw.split() if raw else []
     if len(parts) != 2 or not all(p.isdigit() and len(p) <= 15 for p in parts):
         return None, None
-    return from_ms(int(parts[0])), from_ms(int(parts[1]))
+    try:
+        return from_ms(int(parts[0])), from_ms(int(parts[1]))
+    except (ValueError, OverflowError, OSError):
+        return None, None
 
 
 def _count(raw: bytes | None) -> int:

@@ -11,28 +11,32 @@ workers may know it).
 
 from __future__ import annotations
 
+import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from weakref import WeakSet
 
 from celery import Celery
 from celery.schedules import schedule as celery_schedule
 
 from ..brokers.connect import open_store
-from .entry import PeriodicEntry, schedule_json
+from .entry import PeriodicEntry, error_text, schedule_json
 from .history import EntryHistory, History
-from .registry import EntryRegistry, Versioned
+from .registry import EntryRegistry, Unreadable, Versioned
 from .writer import OccurrenceWriter, send_occurrence
 
 __all__ = [
     "EntryInfo",
+    "Listing",
     "Synced",
     "UnknownTaskWarning",
     "Upserted",
     "entries",
     "get",
+    "listing",
     "pause",
     "remove",
     "resume",
@@ -40,6 +44,8 @@ __all__ = [
     "sync_settings",
     "upsert",
 ]
+
+logger = logging.getLogger(__name__)
 
 #: How many next occurrences ``get`` and ``entries`` list.
 NEXT_LISTED = 3
@@ -109,7 +115,9 @@ def upsert(
             enabled=enabled,
             origin=origin,
         )
-        if task not in app.tasks:
+        writer = OccurrenceWriter(app)
+        writer.check(entry, moment)
+        if not _task_known(app, task):
             warnings.warn(
                 f"periodic entry {name!r}: no task {task!r} is registered in this app "
                 f"(written anyway: the workers may know it)",
@@ -117,7 +125,7 @@ def upsert(
                 stacklevel=2,
             )
         version, replaced = registry.put(entry)
-    OccurrenceWriter(app).advance(entry, version, moment)
+    writer.advance(entry, version, moment)
     return Upserted(version, replaced)
 
 
@@ -146,8 +154,11 @@ def resume(app: Celery, name: str, *, now: datetime | None = None) -> Upserted:
 
 def run_now(app: Celery, name: str, *, now: datetime | None = None) -> str:
     """Send one extra occurrence of the entry ``name`` at once, with its own task id,
-    leaving its schedule as it is; that task id."""
-    result = send_occurrence(app, _existing(app, name).entry, _now(now))
+    leaving its schedule as it is; that task id. An entry whose message cannot be built
+    (stored by other code) raises a ``ValueError``, as ``upsert`` refuses it."""
+    entry, moment = _existing(app, name).entry, _now(now)
+    OccurrenceWriter(app).check(entry, moment)
+    result = send_occurrence(app, entry, moment)
     return str(result.id)
 
 
@@ -160,12 +171,35 @@ def get(app: Celery, name: str, *, now: datetime | None = None) -> EntryInfo | N
 
 
 def entries(app: Celery, *, now: datetime | None = None) -> list[EntryInfo]:
-    """Every entry, by name, with its next occurrences."""
+    """Every entry, by name, with its next occurrences (those that cannot be read are
+    left out: ``listing`` says which)."""
+    return listing(app, now=now).entries
+
+
+@dataclass(frozen=True)
+class Listing:
+    """Every entry with its next occurrences, and the stored ones that cannot be read."""
+
+    entries: list[EntryInfo]
+    unreadable: list[Unreadable]
+
+
+def listing(app: Celery, *, now: datetime | None = None) -> Listing:
+    """Every entry, by name, with its next occurrences; and those that cannot be read
+    (crafted or foreign bytes in the store), each with why, instead of an error."""
     with open_store(app) as store:
-        found = EntryRegistry(store.client, store.keys).all()
+        scan = EntryRegistry(store.client, store.keys).scan()
+        found = scan.entries
         history = EntryHistory(store.client, store.keys).read(e.entry.name for e in found)
     moment = _now(now)
-    return [_info(each, moment, history[each.entry.name]) for each in found]
+    infos: list[EntryInfo] = []
+    unreadable = list(scan.unreadable)
+    for each in found:
+        try:
+            infos.append(_info(each, moment, history[each.entry.name]))
+        except Exception as exc:  # a schedule whose next time overflows the calendar
+            unreadable.append(Unreadable(each.entry.name, error_text(exc)))
+    return Listing(infos, sorted(unreadable, key=lambda each: each.name))
 
 
 @dataclass(frozen=True)
@@ -174,6 +208,7 @@ class Synced:
 
     written: list[str]
     removed: list[str]
+    refused: list[str]  # its message cannot be built (logged; the store's entry is kept)
 
 
 def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) -> Synced:
@@ -183,10 +218,12 @@ def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) 
     changed one is written (changed: from its next occurrence); a ``settings`` entry
     that left ``beat_schedule`` is removed. Entries made at run time are left alone,
     unless ``beat_schedule`` names one: then the settings' definition replaces it.
-    Every entry is checked before any is written."""
+    Every entry's fields are checked before any is written; one whose message cannot be
+    built (``OccurrenceWriter.check``) is logged and not written, and the others are."""
     wanted = {name: settings_entry(app, name, spec, now) for name, spec in beat_schedule.items()}
     writer = OccurrenceWriter(app)
     written: list[str] = []
+    refused: list[str] = []
     with open_store(app) as store:
         registry = EntryRegistry(store.client, store.keys)
         kept = {each.entry.name: each for each in registry.all()}
@@ -198,6 +235,12 @@ def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) 
                 entry = replace(entry, enabled=old.entry.enabled)
                 if schedule_json(old.entry.schedule) == schedule_json(entry.schedule):
                     entry = replace(entry, anchor=old.entry.anchor)
+            try:
+                writer.check(entry, now)
+            except ValueError as exc:  # one bad entry stops no other
+                logger.error("beat_schedule[%r] is not written: %s", name, exc)
+                refused.append(name)
+                continue
             version, _ = registry.put(entry)
             writer.advance(entry, version, now)
             written.append(name)
@@ -210,7 +253,7 @@ def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) 
             registry.delete(entry.name)
             EntryHistory(store.client, store.keys).forget(entry.name)
             writer.forget(entry, now)
-    return Synced(written, [entry.name for entry in gone])
+    return Synced(written, [entry.name for entry in gone], refused)
 
 
 def settings_entry(app: Celery, name: str, spec: Mapping[str, Any], now: datetime) -> PeriodicEntry:
@@ -256,12 +299,36 @@ def _definition(entry: PeriodicEntry) -> str:
 
 
 def _set_enabled(app: Celery, name: str, enabled: bool, moment: datetime) -> Upserted:
+    """Pause or resume: an entry resumed is checked as ``upsert`` checks it (a paused one
+    sends nothing, so an entry that cannot be sent can always be paused)."""
+    writer = OccurrenceWriter(app)
     with open_store(app) as store:
         registry = EntryRegistry(store.client, store.keys)
         entry = replace(_found(registry, name).entry, enabled=enabled)
+        if enabled:
+            writer.check(entry, moment)
         version, replaced = registry.put(entry)
-    OccurrenceWriter(app).advance(entry, version, moment)
+    writer.advance(entry, version, moment)
     return Upserted(version, replaced)
+
+
+#: The apps whose task modules ``_task_known`` imported.
+_IMPORTED: WeakSet[Celery] = WeakSet()
+
+
+def _task_known(app: Celery, task: str) -> bool:
+    """Whether ``app`` has the task ``task``, once its task modules are imported as a
+    worker imports them: Django's ``autodiscover_tasks`` (and ``imports``/``include``)
+    wait for ``app.loader.import_default_modules``, which a shell or a CLI never runs."""
+    if task in app.tasks:
+        return True
+    if app not in _IMPORTED:
+        _IMPORTED.add(app)
+        try:
+            app.loader.import_default_modules()
+        except Exception as exc:  # the workers will say it louder; the entry is kept
+            logger.warning("the task modules of app %r do not import: %s", app.main, exc)
+    return task in app.tasks
 
 
 def _existing(app: Celery, name: str) -> Versioned:

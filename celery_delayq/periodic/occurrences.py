@@ -42,11 +42,21 @@ class Occurrences:
     def __init__(self, entry_schedule: Any, zone: ZoneInfo, anchor: datetime) -> None:
         self.zone = zone
         self._next = _next_function(entry_schedule, zone, as_utc(anchor, "anchor"))
+        #: The earliest moment after which none was found: "none" is for good (a schedule
+        #: that never fires, or has ended), and finding it walks the calendar to the
+        #: year 9998 (a fraction of a second), so it is found once.
+        self._none_after: datetime | None = None
 
     def after(self, moment: datetime) -> datetime | None:
         """The first occurrence strictly after ``moment`` (aware), in UTC; None if there
         is none (a crontab whose every time lies in a DST gap of its zone)."""
-        return self._next(as_utc(moment, "moment"))
+        moment = as_utc(moment, "moment")
+        if self._none_after is not None and moment >= self._none_after:
+            return None
+        found = self._next(moment)
+        if found is None:
+            self._none_after = moment
+        return found
 
     def between(self, after: datetime, until: datetime) -> Iterator[datetime]:
         """Every occurrence in ``(after, until]``, in order."""
@@ -83,8 +93,11 @@ def _interval(every: timedelta, relative: bool, zone: ZoneInfo, anchor: datetime
     if relative:  # Celery's rounding, in the entry's own zone
         start = delta_resolution(anchor.astimezone(zone), every).astimezone(timezone.utc)
 
-    def next_after(moment: datetime) -> datetime:
-        return start + max(1, (moment - start) // every + 1) * every
+    def next_after(moment: datetime) -> datetime | None:
+        try:
+            return start + max(1, (moment - start) // every + 1) * every
+        except OverflowError:  # past the year 9999: there is no next one
+            return None
 
     return next_after
 

@@ -16,7 +16,7 @@ from typing import Union
 import redis
 
 from ..core.keys import KeySpace
-from .entry import PeriodicEntry
+from .entry import MAX_NAME_LENGTH, PeriodicEntry, error_text
 
 logger = logging.getLogger(__name__)
 
@@ -31,6 +31,27 @@ class Versioned:
 
     entry: PeriodicEntry
     version: int
+
+
+@dataclass(frozen=True)
+class Unreadable:
+    """A stored entry that cannot be read (crafted, or written by other code): its name
+    (at most ``MAX_NAME_LENGTH`` characters, undecodable bytes replaced) and why."""
+
+    name: str
+    reason: str
+
+
+#: One stored entry as read: the entry, or why it cannot be.
+Read = Union[Versioned, Unreadable]
+
+
+@dataclass(frozen=True)
+class Scan:
+    """Every stored entry: those read, by name, and those that cannot be."""
+
+    entries: list[Versioned]
+    unreadable: list[Unreadable]
 
 
 class EntryRegistry:
@@ -51,24 +72,38 @@ class EntryRegistry:
 
     def get(self, name: str) -> Versioned | None:
         """The entry named ``name``, or None (also for one that cannot be read)."""
+        found = self.read(name)
+        return found if isinstance(found, Versioned) else None
+
+    def read(self, name: str) -> Read | None:
+        """The entry named ``name``, or why it cannot be read; None if there is none."""
         raw = self.client.hget(self.keys.periodic_entries, name)
         return None if raw is None else _read(name, raw)
 
-    def all(self, parsed: dict[Stored, Versioned] | None = None) -> list[Versioned]:
-        """Every readable entry, by name; unreadable ones are logged and left out.
+    def all(self, parsed: dict[Stored, Read] | None = None) -> list[Versioned]:
+        """Every readable entry, by name; unreadable ones are logged and left out."""
+        return self.scan(parsed).entries
 
-        ``parsed``: the entries read last time, by their stored bytes, reused as they are
-        (a beat reads every entry every pass; most have not changed); it is left holding
-        this read's."""
+    def scan(self, parsed: dict[Stored, Read] | None = None) -> Scan:
+        """Every entry, by name: those read, and those that cannot be (logged), each
+        with why.
+
+        ``parsed``: what was read last time, by the stored bytes, reused as it is (a beat
+        reads every entry every pass; most have not changed, and an unreadable one is
+        read and logged once); it is left holding this read's."""
         found = self.client.hgetall(self.keys.periodic_entries)
         known = {} if parsed is None else parsed
-        entries: dict[Stored, Versioned | None] = {}
-        for stored in sorted(found.items()):
-            entries[stored] = known[stored] if stored in known else _read(*stored)
+        read = {
+            stored: known[stored] if stored in known else _read(*stored)
+            for stored in sorted(found.items())
+        }
         if parsed is not None:
             parsed.clear()
-            parsed.update((key, each) for key, each in entries.items() if each is not None)
-        return [each for each in entries.values() if each is not None]
+            parsed.update(read)
+        return Scan(
+            [each for each in read.values() if isinstance(each, Versioned)],
+            [each for each in read.values() if isinstance(each, Unreadable)],
+        )
 
     def delete(self, name: str) -> bool:
         """Forget the entry named ``name``; whether there was one."""
@@ -81,11 +116,13 @@ def read_version(text: str) -> int | None:
     return int(text) if text.isdigit() and len(text) <= 18 and text.isascii() else None
 
 
-def _read(name: str | bytes, raw: bytes | str) -> Versioned | None:
-    text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
-    version, _, body = text.partition(" ")
+def _read(name: str | bytes, raw: bytes | str) -> Read:
+    """One stored entry, or why it cannot be read: any failure of any type (bytes
+    written by hand may be nested too deep for the parser, say) is a reason."""
     field = name.decode("utf-8", "replace") if isinstance(name, bytes) else name
     try:
+        text = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else raw
+        version, _, body = text.partition(" ")
         number = read_version(version)
         if number is None:
             raise ValueError(f"no version: {version[:20]!r}")
@@ -93,6 +130,7 @@ def _read(name: str | bytes, raw: bytes | str) -> Versioned | None:
         if entry.name != field:
             raise ValueError(f"it names itself {entry.name[:50]!r}")
         return Versioned(entry, number)
-    except ValueError as exc:
-        logger.warning("periodic entry %r cannot be read, and is left out: %s", name, exc)
-        return None
+    except Exception as exc:
+        reason = error_text(exc)
+        logger.warning("periodic entry %r cannot be read, and is left out: %s", field, reason)
+        return Unreadable(field[:MAX_NAME_LENGTH], reason)

@@ -23,19 +23,19 @@ occurrence's, says which occurrence it stands for.
 from __future__ import annotations
 
 import logging
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 from celery import Celery
 
 from ..brokers.common.diverter import is_delayq_channel
-from ..brokers.common.errors import ConfigurationError
+from ..brokers.common.errors import STORE_OUTAGES, ConfigurationError
 from ..brokers.common.settings import config_of
 from ..core.store import DelayedStore
-from .entry import PeriodicEntry, from_ms, to_ms
+from .entry import PeriodicEntry, error_text, from_ms, to_ms
 from .history import EntryHistory
 from .occurrences import Occurrences
 from .registry import Versioned, read_version
@@ -57,6 +57,9 @@ MOST_WALKED = 10_000
 #: How far after now a late (caught-up) occurrence is due: its message must lie ahead to
 #: be kept in the store under the mark, not published outside it.
 LATE_DELAY = timedelta(seconds=1)
+#: How far ahead the message ``check`` builds is due: far enough that it is captured,
+#: never published, however slow the build.
+DRY_RUN_AHEAD = timedelta(hours=1)
 #: How many times a beat starts over from the mark another beat moved, in one call.
 MOST_RETRIES = 5
 
@@ -98,6 +101,7 @@ class Advance:
     late: int = 0  # missed occurrences run late (catch_up "latest" or "all")
     missed: int = 0  # missed occurrences not run (catch_up, or past the bound)
     conflicts: int = 0  # times another beat had moved the mark first
+    ended: bool = False  # the entry has no occurrence left (never fires, or ended)
 
 
 class OccurrenceWriter:
@@ -120,6 +124,11 @@ class OccurrenceWriter:
         self.catch_up_bound = catch_up_bound
         #: Each entry's queue, by (name, version), as of the last ``advance_all``.
         self._queues: dict[tuple[str, int], str] = {}
+        #: The entries, by (name, version), found to have no occurrence left (a crontab
+        #: whose every time lies in a DST gap): found once, then skipped.
+        self._ended: set[tuple[str, int]] = set()
+        #: How many passes failed for each entry, by name (``advance_all``).
+        self.failures: Counter[str] = Counter()
         if settle is None:
             settle = timedelta(seconds=config.move_ahead + config.burst_ahead + 1)
         #: A change leaves the occurrences due within this of now as they are, and the new
@@ -133,31 +142,102 @@ class OccurrenceWriter:
         route = self.app.amqp.router.route(
             dict(entry.options), entry.task, entry.args, entry.kwargs
         )
-        return str(route["queue"].name)
+        queue = route["queue"]
+        kind = route.get("exchange_type") or getattr(queue.exchange, "type", None)
+        if kind == "fanout":  # a broadcast is published at once, never kept until due
+            raise ValueError("it is routed to a fanout exchange: its messages are not delayed")
+        if not isinstance(queue.name, str) or not queue.name:
+            raise ValueError(f"it is routed to no queue name: {queue.name!r}")
+        return queue.name
+
+    def check(self, entry: PeriodicEntry, now: datetime) -> None:
+        """Refuse, with a ``ValueError``, an entry whose occurrences could not be written:
+        its next occurrence is found and its message built as ``advance`` builds them
+        (Celery's routing, ``send_task``, the serializer), and kept nowhere. An outage
+        of Redis or of the broker raises as it is."""
+        outages: tuple[type[BaseException], ...] = (ConfigurationError, *STORE_OUTAGES)
+        try:
+            occurrence = entry.occurrences().after(now)
+            if occurrence is None:
+                raise ValueError(f"it never fires in time zone {entry.timezone}")
+            queue = self.queue_of(entry)
+            with self.app.producer_or_acquire() as producer:
+                outages += tuple(producer.connection.connection_errors)
+                channel = producer.channel
+                _store_of(channel)
+                due = datetime.now(timezone.utc) + DRY_RUN_AHEAD  # whatever ``now`` says
+                with channel.diverter.capture() as captured:
+                    self._send(entry, occurrence, due, producer)
+            if len(captured) != 1:
+                raise ValueError("its message would not wait in the store until due")
+            if captured[0].queue != queue:  # as the store's write refuses it
+                raise ValueError(f"its message is for queue {captured[0].queue!r}, not {queue!r}")
+        except Exception as exc:
+            if isinstance(exc, outages):
+                raise
+            raise ValueError(f"periodic entry {entry.name!r} refused: {error_text(exc)}") from exc
 
     def advance_all(self, entries: Sequence[Versioned], now: datetime) -> dict[str, Advance]:
         """``advance`` each of ``entries`` that needs it (a beat's pass): their marks are
         read in one pipeline, and those written far enough ahead are left at that, so a
-        pass over thousands of entries costs one round trip and a loop."""
-        queues: dict[tuple[str, int], str] = {}
-        for each in entries:
-            key = (each.entry.name, each.version)
-            queues[key] = self._queues.get(key) or self.queue_of(each.entry)
-        self._queues = queues  # the routes of the entries as they are now
+        pass over thousands of entries costs one round trip and a loop.
+
+        One entry stops no other: whatever it raises (a route or message that cannot be
+        built, a record nested too deep), it is logged and counted in ``failures``, and
+        the pass goes on."""
+        routed = self._route(entries)
+        queues = self._queues
         with self.app.producer_or_acquire() as producer:
             store = _store_of(producer.channel)
             marks = store.ahead.marks(
-                [(queues[e.entry.name, e.version], e.entry.name) for e in entries]
+                [(queues[e.entry.name, e.version], e.entry.name) for e in routed]
             )
         done: dict[str, Advance] = {}
-        for each, read in zip(entries, marks):
+        for each, read in zip(routed, marks):
             if self._up_to_date(each.entry, each.version, Mark.parse(read), now):
                 continue
             try:
-                done[each.entry.name] = self.advance(each.entry, each.version, now)
-            except (ValueError, LookupError) as exc:  # one bad entry stops no other
-                logger.warning("periodic entry %r: not written ahead: %s", each.entry.name, exc)
+                done[each.entry.name] = advanced = self.advance(each.entry, each.version, now)
+            except STORE_OUTAGES:
+                raise  # Redis is down: this pass ends, the next tries again
+            except Exception as exc:
+                self._failed(each, exc)
+                continue
+            if advanced.ended:
+                self._ended.add((each.entry.name, each.version))
         return done
+
+    def _route(self, entries: Sequence[Versioned]) -> list[Versioned]:
+        """The entries to advance (those not ended) whose queue is known, their queues
+        kept in ``_queues``; an entry that cannot be routed is a failure."""
+        queues: dict[tuple[str, int], str] = {}
+        routed: list[Versioned] = []
+        for each in entries:
+            key = (each.entry.name, each.version)
+            if key in self._ended:
+                continue
+            try:
+                queues[key] = self._queues.get(key) or self.queue_of(each.entry)
+            except Exception as exc:
+                self._failed(each, exc)
+                continue
+            routed.append(each)
+        self._queues = queues  # the routes of the entries as they are now
+        self._ended &= {(each.entry.name, each.version) for each in entries}
+        return routed
+
+    def _failed(self, each: Versioned, exc: Exception) -> None:
+        """Log and count one entry's failure (with its traceback the first time)."""
+        name = each.entry.name
+        self.failures[name] += 1
+        logger.error(
+            "periodic entry %r (version %d): not written ahead (%d pass(es) so far): %s",
+            name,
+            each.version,
+            self.failures[name],
+            error_text(exc),
+            exc_info=exc if self.failures[name] == 1 else None,
+        )
 
     def _up_to_date(
         self, entry: PeriodicEntry, version: int, mark: Mark | None, now: datetime
@@ -172,7 +252,9 @@ class OccurrenceWriter:
     def advance(self, entry: PeriodicEntry, version: int, now: datetime) -> Advance:
         """Write ``entry``'s occurrences ahead up to ``now + horizon``, unless another beat
         did; withdraw an old version's and a paused entry's."""
-        queue = self.queue_of(entry)
+        queue = self._queue_to_withdraw(entry) if not entry.enabled else self.queue_of(entry)
+        if queue is None:
+            return Advance()
         conflicts = 0
         with self.app.producer_or_acquire() as producer:
             channel = producer.channel
@@ -180,8 +262,8 @@ class OccurrenceWriter:
             for _ in range(MOST_RETRIES):
                 read = store.ahead.mark(queue, entry.name)
                 plan = self._plan(entry, version, Mark.parse(read), now)
-                if plan is None:
-                    return Advance(conflicts=conflicts)
+                if plan is None or plan.mark is None:
+                    return Advance(conflicts=conflicts, ended=plan is not None)
                 with channel.diverter.capture() as captured:
                     for occurrence, due in plan.runs:
                         self._send(entry, occurrence, due, producer)
@@ -193,7 +275,12 @@ class OccurrenceWriter:
                     if plan.late or plan.missed:
                         self._count_missed(store, entry, plan)
                     return Advance(
-                        outcome.stored, outcome.withdrawn, plan.late, plan.missed, conflicts
+                        outcome.stored,
+                        outcome.withdrawn,
+                        plan.late,
+                        plan.missed,
+                        conflicts,
+                        plan.ended,
                     )
                 conflicts += 1
         return Advance(conflicts=conflicts)
@@ -201,7 +288,9 @@ class OccurrenceWriter:
     def forget(self, entry: PeriodicEntry, now: datetime) -> Advance:
         """Withdraw ``entry``'s occurrences due after ``now`` and forget its mark (the
         entry was removed)."""
-        queue = self.queue_of(entry)
+        queue = self._queue_to_withdraw(entry)
+        if queue is None:
+            return Advance()
         with self.app.producer_or_acquire() as producer:
             store = _store_of(producer.channel)
             for conflicts in range(MOST_RETRIES):
@@ -212,6 +301,15 @@ class OccurrenceWriter:
                 if outcome.written:
                     return Advance(withdrawn=outcome.withdrawn, conflicts=conflicts)
         return Advance(conflicts=MOST_RETRIES)
+
+    def _queue_to_withdraw(self, entry: PeriodicEntry) -> str | None:
+        """The entry's queue; None if it cannot be routed (then none of its occurrences
+        was written ahead, and there is nothing to withdraw)."""
+        try:
+            return self.queue_of(entry)
+        except Exception as exc:
+            logger.warning("periodic entry %r: nothing to withdraw: %s", entry.name, exc)
+            return None
 
     def _plan(
         self, entry: PeriodicEntry, version: int, mark: Mark | None, now: datetime
@@ -231,10 +329,10 @@ class OccurrenceWriter:
         occurrences = entry.occurrences()
         late, missed, last_missed = self._missed(occurrences, start, now, entry.catch_up)
         upcoming = _upcoming(occurrences, max(start, now), end)
-        if not upcoming and not late and last_missed is None:
+        if not upcoming and not late and last_missed is None:  # the schedule has ended
             if not changed:
-                return None  # the schedule has ended: nothing more to write
-            return _Plan(Mark(version, to_ms(now)), withdraw=True)
+                return _Plan(None, ended=True)  # nothing more to write
+            return _Plan(Mark(version, to_ms(now)), withdraw=True, ended=True)
         last = upcoming[-1] if upcoming else last_missed
         assert last is not None
         runs = (*((each, now + LATE_DELAY) for each in late), *((each, each) for each in upcoming))
@@ -306,11 +404,12 @@ def send_occurrence(app: Celery, entry: PeriodicEntry, occurrence: datetime, **s
 
 @dataclass(frozen=True)
 class _Plan:
-    mark: Mark
+    mark: Mark | None  # None: nothing to write
     withdraw: bool = False
     runs: tuple[tuple[datetime, datetime], ...] = ()  # (occurrence, due) of each message
     late: int = 0
     missed: int = 0
+    ended: bool = False  # no occurrence left
 
 
 def _upcoming(occurrences: Occurrences, start: datetime, end: datetime) -> list[datetime]:

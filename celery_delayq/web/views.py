@@ -231,14 +231,18 @@ def dead() -> Any:
 @pages.get("/periodic")
 def periodic() -> Any:
     """Every periodic entry: its schedule, next runs, last run, the occurrences missed
-    while every beat was down, and (unless read-only) pause, resume and run now."""
+    while every beat was down, and (unless read-only) pause, resume and run now; and the
+    stored entries that cannot be read, with why."""
     app = context().celery
     with open_store(app, fail_fast=True):  # Redis down: a 503 at once, not kombu's retries
-        listed = manage.entries(app)
+        found = manage.listing(app)
+    listed = found.entries
     schedules = {
         info.entry.name: schedule_text(schedule_json(info.entry.schedule)) for info in listed
     }
-    return render_template("periodic.html", entries=listed, schedules=schedules)
+    return render_template(
+        "periodic.html", entries=listed, schedules=schedules, unreadable=found.unreadable
+    )
 
 
 @pages.get("/doctor")

@@ -103,6 +103,7 @@ def test_list_show_and_status_tell_the_last_run_and_the_missed_occurrences(app) 
         "late": 0,
         "missed": 55,
         "entries_late_or_missed": [{"name": "minutely", "late": 0, "missed": 55}],
+        "unreadable": [],
     }
     human = invoke(app, "status").stdout
     assert "periodic entries: 2 (0 paused); occurrences run late: 0, missed: 55" in human
