@@ -2,6 +2,10 @@
 taking one big message with ``consume.lua`` costs, as a ratio to a plain ``RPOP`` of the
 same message.
 
+With ``--hostile``, messages of the same sizes shaped against the script's skim of the
+envelope are measured too: a body of escaped quotes, headers of small numbers, spaces
+between two keys (each is read whole once the skim gives up, as every message was before).
+
 A worker on the Redis broker takes each message with one ``consume.lua`` call (the message
 off its list and kombu's ``unacked`` entry written, in one step). Stock kombu takes it with
 ``BRPOP``. For each size, one real Celery task message (a string argument of that many
@@ -20,14 +24,17 @@ the reply to the socket). The goal: a consume call's client time at most 1.5x th
 ``RPOP``'s, plus 0.5 ms (medians over the rounds); the floor shows how much of the rest no
 one-step take can avoid (a script copies the message in, into the entry, and out).
 
-It imports only ``ConsumeScripts`` (the script as the transport loads it), so the same
-file measures older code: run it from a checkout of that code. Writes nothing unless
+It takes messages through the consumer of a channel of the transport (its
+``consume_call``, its scripts, and where it has one, its naming of a message recorded
+under a provisional tag), so the same file measures older code: run it from a checkout
+of that code. Writes nothing unless
 ``--output`` says where.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import platform
 import statistics
@@ -35,11 +42,12 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import redis
 from celery import Celery
 
-from celery_delayq.brokers.redis.consume import ConsumeScripts
+from celery_delayq.brokers.redis.consume import Taken
 from celery_delayq.testing import RedisServer
 
 from .pathological import code_version
@@ -61,6 +69,7 @@ class Sized:
     """The times of one message size: per call, client ms and server us."""
 
     size: int
+    shape: str = ""
     rpop_ms: list[float] = field(default_factory=list)
     consume_ms: list[float] = field(default_factory=list)
     rpop_us: list[int] = field(default_factory=list)
@@ -71,6 +80,16 @@ class Sized:
     def met(self) -> bool:
         rpop, consume = statistics.median(self.rpop_ms), statistics.median(self.consume_ms)
         return consume <= GOAL_RATIO * rpop + GOAL_SLACK_MS
+
+
+def hostile(size: int) -> dict[str, bytes]:
+    """Messages of about ``size`` bytes that the skim cannot follow to the end."""
+    properties = b'"properties": {"delivery_tag": "t", "delivery_info": {}}'
+    return {
+        "escaped quotes": b'{"body": "' + b'\\"' * (size // 2) + b'", ' + properties + b"}",
+        "numbers": b'{"headers": {"n": [' + b"1," * (size // 2) + b"1]}, " + properties + b"}",
+        "spaces": b'{"body": "x",' + b" " * size + properties + b"}",
+    }
 
 
 def big_message(url: str, size: int) -> bytes:
@@ -90,10 +109,29 @@ def last_duration(client: redis.Redis, command: bytes) -> int:
     raise SystemExit(f"no {command!r} in the SLOWLOG")
 
 
-def measure(client: redis.Redis, message: bytes, rounds: int) -> Sized:
-    sized = Sized(len(message))
-    consume = ConsumeScripts.register(client).consume
-    client.script_load(consume.script)  # no NOSCRIPT round in what is measured
+def take(consumer: Any, client: redis.Redis) -> tuple[float, int]:
+    """Take the message in QUEUE as the consumer does (consume.lua, and when it recorded
+    the message under its provisional tag, the consumer's naming of it): client ms, Redis
+    us."""
+    keys, args = consumer.consume_call([(QUEUE, QUEUE)])
+    began = time.perf_counter()
+    reply = consumer.scripts.consume(keys, args)
+    redis_us = last_duration(client, b"EVALSHA")
+    named = getattr(consumer, "named", None)  # not in older code
+    if named is not None and len(args) > 2 and reply[2] == args[1].encode():
+        assert named(Taken.of(reply), args[1], QUEUE, QUEUE, QUEUE) is not None
+        redis_us += last_duration(client, b"EVALSHA")
+    client_ms = (time.perf_counter() - began) * 1000
+    assert reply[1] and reply[2] and not reply[3], reply[2:]
+    return client_ms, redis_us
+
+
+def measure(
+    consumer: Any, client: redis.Redis, message: bytes, rounds: int, shape: str = ""
+) -> Sized:
+    sized = Sized(len(message), shape)
+    for script_field in dataclasses.fields(consumer.scripts):  # no NOSCRIPT round measured
+        client.script_load(getattr(consumer.scripts, script_field.name).script)
     floor = client.register_script(FLOOR)
     client.script_load(FLOOR)
     for _ in range(rounds):
@@ -104,11 +142,9 @@ def measure(client: redis.Redis, message: bytes, rounds: int) -> Sized:
         sized.rpop_us.append(last_duration(client, b"RPOP"))
         assert taken == message
         client.lpush(QUEUE, message)
-        began = time.perf_counter()
-        reply = consume([UNACKED, INDEX, QUEUE], [repr(time.time()), QUEUE])
-        sized.consume_ms.append((time.perf_counter() - began) * 1000)
-        sized.consume_us.append(last_duration(client, b"EVALSHA"))
-        assert reply[1] == message and reply[2] and not reply[3], reply[2:]
+        client_ms, redis_us = take(consumer, client)
+        sized.consume_ms.append(client_ms)
+        sized.consume_us.append(redis_us)
         client.delete(UNACKED, INDEX)
         client.lpush(QUEUE, message)
         began = time.perf_counter()
@@ -119,17 +155,25 @@ def measure(client: redis.Redis, message: bytes, rounds: int) -> Sized:
     return sized
 
 
-def run(sizes_mb: list[float], rounds: int) -> tuple[list[Sized], str]:
+def run(sizes_mb: list[float], rounds: int, shapes: bool) -> tuple[list[Sized], str]:
     results = []
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url, socket_timeout=600)
         client.config_set("slowlog-log-slower-than", 0)
         client.config_set("slowlog-max-len", 1024)
         version = str(client.info("server")["redis_version"])
-        for mb in sizes_mb:
-            message = big_message(server.url, int(mb * 1_000_000 * 3 / 4))  # base64: 4/3
-            results.append(measure(client, message, rounds))
-            print(row(results[-1]), flush=True)
+        app = Celery("bench", broker=server.url)
+        app.conf.broker_transport = "celery_delayq.transport:Transport"
+        app.conf.broker_transport_options = {"socket_timeout": 600}
+        with app.connection_for_write() as connection:
+            consumer = connection.default_channel.consumer
+            for mb in sizes_mb:
+                message = big_message(server.url, int(mb * 1_000_000 * 3 / 4))  # base64: 4/3
+                results.append(measure(consumer, client, message, rounds))
+                print(row(results[-1]), flush=True)
+                for shape, crafted in hostile(int(mb * 1_000_000)).items() if shapes else ():
+                    results.append(measure(consumer, client, crafted, rounds, shape))
+                    print(row(results[-1]), flush=True)
         client.close()
     return results, version
 
@@ -139,8 +183,9 @@ def row(sized: Sized) -> str:
     rpop_ms, consume_ms = med(sized.rpop_ms), med(sized.consume_ms)
     rpop_us, consume_us = med(sized.rpop_us), med(sized.consume_us)
     floor_ms, floor_us = med(sized.floor_ms), med(sized.floor_us)
+    shape = f", {sized.shape}" if sized.shape else ""
     return (
-        f"| {sized.size / 1e6:.1f} MB | {rpop_ms:.2f} | {consume_ms:.2f} | "
+        f"| {sized.size / 1e6:.1f} MB{shape} | {rpop_ms:.2f} | {consume_ms:.2f} | "
         f"{consume_ms / rpop_ms:.2f}x | {floor_ms / rpop_ms:.2f}x | {rpop_us:,.0f} | "
         f"{consume_us:,.0f} | {consume_us / max(rpop_us, 1):.1f}x | "
         f"{floor_us / max(rpop_us, 1):.1f}x | {'met' if sized.met() else 'NOT met'} |"
@@ -171,10 +216,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=list(SIZES_MB), help="MB")
     parser.add_argument("--rounds", type=int, default=7, help="calls each way per size")
+    parser.add_argument("--hostile", action="store_true", help="shapes against the skim too")
     parser.add_argument("--output", type=Path)
     options = parser.parse_args()
     started = time.time()
-    results, version = run(options.sizes, options.rounds)
+    results, version = run(options.sizes, options.rounds, options.hostile)
     report = render(results, options.rounds, version, time.time() - started)
     print(report)
     if options.output:
