@@ -108,7 +108,7 @@ class PeriodicEntry:
                 sort_keys=True,
                 allow_nan=False,
             )
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:  # RecursionError: nested deep
             raise ValueError(f"entry {self.name!r} cannot be stored as JSON: {exc}") from None
 
     @classmethod

@@ -163,6 +163,22 @@ def test_an_entry_whose_message_cannot_be_built_is_refused_whole_and_writes_noth
         assert store.pending(limit=10) == []
 
 
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize("field", ["args", "kwargs", "options"])
+def test_arguments_nested_too_deep_to_encode_are_refused_with_a_value_error(app, field) -> None:
+    deep = {"args": [nested(5000)], "kwargs": {"a": nested(5000)}}
+    deep["options"] = {"headers": deep["kwargs"]}
+    with pytest.raises(ValueError, match="cannot be stored as JSON"):
+        periodic.upsert(app, "deep", TASK, 60.0, **{field: deep[field]})
+    assert periodic_keys(app) == []
+
+
 def test_a_crontab_that_never_fires_in_its_time_zone_is_refused(app) -> None:
     with pytest.raises(ValueError, match="never fires in time zone Antarctica/Troll"):
         periodic.upsert(app, "never", TASK, **NEVER)
@@ -213,6 +229,8 @@ OPTIONS = st.dictionaries(
 @settings(
     max_examples=150,
     deadline=None,
+    derandomize=True,  # the same examples every run
+    database=None,
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(options=OPTIONS)
