@@ -10,7 +10,8 @@ The commands come from three places:
   named like a Redis client or pipeline), ``execute_command``/``send_command`` with a
   literal command, and the commands redis-py's helpers send (pipelines, transactions,
   scripts, pub/sub);
-- ``THIRD_PARTY``: what kombu and Celery send (their code is not scanned).
+- the Lua that kombu's Redis transport and redis-py's Lock embed in their Python;
+- ``THIRD_PARTY``: what else kombu and Celery send (their Python is not scanned).
 
 ``NOT_GRANTED`` lists commands the code uses that the user is deliberately not given.
 
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import importlib
 import inspect
 import re
 import sys
@@ -55,7 +57,6 @@ PREAMBLE = [
 #: remote control) send, besides what celery-delayq's own code sends.
 THIRD_PARTY = {
     "ping": "kombu's connection and health checks",
-    "info": "kombu and Celery at connect",
     "lpush": "kombu's publish",
     "brpop": "kombu's consume",
     "rpop": "kombu's basic_get",
@@ -83,10 +84,12 @@ THIRD_PARTY = {
     "unsubscribe": "kombu's fanout exchanges before kombu 5.7",
     "psubscribe": "kombu's fanout exchanges",
     "punsubscribe": "kombu's fanout exchanges",
-    "evalsha": "redis-py Lock scripts",
+    "evalsha": "kombu's binding scripts and redis-py's Lock",
     "script|load": "redis-py scripts after NOSCRIPT",
-    "script|exists": "redis-py Lock scripts",
+    "script|exists": "redis-py loading the scripts of a pipeline",
 }
+#: Modules of kombu and redis-py whose Python holds Lua scripts kombu runs.
+EMBEDDED_LUA = ["kombu.transport.redis", "redis.lock"]
 
 #: Commands the code sends that the user is not given, and why that is safe.
 NOT_GRANTED = {
@@ -137,6 +140,15 @@ def lua_commands() -> set[str]:
             function = re.findall(r"local function (\w+)", text[: match.start()])
             if not function or function[-1] not in LUA_WRAPPERS:
                 raise ValueError(f"{path}: redis.call({match.group(1)}, ...) is not a literal")
+    return found
+
+
+def embedded_lua_commands() -> set[str]:
+    """Every command the Lua scripts of ``EMBEDDED_LUA`` call (as installed here)."""
+    found = set()
+    for name in EMBEDDED_LUA:
+        for match in LUA_CALL.finditer(inspect.getsource(importlib.import_module(name))):
+            found.add((match.group(1) or match.group(2)).lower())
     return found
 
 
@@ -194,7 +206,7 @@ def python_commands() -> set[str]:
 
 def commands() -> list[str]:
     """Every command the user is granted, sorted."""
-    used = lua_commands() | python_commands() | set(THIRD_PARTY)
+    used = lua_commands() | embedded_lua_commands() | python_commands() | set(THIRD_PARTY)
     return sorted(used - set(NOT_GRANTED))
 
 
