@@ -37,6 +37,7 @@ def browser() -> Iterator[Any]:
             yield browser
 
 
+@pytest.mark.promise("django-dashboard-under-its-mount")
 def test_every_action_works_in_the_django_site(
     site_app, redis_server, live_server, django_user_model, browser
 ):

@@ -159,7 +159,7 @@ def django_fetch(client: Client, script_name: str = "") -> Fetch:
 
 
 @pytest.mark.parametrize("script_name", ["", "/site"])
-@pytest.mark.promise("web-mounted-keeps-prefix")
+@pytest.mark.promise("web-mounted-keeps-prefix", "django-dashboard-under-its-mount")
 def test_every_link_form_and_redirect_keeps_the_mount(staff, site_app, script_name):
     """Every page crawled, every action confirmed on its confirmation page, with the site
     at the root and under a proxy's SCRIPT_NAME."""
@@ -187,6 +187,7 @@ def asgi_fetch(client: AsyncClient) -> Fetch:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.promise("django-dashboard-under-its-mount")
 def test_served_over_asgi_every_page_and_action_works(django_user_model, site_app):
     """Django over ASGI hands the view a request without the WSGI keys the pages need."""
     staff = AsyncClient()

@@ -6,6 +6,7 @@ tests/system/test_web_mounted_browser.py)."""
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -32,6 +33,11 @@ def werkzeug_fetch(client: Any) -> Any:
     return fetch
 
 
+def csrf_token(client: Any, path: str) -> str:
+    body = client.get(path).get_data(as_text=True)
+    return re.search(r'name="csrf_token" value="([^"]+)"', body).group(1)  # type: ignore[union-attr]
+
+
 @pytest.fixture
 def host(app: Celery) -> Any:
     """A Flask app of its own with the dashboard mounted at /delayq, behind a token."""
@@ -41,7 +47,7 @@ def host(app: Celery) -> Any:
     return host
 
 
-@pytest.mark.promise("web-mounted-keeps-prefix")
+@pytest.mark.promise("web-mounted-keeps-prefix", "web-mounted-cookie-own-path")
 def test_under_a_wsgi_prefix_every_link_form_and_redirect_keeps_the_prefix(app, host) -> None:
     stocked(app, "tests.noop")
     client = host.test_client()
@@ -63,3 +69,19 @@ def test_under_a_wsgi_prefix_every_link_form_and_redirect_keeps_the_prefix(app, 
     crawl.release()  # the logout: back to the login page
     assert crawl.requests[-2:] == [("POST", "/delayq/logout", 302), ("GET", "/delayq/login", 200)]
     assert crawl.strays == []
+
+
+@pytest.mark.promise("web-redirects-stay-on-site")
+@pytest.mark.parametrize("target", ["/admin/", "/delayqx", "//evil.example/delayq/", "/scheduled"])
+def test_an_action_goes_back_to_a_page_under_the_prefix_only(app, host, target) -> None:
+    """A ``next`` outside the prefix (the host app's pages, another site) lands on the
+    dashboard's overview."""
+    client = host.test_client()
+    task_id = app.send_task("tests.noop", countdown=600).id
+    form = {"token": TOKEN, "csrf_token": csrf_token(client, "/delayq/login"), "next": target}
+    assert client.post("/delayq/login", data=form).location == "/delayq/"
+    token = csrf_token(client, "/delayq/scheduled")  # the login's fresh session
+    form = {"ids": [task_id], "confirmed": "yes", "csrf_token": token, "next": target}
+    assert client.post("/delayq/actions/promote", data=form).location == "/delayq/"
+    form["next"] = "/delayq/scheduled?queue=default"
+    assert client.post("/delayq/actions/promote", data=form).location == form["next"]

@@ -126,6 +126,7 @@ def mounted(app: Celery) -> Iterator[str]:
         server.server_close()
 
 
+@pytest.mark.promise("web-mounted-keeps-prefix", "web-mounted-cookie-own-path")
 def test_every_action_works_under_a_wsgi_prefix(make_app, redis_server, redis_client, browser):
     app = make_app()
     task = remember_task(app)
