@@ -19,6 +19,8 @@ from collections import Counter
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
@@ -301,3 +303,82 @@ def test_a_consumer_gone_before_it_named_the_entry_loses_nothing(
     restored = redis_client.rpop("q")  # kombu's restore marks it redelivered
     (delivered,) = take_all(app, redis_client, [restored], "consume")
     assert delivered.delivery_tag == "dense"
+
+
+# -- fuzz: envelopes written pair by pair, against Python's reading of them --
+
+PRINTABLE = st.characters(min_codepoint=32, max_codepoint=126)
+#: Strings that make a skim work: quotes, backslashes, brackets, and decoy keys.
+tricky_text = st.text(alphabet='\\"{}[],: prtiesdlvy_ag\u00e9\n', max_size=12)
+decoys = st.fixed_dictionaries({"delivery_tag": st.text(PRINTABLE, min_size=1, max_size=6)})
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | tricky_text | decoys,
+    lambda children: (
+        st.lists(children, max_size=3)
+        | st.dictionaries(st.sampled_from(["properties", "headers", "a"]) | tricky_text, children)
+    ),
+    max_leaves=8,
+)
+real_properties = st.fixed_dictionaries(
+    {"delivery_tag": st.text(PRINTABLE, min_size=1, max_size=8)},
+    optional={
+        "delivery_info": st.just({"exchange": "", "routing_key": "q"}) | json_values,
+        "priority": st.integers(0, 9),
+    },
+)
+#: Top-level keys, some spelled with escapes, some near misses.
+top_keys = st.sampled_from(
+    ["body", "headers", "properties", "prop\\u0065rties", "propertie", "x", "properties "]
+)
+#: What makes a message big: nothing, a long string (skimmed), dense numbers (not).
+pads = st.sampled_from([b"", b'"' + b"y" * 20_000 + b'"', b"[" + b"1," * 10_000 + b"1]"])
+envelopes = st.tuples(
+    st.lists(
+        st.tuples(top_keys, real_properties.map(json.dumps) | json_values.map(json.dumps)),
+        min_size=1,
+        max_size=5,
+    ),
+    pads,
+    st.sampled_from([", ", ",", " ,\n  "]),
+)
+
+
+def built(pairs_: list[tuple[str, str]], pad: bytes, comma: str) -> bytes:
+    items = [b'"' + k.encode() + b'": ' + v.encode() for k, v in pairs_]
+    if pad:
+        items.insert(len(items) // 2, b'"pad": ' + pad)
+    return b"{" + comma.encode().join(items) + b"}"
+
+
+def tag_kombu_reads(message: bytes) -> str | None:
+    """The tag the message is delivered under, from Python's reading of it: None where it
+    is dead-lettered (no string tag of printable ASCII, or headers or delivery info that
+    are present but not objects: kombu's restore of it would fail)."""
+    payload = json.loads(message)
+    properties = payload.get("properties")
+    if not isinstance(properties, dict):
+        return None
+    tag = properties.get("delivery_tag")
+    parts = payload.get("headers", {}), properties.get("delivery_info", {})
+    if not isinstance(tag, str) or not tag or not all(isinstance(p, dict) for p in parts):
+        return None
+    return tag if all(" " <= c <= "~" for c in tag) else None
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    database=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(envelope_parts=envelopes)
+def test_fuzz_a_message_is_delivered_under_the_tag_python_reads_or_dead_lettered(
+    envelope_parts: tuple[list[tuple[str, str]], bytes, str], make_app, redis_client
+) -> None:
+    redis_client.flushdb()
+    app = make_app()
+    message = built(*envelope_parts)
+    expected = tag_kombu_reads(message)
+    delivered = take_all(app, redis_client, [message], "consume")
+    assert [m.delivery_tag for m in delivered] == ([expected] if expected else [])
+    assert [payload for payload, _ in dead_payloads(app)] == ([] if expected else [message])
