@@ -261,11 +261,15 @@ def test_a_big_message_too_dense_to_skim_is_named_by_the_consumer_not_decoded_by
 ) -> None:
     """Its entry is written under a tag of the consumer's own, then renamed to the tag
     kombu reads: the surrogate beside the numbers, which Redis's decoder refuses, shows
-    Redis never decoded it."""
+    Redis never decoded it. So are properties too big to decode in Redis's budget."""
     good = envelope(app)
-    messages = [dense(tagged(good, "dense"), note=b'"' + SURROGATE + b'"')]
+    long_string = b'"' + b"z" * 100_000 + SURROGATE + b'"'
+    messages = [
+        dense(tagged(good, "dense"), note=b'"' + SURROGATE + b'"'),
+        with_raw(tagged(good, "big-properties"), ("properties", "x"), long_string),
+    ]
     delivered = take_all(app, redis_client, messages, how)
-    assert [m.delivery_tag for m in delivered] == ["dense"]
+    assert [m.delivery_tag for m in delivered] == ["dense", "big-properties"]
     assert dead_payloads(app) == []
 
 

@@ -98,7 +98,7 @@ local LONGEST_KEY = 64
 
 -- The text of the last "properties" value and the first byte of the last "headers" value
 -- of a message's top-level object (nil where there is none). Raises an error where the
--- skim cannot follow the message.
+-- skim cannot follow the message, or its properties are too big to decode in the budget.
 local function skim(s)
   local byte, find, sub = string.byte, string.find, string.sub
   local at, steps = 1, MAX_STEPS
@@ -210,7 +210,7 @@ local function skim(s)
     local first = at
     skip_value()
     if name == 'properties' or name == 'headers' then
-      found[name] = sub(s, first, name == 'headers' and first or at - 1)
+      found[name] = {first, at - 1}
     end
     b = spaces()
     if b == COMMA then
@@ -224,7 +224,11 @@ local function skim(s)
   if spaces() ~= nil then
     error('more after the object')
   end
-  return found.properties, found.headers
+  local properties, headers = found.properties, found.headers
+  if properties and properties[2] - properties[1] >= FULL_READ_MAX then
+    error('properties too big to decode')  -- kombu's are a few hundred bytes
+  end
+  return properties and sub(s, properties[1], properties[2]), headers and byte(s, headers[1])
 end
 
 -- The parts of the message's envelope that unreadable() looks at, or nil and why it cannot
@@ -241,7 +245,7 @@ local function read(message)
     ok, payload = pcall(function()
       return {
         properties = properties and cjson.decode(properties),
-        headers = headers and (OPENS[string.byte(headers)] and {} or false),
+        headers = headers and (OPENS[headers] and {} or false),
       }
     end)
   end
