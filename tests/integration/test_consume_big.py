@@ -36,6 +36,8 @@ from ..adversarial.test_consume import (
 )
 from ..helpers import channel_of, drain
 
+pytestmark = pytest.mark.promise("consume-reads-no-body")
+
 #: The delivery tag of the well-formed message pushed after the crafted ones.
 LAST = "last-message"
 #: A body only Python reads: Redis's cjson refuses a lone surrogate escape.
