@@ -169,7 +169,6 @@ def test_a_delayed_publish_botocore_refuses_fails_as_one_made_at_once(
     assert celery_delayq.backlog(app)[0].pending == 1  # the producer goes on
 
 
-@pytest.mark.slow
 @pytest.mark.promise("crafted-input-stops-nothing")
 def test_a_stored_message_botocore_refuses_is_dead_lettered_alone_and_every_queue_goes_on(
     make_sqs_app: Callable[..., Celery],
