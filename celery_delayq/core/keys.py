@@ -4,6 +4,9 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
 ``delayq``) and ``Q`` the kombu queue name::
 
     P:queues            SET    names of queues that have (or had) delayed messages
+    P:queues:off-shard  SET    names of sharded queues that have (or had) messages outside
+                                their task id's shard: keyed messages (their key's shard),
+                                periodic occurrences written ahead (their entry's)
     P:movers            HASH   mover id -> JSON heartbeat (host, pid, kind, last seen, moved)
     P:periodic          HASH   periodic entry name -> "<version> <entry JSON>" (periodic/)
     P:periodic:versions STRING the last version given to a periodic entry (INCR)
@@ -62,8 +65,9 @@ of another queue (``a|1`` shard 0 and ``a`` shard 1). Such a name is spelled
 ``|<hex of its UTF-8>``; no name kept as it is starts with ``|``, so the two spellings
 never meet. Every other name keeps the keys it always had. A
 message's shard is fixed by its task id (``shard_of``), so cancel, reschedule and show
-go to one shard; on a Redis Cluster the shards of one busy queue hash to different
-slots, and so to different nodes.
+go to one shard of each queue, but in the queues listed in ``P:queues:off-shard``, to
+every shard; on a Redis Cluster the shards of one busy queue hash to different slots,
+and so to different nodes.
 """
 
 from __future__ import annotations
@@ -177,6 +181,10 @@ class KeySpace:
     @property
     def queues(self) -> str:
         return self._named("queues")
+
+    @property
+    def off_shard_queues(self) -> str:
+        return self._named("queues:off-shard")
 
     @property
     def movers(self) -> str:

@@ -91,6 +91,8 @@ class WriteAhead:
             key = message_key(message.task_id, message.message_id)
             triples += (key, message.due_ms, record.encode(keys.own_list))
         self.writes.register([queue])
+        if occurrences:
+            self.writes.register_off_shard(queue)  # in the entry's shard, not the task's
         reply = self.state.scripts.write_ahead(
             keys=[
                 *keys.as_list(),

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
-from typing import Optional, cast
+from collections.abc import Callable, Sequence
+from typing import Any, Optional, cast
 
 from ..keys import QueueKeys
-from ..lua_scripts import run_pipelined
+from ..lua_scripts import ScriptCall, run_pipelined
 from ..record import Record, task_key
 from .state import StoreState
 
@@ -17,7 +17,8 @@ CANCEL_CHUNK = 100
 
 
 class Changes:
-    """Cancels and reschedules the pending messages of a task, in every queue."""
+    """Cancels and reschedules the pending messages of a task, in every queue (in the
+    shards that may hold them: ``StoreState.task_shards``)."""
 
     def __init__(self, state: StoreState) -> None:
         self.state = state
@@ -27,20 +28,29 @@ class Changes:
 
         One script call per shard removes at most ``CANCEL_CHUNK`` extra messages of the
         task (lua/cancel.lua), so thousands sharing a task id take several short calls,
-        pipelined per round, until no shard has any left.
+        a round of them at a time, until no shard has any left.
         """
         key = task_key(task_id)
-        shards = self.state.all_shards(self.state.queues())
+        shards = self.state.task_shards(task_id)
         removed = 0
         while shards:
             calls = [
                 (self.state.scripts.cancel, keys.as_list(), [*keys.page_args(), key, CANCEL_CHUNK])
                 for keys in shards
             ]
-            replies = run_pipelined(self.state.client, calls)
+            replies = self._run(calls)
             removed += sum(int(reply[0]) for reply in replies)
             shards = [keys for keys, reply in zip(shards, replies) if int(reply[1])]
         return removed
+
+    def _run(self, calls: Sequence[ScriptCall]) -> list[Any]:
+        """Run a round of calls: pipelined on a single Redis; on a cluster one by one,
+        each on the node its keys name (redis-py's cluster pipeline asks its default node
+        for the keys of every EVALSHA, so a cancel would fail while that node is down,
+        whichever master holds the task)."""
+        if not self.state.cluster:
+            return run_pipelined(self.state.client, calls)
+        return [self.state.call(script, keys, args) for script, keys, args in calls]
 
     def reschedule(
         self, task_id: str, due_ms: int, rewrite_payload: Callable[[bytes], bytes]
@@ -51,7 +61,7 @@ class Changes:
         worker receiving it early does not hold it until the old ETA.
         """
         changed = 0
-        for keys in self.state.all_shards(self.state.queues()):
+        for keys in self.state.task_shards(task_id):
             for key in self.state.message_keys(keys, task_id):
                 changed += self._replace(keys, key, due_ms, rewrite_payload)
         return changed

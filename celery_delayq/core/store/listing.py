@@ -58,7 +58,7 @@ class Listing:
     def find(self, task_id: str) -> list[PendingMessage]:
         """Every pending message of one Celery task id."""
         found: list[PendingMessage] = []
-        for keys in self.state.all_shards(self.state.queues()):
+        for keys in self.state.task_shards(task_id):
             keyed: list[tuple[bytes, int | None]] = [
                 (key, None) for key in self.state.message_keys(keys, task_id)
             ]

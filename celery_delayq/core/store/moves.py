@@ -24,6 +24,8 @@ class Moves:
 
     def __init__(self, state: StoreState) -> None:
         self.state = state
+        #: Queues looked at for messages outside their task's shard (_list_off_shard).
+        self._off_shard_checked: set[str] = set()
 
     def move_due(self, queue: str) -> MoveResult:
         """Deliver at most one batch of this queue's due messages from each shard."""
@@ -50,7 +52,9 @@ class Moves:
         skipped: its messages stay pending, and the other queues are still moved.
         """
         total = _MoveTotals()
-        active = [shard for queue in self.state.queues() for shard in self._shards_in_turn(queue)]
+        queues = self.state.queues()
+        self._list_off_shard(queues)
+        active = [shard for queue in queues for shard in self._shards_in_turn(queue)]
         try:
             while active:
                 results = [(shard, self._try_move(shard)) for shard in active]
@@ -64,6 +68,31 @@ class Moves:
             for result in self.state.handover.settle_ahead():
                 total.add(result)
         return total.result(lambda: self.state.server_time_ms() + self.state.handover.ahead_ms)
+
+    def _list_off_shard(self, queues: list[str]) -> None:
+        """List in ``P:queues:off-shard`` each sharded queue holding keyed messages or
+        periodic occurrences written ahead that a version before that set stored (its
+        delay-key index or its occurrences, in any shard), once per process: cancel,
+        reschedule and show by task id then ask every shard of it. A shard that cannot
+        be read now is looked at again on the next pass."""
+        if self.state.keys.shards == 1:
+            return
+        for queue in queues:
+            if queue in self._off_shard_checked:
+                continue
+            try:
+                if self._holds_off_shard(queue):
+                    self.state.client.sadd(self.state.keys.off_shard_queues, queue)
+            except redis.RedisError:
+                continue
+            self._off_shard_checked.add(queue)
+
+    def _holds_off_shard(self, queue: str) -> bool:
+        with self.state.client.pipeline(transaction=False) as pipe:
+            for keys in self.state.keys.shards_of(queue):
+                pipe.hlen(keys.duplicates)  # delay-key holders (or old duplicate lists)
+                pipe.exists(keys.periodic_ahead)
+            return any(int(found) for found in pipe.execute())
 
     def _shards_in_turn(self, queue: str) -> list[QueueKeys]:
         """A queue's shards, starting at a random one: movers running side by side

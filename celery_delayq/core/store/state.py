@@ -7,12 +7,13 @@ into another facet.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Optional, cast
 
 import redis
 from redis.commands.core import Script
+from redis.exceptions import NoScriptError
 
 from ..batching import ShardBatches
 from ..handover import HandOver
@@ -60,6 +61,25 @@ class StoreState:
         """Every shard of these queues."""
         return [keys for queue in queues for keys in self.keys.shards_of(queue)]
 
+    def task_shards(self, task_id: str) -> list[QueueKeys]:
+        """The shards that may hold a task's messages: in each queue its task id's shard,
+        and every shard of a queue that has had messages placed by another key (keyed
+        messages, periodic occurrences written ahead: ``Writes.register_off_shard``). So
+        on a cluster a cancel of a task needs only the masters that may hold it."""
+        queues = self.queues()
+        if self.keys.shards == 1:
+            return self.all_shards(queues)
+        own = task_key(task_id)
+        off_shard = self.client.smembers(self.keys.off_shard_queues)
+        spread = {q.decode() if isinstance(q, bytes) else q for q in off_shard}
+        return [
+            keys
+            for queue in queues
+            for keys in (
+                self.keys.shards_of(queue) if queue in spread else [self.keys.shard_of(queue, own)]
+            )
+        ]
+
     def server_time_ms(self) -> int:
         seconds, micros = self.client.time()
         return int(seconds) * 1000 + int(micros) // 1000
@@ -90,4 +110,14 @@ class StoreState:
     def run(self, script: Script, keys: QueueKeys, *args: Any) -> Any:
         """Run a per-queue script: KEYS are the queue's keys, ARGV the page arguments,
         then ``args``."""
-        return script(keys=keys.as_list(), args=[*keys.page_args(), *args])
+        return self.call(script, keys.as_list(), [*keys.page_args(), *args])
+
+    def call(self, script: Script, keys: Sequence[Any], args: Sequence[Any]) -> Any:
+        """Run a script on the node its keys name, alone: ``EVALSHA``, and after
+        ``NOSCRIPT`` (a node that has not run it yet) ``EVAL``, which loads it there.
+        redis-py's ``Script`` would load it with ``SCRIPT LOAD`` on every master of a
+        cluster, which fails while any master is down."""
+        try:
+            return self.client.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
+        except NoScriptError:
+            return self.client.execute_command("EVAL", script.script, len(keys), *keys, *args)

@@ -69,6 +69,7 @@ class Writes:
     def __init__(self, state: StoreState) -> None:
         self.state = state
         self._registered: dict[str, float] = {}  # queue -> when this process last added it
+        self._off_shard: dict[str, float] = {}  # the same for P:queues:off-shard
 
     def schedule_call(self, message: Scheduled, delay_key: DelayKey | None = None) -> ScheduleCall:
         """The KEYS and ARGV of ``schedule.lua`` for one message (rescue reuses them), or
@@ -105,6 +106,7 @@ class Writes:
     def schedule_keyed(self, message: Scheduled, delay_key: DelayKey) -> KeyedOutcome:
         """Store a keyed message, or replace, keep or refuse against the pending message
         holding its key (delay_keys.py)."""
+        self.register_off_shard(message.queue)
         reply = self._run_schedule(self.state.scripts.schedule_keyed, message, delay_key)
         return KeyedOutcome.from_reply(reply, message.task_id or "")
 
@@ -140,6 +142,19 @@ class Writes:
         if due:
             self.state.client.sadd(self.state.keys.queues, *sorted(due))
             self._registered.update(dict.fromkeys(due, now))
+
+    def register_off_shard(self, queue: str) -> None:
+        """Before a message of a sharded queue goes to another shard than its task id's
+        (a keyed message, a periodic occurrence written ahead), list the queue in
+        ``P:queues:off-shard``: cancel, reschedule and show by task id then ask every
+        shard of it, not only the task's. Again every REGISTRY_REFRESH seconds, as the
+        registry (``register``)."""
+        if self.state.keys.shards == 1:
+            return
+        now = time.monotonic()
+        if now - self._off_shard.get(queue, -REGISTRY_REFRESH) >= REGISTRY_REFRESH:
+            self.state.client.sadd(self.state.keys.off_shard_queues, queue)
+            self._off_shard[queue] = now
 
     def schedule_many(self, messages: Iterable[Scheduled]) -> int:
         """Store many messages in pipelined round trips (each still its own atomic
