@@ -198,7 +198,7 @@ class PublishReport:
     def refuse_unencodable(self, message: Outgoing, exc: Exception) -> None:
         """Refuse a stored message the broker's client cannot encode (a header of a type
         it does not know): this message's fault, not the connection's."""
-        self.refused[message.key] = f"the broker cannot encode it: {type(exc).__name__}: {exc}"
+        self.refused[message.key] = f"cannot be encoded for the broker: {type(exc).__name__}: {exc}"
 
 
 @dataclass

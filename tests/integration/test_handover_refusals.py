@@ -129,7 +129,7 @@ def test_a_stored_header_the_hand_over_cannot_send_is_dead_lettered_alone_and_qu
     (letter,) = dead_after_passes(app, 1)
 
     assert letter.task_id == bad_id and letter.tries == 2
-    assert letter.reason.startswith(f"the broker cannot encode it: {reason}")
+    assert letter.reason.startswith(f"cannot be encoded for the broker: {reason}")
     assert sorted(m.headers["id"] for m in take_all(app, first)) == sorted(r.id for r in good)
     assert sorted(m.headers["id"] for m in take_all(app, second)) == sorted(r.id for r in other)
     assert redis_client.keys("*inflight*") == []

@@ -59,7 +59,7 @@ def test_a_stored_header_py_amqp_cannot_encode_stops_neither_its_queue_nor_anoth
 
     assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in sent)
     assert letter.task_id == bad_id and letter.tries == 2
-    assert letter.reason.startswith("the broker cannot encode it: FrameSyntaxError: ")
+    assert letter.reason.startswith("cannot be encoded for the broker: FrameSyntaxError: ")
 
 
 @pytest.mark.slow
