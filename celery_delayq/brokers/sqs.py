@@ -28,6 +28,7 @@ from kombu.utils.json import loads
 
 from ..core.handover import Publisher
 from ..core.store import DelayedStore
+from .common.delivered import Delivered, count_of
 from .common.diverter import Diverter, store_for, store_retrying_errors, virtual_outbound
 from .common.settings import DelayqConfig
 from .common.virtual_publisher import VirtualPublisher
@@ -69,6 +70,24 @@ class SQSChannel(SQS.Channel):
     def put_now(self, queue: str, message: dict[str, Any]) -> None:
         """kombu's own put, for a due message (never diverted to the store again)."""
         super()._put(queue, message)
+
+    # -- what the worker's poison guard asks of a delivered message (worker/poison.py) --
+
+    def delivered(self, message: Any) -> Delivered:
+        """The queue ``message`` was received from (by its URL), and its envelope as SQS
+        handed it out."""
+        info = message.delivery_info or {}
+        names = {url: name for name, url in self._queue_cache.items()}
+        queue = str(names.get(info.get("sqs_queue")) or info.get("routing_key") or "")
+        body = self._decode_python_message_body(info["sqs_message"]["Body"])
+        return Delivered(queue, queue, body if isinstance(body, bytes) else body.encode())
+
+    @staticmethod
+    def delivery_count(message: Any) -> int:
+        """How many times SQS has handed ``message`` out (``ApproximateReceiveCount``,
+        which kombu asks for), this time included."""
+        received = (message.delivery_info or {}).get("sqs_message") or {}
+        return count_of((received.get("Attributes") or {}).get("ApproximateReceiveCount"))
 
     def _purge(self, queue: str) -> int:
         """Empty the queue and its delayed messages; how many there were (``celery

@@ -2,7 +2,8 @@
 
 A worker loads its broker transport's module when it first looks at the transport,
 just before it sends ``worker_init`` and builds its blueprint: the one moment a
-settings-only plugin can add bootsteps to the worker (its mover, and DueTimers) and
+settings-only plugin can add bootsteps to the worker (its mover, DueTimers, and the
+consumer's PoisonGuard) and
 choose how its remote-control node answers ``inspect scheduled``. The transports' settings
 path (celery_delayq/transport.py) connects this handler; the broker modules have no
 import-time effects. ``dispatch_uid`` keeps it to one connection.
@@ -19,12 +20,14 @@ from .bootstep import WorkerMover
 from .due_timers import DueTimers
 from .inspect import list_delayed_in_scheduled
 from .periodic_runs import record_periodic_run
+from .poison import PoisonGuard
 
 
 def _on_worker_init(sender: Any, **_: Any) -> None:
     check_store_setting(sender.app)
     if uses_delayq(sender.app):
         sender.app.steps["worker"].update({WorkerMover, DueTimers})
+        sender.app.steps["consumer"].add(PoisonGuard)
         signals.task_prerun.connect(
             record_periodic_run, weak=False, dispatch_uid="celery_delayq.periodic_runs"
         )

@@ -26,6 +26,7 @@ from kombu.transport import pyamqp
 
 from ...core.handover import Publisher
 from ...core.store import DelayedStore
+from ..common.delivered import Delivered, count_of
 from ..common.diverter import Diverter, Outbound, store_for, uses_delayq
 from ..common.settings import DelayqConfig, config_of
 from .envelope import destination, envelope
@@ -41,6 +42,8 @@ class AMQPChannel(pyamqp.Channel):
         self.diverter = Diverter.of_current_app(
             self.store_for, needs_store_url=True, broker=getattr(args[0], "client", None)
         )
+        #: The queue each consumer tag of this channel consumes.
+        self.consumed_queues: dict[str, str] = {}
         super().__init__(*args, **kwargs)
         # With the confirm_publish transport option, py-amqp makes basic_publish an
         # instance attribute that waits for each confirm; keep it for due messages.
@@ -81,6 +84,32 @@ class AMQPChannel(pyamqp.Channel):
         """Refuse now a message kept for later that its hand-over could not encode
         (publisher.check_publishable), with this connection's ``frame_max``."""
         check_publishable(destination, payload, self.connection.frame_max)
+
+    # -- what the worker's poison guard asks of a delivered message (worker/poison.py) --
+
+    def basic_consume(self, queue: str = "", consumer_tag: str = "", *args: Any, **kw: Any) -> Any:
+        """py-amqp's, noting which queue each consumer tag consumes."""
+        tag = super().basic_consume(queue, consumer_tag, *args, **kw)
+        self.consumed_queues[tag or consumer_tag] = queue
+        return tag
+
+    def delivered(self, message: Any) -> Delivered:
+        """The queue ``message`` was taken from (by its consumer tag), and its envelope,
+        to go back to that queue through the default exchange."""
+        info = message.delivery_info or {}
+        tag = info.get("consumer_tag")
+        queue = str(self.consumed_queues.get(tag) or info.get("routing_key") or "")
+        raw = amqp.Message(message.body, **message.properties)
+        return Delivered(queue, destination("", queue), envelope(raw))
+
+    @staticmethod
+    def delivery_count(message: Any) -> int:
+        """How many times RabbitMQ has delivered ``message``, this time included, as a
+        quorum queue counts (``x-delivery-count``: earlier deliveries); 0 when untold."""
+        headers = message.headers or {}
+        if "x-delivery-count" not in headers:
+            return 0 if (message.delivery_info or {}).get("redelivered") else 1
+        return 1 + count_of(headers["x-delivery-count"])
 
 
 class AMQPConnection(pyamqp.Connection):

@@ -73,6 +73,16 @@ class DelayqConfig:
         ),
         valid="True or False",
     )
+    max_deliveries: int = setting(
+        20,
+        (
+            "Most deliveries of one message to workers: delivered again after that (a message"
+            " that kills its worker comes back after each death), it goes to the dead letters "
+            "instead (``celery delayq dead``). Counted on Redis (with "
+            "``delayq_reliable_consume``), SQS and RabbitMQ quorum queues; 0: no bound."
+        ),
+        valid="an integer from 0 to 1000000",
+    )
     move_batch_size: int = setting(
         500,
         "Most messages one atomic move call delivers; bounds how long Redis is busy per call.",
@@ -236,6 +246,7 @@ class DelayqConfig:
         for name, low, high in (
             ("move_batch_size", 1, 10_000),
             ("inspect_limit", 0, 100_000),
+            ("max_deliveries", 0, 1_000_000),
             ("store_shards", 1, 1024),
             ("store_wait_replicas", 0, 16),
         ):

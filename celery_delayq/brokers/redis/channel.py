@@ -27,6 +27,7 @@ from kombu.utils.encoding import bytes_to_str
 from ...core.handover import Publisher, SameRedisMove
 from ...core.keys import KeySpace
 from ...core.store import DelayedStore, Scheduled
+from ..common.delivered import Delivered
 from ..common.diverter import Diverter, Outbound, store_for, virtual_outbound
 from ..common.settings import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig
 from .consume import AtomicConsumer, CheckedMessage
@@ -219,6 +220,14 @@ class Channel(kombu_redis.Channel):
     def close(self) -> None:
         self.consumer.waits.stop()
         super().close()
+
+    # -- what the worker's poison guard asks of a delivered message (worker/poison.py) --
+
+    def delivered(self, message: Any) -> Delivered:
+        return self.consumer.delivered(message)
+
+    def delivery_count(self, message: Any) -> int:
+        return self.consumer.delivery_count(message)
 
 
 class SentinelChannel(Channel, kombu_redis.SentinelChannel):

@@ -39,7 +39,6 @@ from __future__ import annotations
 import dataclasses
 import logging
 import math
-import uuid
 from dataclasses import dataclass
 from functools import cached_property, partial
 from time import monotonic, time
@@ -55,9 +54,9 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
 from ...core.lua_scripts import read_lua, register_all
-from ...core.record import Record, message_key
+from ..common.delivered import Delivered, count_of, file_dead_letter
 from .landing import WAIT_TYPE, LandingWait, LandingWaits
-from .restore import LeasingPoller
+from .restore import REDELIVERIES_HEADER, LeasingPoller
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +109,14 @@ class Taken:
     def of(cls, reply: list[Any]) -> Taken:
         _, message, tag, reason = reply
         return cls(message, bytes_to_str(tag), bytes_to_str(reason))
+
+
+@dataclass(frozen=True)
+class Delivering:
+    """The message the consumer is handing to kombu's consumer callback now."""
+
+    tag: Any  # its delivery tag, as kombu reads it
+    delivered: Delivered
 
 
 def read_payload(message: bytes, tag: str = "") -> dict[str, Any]:
@@ -179,6 +186,8 @@ class AtomicConsumer:
         self._provisional = ""
         #: When the last warning of a call Redis refused was logged (monotonic seconds).
         self._refused_warned_at = float("-inf")
+        #: The message being handed to kombu's consumer callback, while it is.
+        self.delivering: Delivering | None = None
 
     @property
     def on(self) -> bool:
@@ -314,11 +323,32 @@ class AtomicConsumer:
             payload = read_payload(taken.message, taken.tag)
             if taken.tag:
                 self.recorded_tags.add(taken.tag)
-            self.channel.connection._deliver(payload, queue)
+            tag = payload["properties"].get("delivery_tag")
+            self.delivering = Delivering(tag, Delivered(queue, source, taken.message))
+            try:
+                self.channel.connection._deliver(payload, queue)
+            finally:
+                self.delivering = None
         except UnreadableMessage as exc:
             self.dead_letter(queue, source, taken_from, taken, str(exc))
             return False
         return True
+
+    def delivered(self, message: Any) -> Delivered:
+        """Where ``message``, delivered by this channel, came from (worker/poison.py):
+        the queue and list it was taken from, as taken; one that kombu's own path
+        delivered, by its routing key."""
+        now = self.delivering
+        if now is not None and now.tag == message.delivery_tag:
+            return now.delivered
+        queue = str((message.delivery_info or {}).get("routing_key") or "")
+        return Delivered(queue, self.channel.real_key(queue), dumps(message._raw).encode())
+
+    @staticmethod
+    def delivery_count(message: Any) -> int:
+        """How many times ``message`` has been delivered, this time included: one more
+        than the restores counted in its ``delayq_redeliveries`` header (restore.py)."""
+        return 1 + count_of((message.headers or {}).get(REDELIVERIES_HEADER))
 
     def dead_letter(
         self, queue: str, source: str, taken_from: str, taken: Taken, reason: str
@@ -329,9 +359,8 @@ class AtomicConsumer:
         The dead letter is written first, then the message leaves the list it is still in
         (only if it is still its last element) or its unacked entry: a consumer killed in
         between leaves a second copy, never none."""
-        key = message_key(None, f"unreadable:{uuid.uuid4().hex}")
-        record = Record(0, source, taken.message)
-        self.channel.diverter.store.dead.add(queue, key, record, reason)
+        delivered = Delivered(queue, source, taken.message)
+        file_dead_letter(self.channel.diverter.store, delivered, reason)
         if taken.reason:
             self.plain_client.transaction(
                 partial(_pop_if_last, taken_from, taken.message), taken_from

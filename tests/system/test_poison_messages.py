@@ -1,0 +1,153 @@
+"""Poison messages: valid kombu envelopes whose headers Celery fails on (a list nested
+950 deep, ``timelimit = ["a", {}]``, ``stamped_headers = 5``) each ended a prefork
+worker ("Unrecoverable error"), and came back to end the next one. Sent between good
+tasks to a real prefork ``celery worker`` on Redis, RabbitMQ and SQS (moto's server),
+each goes to the dead letters of its queue with the reason, the worker lives on, and
+every good task runs once."""
+
+from __future__ import annotations
+
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from celery import Celery
+
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.testing import wait_until
+
+from ..helpers import celery_process, remember, runs
+
+pytestmark = [
+    pytest.mark.timeout(180),
+    pytest.mark.slow,
+    pytest.mark.promise("crafted-input-stops-nothing"),
+]
+
+
+def nested(depth: int) -> list[Any]:
+    value: list[Any] = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+#: header -> (the poison value, what its dead letter's reason says)
+POISONS: dict[str, tuple[Any, str]] = {
+    "deep": (nested(950), "nest deeper than"),
+    "timelimit": (["a", {}], '"timelimit"'),
+    "stamped_headers": (5, '"stamped_headers"'),
+}
+
+
+@contextmanager
+def deep_recursion() -> Iterator[None]:
+    """Room for this process's encoders to write a header nested 950 deep."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        yield
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+def send_poison(app: Celery, header: str) -> str:
+    """Publish a task message of tests.worker_app.remember whose ``header`` is poison;
+    its task id."""
+    task_id = f"poison-{header}-{uuid.uuid4().hex[:8]}"
+    message = app.amqp.create_task_message(
+        task_id, "tests.worker_app.remember", (), {"label": f"poison {header}"}
+    )
+    queue = app.conf.task_default_queue
+    headers = {**message.headers, header: POISONS[header][0]}
+    with deep_recursion(), app.producer_or_acquire() as producer:
+        producer.publish(
+            message.body,
+            exchange="",
+            routing_key=queue,
+            headers=headers,
+            serializer="json",
+            **message.properties,
+        )
+    return task_id
+
+
+def dead_letters(app: Celery) -> dict[str, str]:
+    """The dead letters of the app's queue: the task id in each payload -> its reason."""
+    with open_store(app) as store:
+        letters = store.dead.list(app.conf.task_default_queue)
+    found = {}
+    for letter in letters:
+        payload = letter.record.payload.decode("utf-8", "replace")
+        ids = [header for header in POISONS if f"poison-{header}-" in payload]
+        found[ids[0] if len(ids) == 1 else payload[:80]] = letter.reason
+    return found
+
+
+def worker_settings(app: Celery) -> dict[str, Any]:
+    keys = ("broker_transport", "broker_transport_options", "delayq_store_url")
+    settings = {key: app.conf[key] for key in keys if app.conf.get(key) is not None}
+    return {**settings, "task_default_queue": app.conf.task_default_queue}
+
+
+def poison_between_good_tasks(app: Celery, broker_url: str, redis_client: Any, **kw: Any) -> Any:
+    """Run a prefork worker while three poison messages arrive between five good tasks;
+    return the worker's output once every good task ran and every poison is dead."""
+    settings = worker_settings(app)
+    with celery_process(
+        "worker", broker_url, settings, "-P", "prefork", "-c", "2", **kw
+    ) as worker:
+        good = [remember(app, "good 0")]
+        for n, header in enumerate(POISONS, start=1):
+            send_poison(app, header)
+            good.append(remember(app, f"good {n}"))
+        good.append(remember(app, "good 4"))
+        try:
+            wait_until(lambda: len(dead_letters(app)) >= len(POISONS), timeout=60, what="3 dead")
+            wait_until(lambda: len(runs(redis_client)) >= len(good), timeout=60, what="5 runs")
+        except Exception:
+            print(worker.output)
+            raise
+        assert worker.returncode is None, worker.output
+        output = worker.output
+    assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in good)
+    letters = dead_letters(app)
+    assert set(letters) == set(POISONS), letters
+    for header, (_, reason) in POISONS.items():
+        assert reason in letters[header], letters
+    assert "Unrecoverable error" not in output
+    return output
+
+
+def test_poison_messages_on_redis_go_to_the_dead_letters_and_the_worker_lives_on(
+    make_app: Callable[..., Celery], redis_server: Any, redis_client: Any
+) -> None:
+    app = make_app()
+    poison_between_good_tasks(app, redis_server.url, redis_client)
+    queue = app.conf.task_default_queue
+    assert redis_client.llen(queue) == 0
+    assert redis_client.hlen("unacked") == 0
+
+
+def test_poison_messages_on_rabbitmq_go_to_the_dead_letters_and_the_worker_lives_on(
+    make_amqp_app: Callable[..., Celery], rabbitmq_url: str, redis_server: Any, redis_client: Any
+) -> None:
+    app = make_amqp_app()
+    poison_between_good_tasks(app, rabbitmq_url, redis_client, record_url=redis_server.url)
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        _, ready, _ = channel.queue_declare(app.conf.task_default_queue, passive=True)
+    assert ready == 0
+
+
+def test_poison_messages_on_sqs_go_to_the_dead_letters_and_the_worker_lives_on(
+    make_sqs_app: Callable[..., Celery], sqs_server: str, redis_server: Any, redis_client: Any
+) -> None:
+    app = make_sqs_app()
+    options = app.conf.broker_transport_options
+    app.conf.broker_transport_options = {**options, "polling_interval": 0.1, "wait_time_seconds": 0}
+    poison_between_good_tasks(app, sqs_server, redis_client, record_url=redis_server.url)
