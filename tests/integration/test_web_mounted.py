@@ -62,6 +62,9 @@ def test_under_a_wsgi_prefix_every_link_form_and_redirect_keeps_the_prefix(app, 
     ]
     crawl.pages("/delayq/")
     crawl.forms()
+    crawl.request("get", "/delayq/no-such-page")  # the pages that say what went wrong
+    crawl.request("post", "/delayq/actions/cancel")  # no CSRF token
+    assert [status for *_, status in crawl.requests[-2:]] == [404, 400]
     assert crawl.strays == []
     assert {path.removeprefix("/delayq") for path in crawl.posted()} >= ACTIONS | {"/doctor"}
     assert client.get_cookie("session", path="/delayq") is not None  # its own paths only

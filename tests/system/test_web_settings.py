@@ -52,7 +52,7 @@ def status(url: str, authorization: str | None = None) -> tuple[int, str]:
     [
         (BASIC, "Basic " + base64.b64encode(f"ops:{SECRET}".encode()).decode(), (401, "")),
         # With a token only, a browser is sent to the page where the token is typed.
-        (TOKEN, f"Bearer {SECRET}", (302, "/login?next=/scheduled?")),
+        (TOKEN, f"Bearer {SECRET}", (302, "/login?next=/scheduled")),
     ],
     ids=["username-password", "token"],
 )
