@@ -7,14 +7,17 @@ builds a path by hand, so none can lose the prefix."""
 from __future__ import annotations
 
 import unicodedata
-from urllib.parse import urlsplit
+from urllib.parse import quote, urlsplit
 
 from flask import request
 
 
 def this_page() -> str:
-    """This page's path and query, prefix included: where a form on it comes back to."""
-    return request.script_root + request.full_path.removesuffix("?")
+    """This page's path and query, prefix included, as the browser asked for it: where a
+    form on it, or a login it is sent to, comes back to (its path quoted again, so a task
+    id holding ``?`` or ``#`` stays in the path)."""
+    query = request.query_string.decode("latin-1")
+    return request.script_root + quote(request.path) + (f"?{query}" if query else "")
 
 
 def back_to(target: str | None) -> str:

@@ -88,3 +88,15 @@ def test_an_action_goes_back_to_a_page_under_the_prefix_only(app, host, target) 
     assert client.post("/delayq/actions/promote", data=form).location == "/delayq/"
     form["next"] = "/delayq/scheduled?queue=default"
     assert client.post("/delayq/actions/promote", data=form).location == form["next"]
+
+
+@pytest.mark.promise("web-mounted-keeps-prefix")
+def test_the_login_brings_back_to_a_task_whose_id_holds_url_characters(app, host) -> None:
+    task_id = app.send_task("tests.noop", task_id="a?b #c%41", countdown=600).id
+    client = host.test_client()
+    page = "/delayq/task/a%3Fb%20%23c%2541"
+    sent = client.get(page)
+    assert sent.location == "/delayq/login?next=/delayq/task/a%253Fb%2520%2523c%252541"
+    form = {"token": TOKEN, "csrf_token": csrf_token(client, sent.location), "next": page}
+    back = client.post("/delayq/login", data=form).location
+    assert back == page and task_id in client.get(back).get_data(as_text=True)
