@@ -98,9 +98,7 @@ def poison_between_good_tasks(app: Celery, broker_url: str, redis_client: Any, *
     """Run a prefork worker while three poison messages arrive between five good tasks;
     return the worker's output once every good task ran and every poison is dead."""
     settings = worker_settings(app)
-    with celery_process(
-        "worker", broker_url, settings, "-P", "prefork", "-c", "2", **kw
-    ) as worker:
+    with celery_process("worker", broker_url, settings, "-P", "prefork", "-c", "2", **kw) as worker:
         good = [remember(app, "good 0")]
         for n, header in enumerate(POISONS, start=1):
             send_poison(app, header)

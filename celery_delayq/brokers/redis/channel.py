@@ -14,7 +14,6 @@ unacknowledged messages come back without kombu's mutex (restore.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from contextlib import suppress
 from dataclasses import replace
 from functools import cached_property
 from typing import Any
@@ -33,7 +32,13 @@ from ..common.settings import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig
 from .consume import AtomicConsumer, CheckedMessage
 from .landing import WAIT_TYPE
 from .list_publisher import RedisListPublisher
-from .restore import REDELIVERED_KEY, LockFreeQoS, count_redelivery
+from .restore import (
+    REDELIVERED_KEY,
+    LockFreeQoS,
+    count_redelivery,
+    dead_letter_unroutable,
+    routed_queues,
+)
 
 
 class Channel(kombu_redis.Channel):
@@ -172,13 +177,17 @@ class Channel(kombu_redis.Channel):
         leftmost: bool = False,
     ) -> None:
         """kombu's restore of one message, which also counts the redelivery: in the
-        message's header, and per queue in Redis (in the restore's own transaction)."""
+        message's header, and per queue in Redis (in the restore's own transaction). A
+        message its exchange routes to no queue goes to the dead letters (kombu's restore
+        would drop it)."""
         if self.diverter.config.reliable_consume:
             count_redelivery(payload)
-            # a message kombu cannot route is logged by kombu's restore below
-            with suppress(Exception):
-                for queue in self._lookup(exchange, routing_key):
-                    pipe.hincrby(self.real_key(REDELIVERED_KEY), queue, 1)
+            queues = routed_queues(self, exchange, routing_key)
+            if not queues:
+                dead_letter_unroutable(self, payload, exchange, routing_key)
+                return
+            for queue in queues:
+                pipe.hincrby(self.real_key(REDELIVERED_KEY), queue, 1)
         super()._do_restore_message(payload, exchange, routing_key, pipe, leftmost)
 
     def redeliveries(self) -> dict[str, int]:

@@ -14,6 +14,11 @@ order and by the same transaction, without the lock.
 Each restored message also counts its redeliveries in the ``delayq_redeliveries``
 header (kombu already sets ``redelivered`` in its headers and delivery info).
 
+Every restored message goes back to a queue or to the dead letters, never nowhere: an
+entry consume.lua wrote names the queue the message was taken from, and one that names
+an exchange routing it to no queue (written by a stock kombu worker, whose entries name
+the exchange, after the exchange lost its bindings) becomes a dead letter, with the reason.
+
 Leases: kombu's ``unacked_index`` scores each message with the time it was delivered,
 and every restore (ours and stock kombu's) takes those older than ``visibility_timeout``,
 so an acks_late task that runs longer than that runs again on another worker while the
@@ -39,6 +44,7 @@ the per-message transaction keeps each restore single.
 
 from __future__ import annotations
 
+import logging
 from contextlib import suppress
 from time import monotonic, time
 from typing import Any
@@ -46,7 +52,11 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
-from kombu.utils.json import loads
+from kombu.utils.json import dumps, loads
+
+from ..common.delivered import Delivered, file_dead_letter
+
+logger = logging.getLogger(__name__)
 
 REDELIVERIES_HEADER = "delayq_redeliveries"
 #: kombu key (global_keyprefix applies) of the hash counting redeliveries per queue.
@@ -82,7 +92,12 @@ class LockFreeQoS(kombu_redis.QoS):
             # queue is consumed from, so the longest waiting runs first
             visible = _newest_first(client, self.unacked_index_key, ceil, num and start, num)
             for tag, _ in visible or []:
-                self.restore_expired(tag, ceil, client)
+                try:
+                    self.restore_expired(tag, ceil, client)
+                except self.channel.connection_errors:
+                    raise
+                except Exception as exc:  # its dead letter could not be written: next scan
+                    logger.warning("Could not restore message %r yet: %r", tag, exc)
         if self.channel.consumer.on:
             self.channel.consumer.waits.return_landed()
         return None
@@ -160,6 +175,33 @@ class LeasingPoller(kombu_redis.MultiChannelPoller):
             with suppress(channel.connection_errors):  # the next round renews again
                 renew()
         return super().maybe_restore_messages()
+
+
+def routed_queues(channel: Any, exchange: Any, routing_key: Any) -> list[str]:
+    """The queues a restore puts a message back in: kombu's lookup of its exchange and
+    routing key ([] when they route it nowhere, or cannot be looked up)."""
+    try:
+        return list(channel._lookup(exchange, routing_key))
+    except Exception:  # a hostile exchange name, or a binding kombu cannot read
+        return []
+
+
+def dead_letter_unroutable(
+    channel: Any, payload: dict[str, Any], exchange: Any, routing_key: Any
+) -> None:
+    """Keep a message being restored whose exchange routes it to no queue as a dead letter
+    (of the queue its routing key names), before the restore removes its entry: an entry
+    written by consume.lua names the queue it was taken from, but one written by stock
+    kombu, or before consume.lua did, names the exchange, whose bindings may be gone."""
+    queue = str(routing_key or exchange or "")
+    reason = f"restored, but exchange {exchange!r} routes {routing_key!r} to no queue"[:300]
+    delivered = Delivered(queue, channel.real_key(queue), dumps(payload).encode())
+    file_dead_letter(channel.diverter.store, delivered, reason)
+    logger.warning(
+        "A message of queue %r went to the dead letters (`celery delayq dead`): %s",
+        queue,
+        reason,
+    )
 
 
 def count_redelivery(payload: dict[str, Any]) -> None:

@@ -41,11 +41,10 @@
 -- lists from 1:
 --   reason ""  the message was taken; tag is the delivery tag it is recorded under ("" when
 --              taken unrecorded). The entry is kombu's: [message, exchange, routing key]
---              under the message's delivery tag, scored with the time it was taken. When the
---              delivery info does not name the exchange and routing key as strings (kombu
---              always does), the entry names the default exchange ("") and the queue, so a
---              restore puts the message back in the queue it was taken from. A big
---              message the skim cannot follow is recorded under ARGV[2] that way.
+--              under the message's delivery tag, scored with the time it was taken; it names
+--              the default exchange ("") and the queue, so a restore puts the message back in
+--              the queue it was taken from. A big message the skim cannot follow is recorded
+--              under ARGV[2].
 --   reason     why the message cannot be taken: it is not kombu's JSON envelope, or has
 --              parts that would make kombu's restore of it fail (and drop it). It is back
 --              in its list, as the last element, and tag is "".
@@ -262,15 +261,11 @@ local function read(message)
   return payload
 end
 
--- kombu's unacked entry of a readable message.
-local function entry_of(message, properties, queue)
-  local info = properties['delivery_info'] or {}
-  local exchange, routing_key = '', queue
-  if type(info['exchange']) == 'string' and type(info['routing_key']) == 'string' then
-    exchange, routing_key = info['exchange'], info['routing_key']
-  end
-  local names = cjson.encode(exchange) .. ', ' .. cjson.encode(routing_key)
-  return '[' .. message .. ', ' .. names .. ']'
+-- kombu's unacked entry of a message taken from queue: it names the default exchange and
+-- the queue, so any restore puts the message back in that queue, whatever its delivery info
+-- names (an exchange with no bindings left would route it nowhere).
+local function entry_of(message, queue)
+  return '[' .. message .. ', "", ' .. cjson.encode(queue) .. ']'
 end
 
 -- The delivery tag and entry ("" for a consumer that does not record) of a message, or
@@ -279,13 +274,12 @@ end
 local function take(message, queue)
   local payload, reason = read(message)
   if payload == false then
-    return ARGV[2], queue ~= '' and entry_of(message, {}, queue) or ''
+    return ARGV[2], queue ~= '' and entry_of(message, queue) or ''
   end
   if not payload then
     return nil, reason
   end
-  local properties = payload['properties']
-  return properties['delivery_tag'], queue ~= '' and entry_of(message, properties, queue) or ''
+  return payload['properties']['delivery_tag'], queue ~= '' and entry_of(message, queue) or ''
 end
 
 for i = 3, #KEYS do
