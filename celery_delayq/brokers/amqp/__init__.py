@@ -98,7 +98,7 @@ class AMQPChannel(pyamqp.Channel):
         to go back to that queue through the default exchange."""
         info = message.delivery_info or {}
         tag = info.get("consumer_tag")
-        queue = str(self.consumed_queues.get(tag) or info.get("routing_key") or "")
+        queue = str(self.consumed_queues.get(str(tag)) or info.get("routing_key") or "")
         raw = amqp.Message(message.body, **message.properties)
         return Delivered(queue, destination("", queue), envelope(raw))
 
