@@ -99,36 +99,35 @@ def nested_args(name: str) -> str:
     return f"1 {body}"
 
 
+def crontab_words(name: str) -> str:
+    """A record that is an entry but for a crontab field cron cannot read."""
+    fields = {"minute": "fizz", "hour": "*", "day_of_week": "*", "day_of_month": "*"}
+    data = json.loads(good_entry(name).to_json())
+    data["schedule"] = {"crontab": {**fields, "month_of_year": "*"}}
+    return f"3 {json.dumps(data)}"
+
+
+#: Each shape of bad record the issue found, by name, and how it is written into the
+#: store: by hand, or as an entry unchecked.
+SHAPES: dict[str, Any] = {
+    "crontab-words": lambda app, name: stored_raw(app, name, crontab_words(name)),
+    "deep": lambda app, name: stored_raw(app, name, "1 " + "[" * DEEP + "]" * DEEP),
+    "deep-args": lambda app, name: stored_raw(app, name, nested_args(name)),
+    "never": lambda app, name: stored(app, good_entry(name, **NEVER)),
+    "not-json": lambda app, name: stored_raw(app, name, "7 {"),
+    "unroutable": lambda app, name: stored(app, good_entry(name, options={"queue": 5})),
+    "unserializable": lambda app, name: stored(
+        app, good_entry(name, options={"serializer": "nope"})
+    ),
+}
+
+
 def hand_written(app: Celery) -> list[str]:
     """Bad records of every shape the issue found, written beside each other; their
     names."""
-    stored_raw(app, "deep", "1 " + "[" * DEEP + "]" * DEEP)
-    stored_raw(app, "deep-args", nested_args("deep-args"))
-    stored_raw(app, "not-json", "7 {")
-    stored_raw(
-        app,
-        "crontab-words",
-        "3 "
-        + good_entry("crontab-words")
-        .to_json()
-        .replace(
-            '"every": 2.0, "relative": false',
-            '"crontab": {"minute": "fizz", "hour": "*", '
-            '"day_of_week": "*", "day_of_month": "*", "month_of_year": "*"}',
-        ),
-    )
-    stored(app, good_entry("unroutable", options={"queue": 5}))
-    stored(app, good_entry("unserializable", options={"serializer": "nope"}))
-    stored(app, good_entry("never", **NEVER))
-    return [
-        "crontab-words",
-        "deep",
-        "deep-args",
-        "never",
-        "not-json",
-        "unroutable",
-        "unserializable",
-    ]
+    for name, write in SHAPES.items():
+        write(app, name)
+    return sorted(SHAPES)
 
 
 def dashboard(app: Celery) -> Any:
@@ -268,6 +267,19 @@ def beat(app) -> Iterator[Scheduler]:
     scheduler.close()
 
 
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_a_beat_pass_writes_the_good_entry_ahead_beside_a_bad_stored_one(app, beat, shape) -> None:
+    SHAPES[shape](app, shape)
+    version = stored(app, good_entry("zz-good"))  # read after the bad one
+    now = datetime.now(timezone.utc)
+    for passes in range(3):
+        moment = now + timedelta(minutes=10 * passes)
+        beat._pass(moment)
+        mark = mark_of(app, "zz-good")
+        assert mark is not None and mark.version == version and mark.up_to_ms is not None
+        assert from_ms(mark.up_to_ms) > moment + beat.writer.horizon - timedelta(seconds=2)
+
+
 def test_a_beat_pass_writes_the_good_entry_ahead_beside_every_bad_stored_one(
     app, beat, caplog
 ) -> None:
@@ -297,7 +309,7 @@ def test_a_beat_pass_writes_the_good_entry_ahead_beside_every_bad_stored_one(
 
 def test_every_reader_names_the_unreadable_records_and_lists_the_rest(app) -> None:
     bad = hand_written(app)
-    periodic.upsert(app, "good", TASK, 2.0)
+    periodic.upsert(app, "good", TASK, 3600.0)  # nothing falls due
     unreadable = {"crontab-words", "deep", "deep-args", "not-json"}
     readable = sorted(["good", *(set(bad) - unreadable)])
 
@@ -327,7 +339,7 @@ def test_every_reader_names_the_unreadable_records_and_lists_the_rest(app) -> No
 
 
 def test_a_last_run_past_the_year_9999_reads_as_no_run_in_every_reader(app) -> None:
-    periodic.upsert(app, "good", TASK, 2.0)
+    periodic.upsert(app, "good", TASK, 3600.0)  # nothing falls due
     with open_store(app) as store:
         store.client.hset(store.keys.periodic_runs, "good", "999999999999999 1")
     good = periodic.get(app, "good")
@@ -344,7 +356,7 @@ def test_a_last_run_past_the_year_9999_reads_as_no_run_in_every_reader(app) -> N
 
 def test_the_dashboard_lists_the_good_entries_and_names_the_unreadable_ones(app) -> None:
     hand_written(app)
-    periodic.upsert(app, "good", TASK, 2.0)
+    periodic.upsert(app, "good", TASK, 3600.0)  # nothing falls due
     response = dashboard(app).get("/periodic")
     assert response.status_code == 200
     page = response.get_data(as_text=True)

@@ -16,7 +16,7 @@ from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import wait_until
 
-from ..adversarial.test_periodic_entries import NEVER, good_entry, stored, stored_raw
+from ..adversarial.test_periodic_entries import SHAPES
 from .test_periodic_beats import TICK, assert_each_ran_once_without_gaps, beat, occurrences, worker
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -26,18 +26,14 @@ SETTINGS = {
     "delayq_periodic_horizon": 2,
     "beat_schedule": {"tick": {"task": TICK, "schedule": 1.0}},
 }
-DEEP = 100_000
 
 
 def test_good_entries_run_each_occurrence_once_beside_bad_records_in_two_beats(
     make_app, redis_server, redis_client
 ) -> None:
     app = make_app(**{k: v for k, v in SETTINGS.items() if k != "beat_schedule"})
-    stored_raw(app, "deep", "1 " + "[" * DEEP + "]" * DEEP)
-    stored_raw(app, "not-json", "2 {")
-    for name, options in [("unroutable", {"queue": 5}), ("unserializable", {"serializer": "x"})]:
-        stored(app, good_entry(name, task=TICK, options=options))
-    stored(app, good_entry("never", task=TICK, **NEVER))
+    for shape, write in SHAPES.items():  # named to be read before the good entries
+        write(app, f"a-{shape}")
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", periodic.UnknownTaskWarning)  # the worker knows it
         periodic.upsert(app, "api-tick", TICK, 2.0)
@@ -60,7 +56,7 @@ def test_good_entries_run_each_occurrence_once_beside_bad_records_in_two_beats(
     assert_each_ran_once_without_gaps(occurrences(redis_client), timedelta(seconds=1))
     assert_each_ran_once_without_gaps(occurrences(redis_client, "api-tick"), timedelta(seconds=2))
     logs = "".join(b.output for b in beats)
-    for name in ["unroutable", "unserializable"]:
-        assert f"periodic entry {name!r} (version" in logs
-    for name in ["deep", "not-json"]:
-        assert f"periodic entry {name!r} cannot be read" in logs
+    for shape in ["unroutable", "unserializable"]:
+        assert f"periodic entry 'a-{shape}' (version" in logs
+    for shape in ["crontab-words", "deep", "deep-args", "not-json"]:
+        assert f"periodic entry 'a-{shape}' cannot be read" in logs
