@@ -94,6 +94,15 @@ def freeze_worker_at_the_end(self: Any) -> None:
         os.kill(os.getppid(), signal.SIGSTOP)
 
 
+@app.task(bind=True, acks_late=True)
+def kill_worker(self: Any) -> None:
+    """Record the run, then SIGKILL the worker's main process and this pool process, as
+    a message that exhausts memory or crashes C code would: every time it is delivered."""
+    record(self.request.id, eta_of(self.request), pid=os.getpid())
+    os.kill(os.getppid(), signal.SIGKILL)
+    os._exit(1)
+
+
 @app.task(bind=True, max_retries=3)
 def retry_once(self: Any, countdown: float) -> None:
     record(self.request.id, eta_of(self.request), retries=self.request.retries)

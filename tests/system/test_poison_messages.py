@@ -1,9 +1,10 @@
 """Poison messages: valid kombu envelopes whose headers Celery fails on (a list nested
-950 deep, ``timelimit = ["a", {}]``, ``stamped_headers = 5``) each ended a prefork
-worker ("Unrecoverable error"), and came back to end the next one. Sent between good
-tasks to a real prefork ``celery worker`` on Redis, RabbitMQ and SQS (moto's server),
-each goes to the dead letters of its queue with the reason, the worker lives on, and
-every good task runs once."""
+950 deep, ``timelimit = ["a", {}]``, ``stamped_headers = 5``, a ``task`` that is a list)
+each ended a prefork worker ("Unrecoverable error"), and came back to end the next one.
+Sent between good tasks to a real prefork ``celery worker`` on Redis, RabbitMQ and SQS
+(moto's server), each goes to the dead letters of its queue with the reason, the worker
+lives on, and every good task runs once. A message that kills its worker outright comes
+back after each death until ``delayq_max_deliveries``, then goes to the dead letters."""
 
 from __future__ import annotations
 
@@ -41,6 +42,8 @@ POISONS: dict[str, tuple[Any, str]] = {
     "deep": (nested(950), "nest deeper than"),
     "timelimit": (["a", {}], '"timelimit"'),
     "stamped_headers": (5, '"stamped_headers"'),
+    # no check names it: Celery raises (TypeError, a list as a key) and the guard catches it
+    "task": (["tests.worker_app.remember"], "Celery failed on it: TypeError"),
 }
 
 
@@ -95,22 +98,22 @@ def worker_settings(app: Celery) -> dict[str, Any]:
 
 
 def poison_between_good_tasks(app: Celery, broker_url: str, redis_client: Any, **kw: Any) -> Any:
-    """Run a prefork worker while three poison messages arrive between five good tasks;
-    return the worker's output once every good task ran and every poison is dead."""
+    """Run a prefork worker while the poison messages arrive between good tasks; return
+    the worker's output once every good task ran and every poison is dead."""
     settings = worker_settings(app)
     with celery_process("worker", broker_url, settings, "-P", "prefork", "-c", "2", **kw) as worker:
         good = [remember(app, "good 0")]
         for n, header in enumerate(POISONS, start=1):
             send_poison(app, header)
             good.append(remember(app, f"good {n}"))
-        good.append(remember(app, "good 4"))
+        good.append(remember(app, "good last"))
         try:
-            wait_until(lambda: len(dead_letters(app)) >= len(POISONS), timeout=60, what="3 dead")
-            wait_until(lambda: len(runs(redis_client)) >= len(good), timeout=60, what="5 runs")
+            wait_until(lambda: len(dead_letters(app)) >= len(POISONS), timeout=60, what="all dead")
+            wait_until(lambda: len(runs(redis_client)) >= len(good), timeout=60, what="good runs")
         except Exception:
             print(worker.output)
             raise
-        assert worker.returncode is None, worker.output
+        assert worker.popen.poll() is None, worker.output
         output = worker.output
     assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in good)
     letters = dead_letters(app)
@@ -149,3 +152,48 @@ def test_poison_messages_on_sqs_go_to_the_dead_letters_and_the_worker_lives_on(
     options = app.conf.broker_transport_options
     app.conf.broker_transport_options = {**options, "polling_interval": 0.1, "wait_time_seconds": 0}
     poison_between_good_tasks(app, sqs_server, redis_client, record_url=redis_server.url)
+
+
+#: Taken messages come back 3 s after their worker last had them; workers look every 1 s.
+KILLING = {
+    "delayq_max_deliveries": 2,
+    "broker_transport_options": {
+        "visibility_timeout": 3,
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    },
+}
+
+
+def test_a_message_that_kills_its_worker_goes_to_the_dead_letters_after_max_deliveries(
+    make_app: Callable[..., Celery], redis_server: Any, redis_client: Any
+) -> None:
+    """Each delivery SIGKILLs the worker (main process and pool process), as running out
+    of memory would; the next worker's restore brings the message back, counted. The
+    third delivery (``delayq_max_deliveries`` = 2) goes to the dead letters, and that
+    worker runs a good task and lives on."""
+    app = make_app(**KILLING)
+    queue = app.conf.task_default_queue
+    killer = app.send_task("tests.worker_app.kill_worker")
+
+    def dead() -> list[Any]:
+        with open_store(app) as store:
+            return store.dead.list(queue)
+
+    deaths = 0
+    while not dead():
+        assert deaths < 3, "the message came back after delayq_max_deliveries"
+        with celery_process("worker", redis_server.url, KILLING, "-P", "prefork", "-c", "1") as w:
+            wait_until(lambda: w.popen.poll() is not None or dead(), timeout=60, what="an end")
+            if w.popen.poll() is not None:
+                deaths += 1
+                continue
+            good = remember(app, "after")
+            wait_until(lambda: len(runs(redis_client)) == 3, timeout=30, what="the good task ran")
+            assert w.popen.poll() is None
+    assert deaths == 2
+    assert [run["id"] for run in runs(redis_client)] == [killer.id, killer.id, good.id]
+    (letter,) = dead()
+    assert "delivered 3 times" in letter.reason, letter.reason
+    assert killer.id.encode() in letter.record.payload
+    assert redis_client.llen(queue) == 0 and redis_client.hlen("unacked") == 0
