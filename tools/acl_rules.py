@@ -235,7 +235,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         GUIDE.write_text(guide.replace(quoted_line(guide), line))
     elif args.check and quoted_line(guide) != line:
-        print(f"{GUIDE.relative_to(ROOT)} does not quote the generated line:\n{line}")
+        print(
+            f"{GUIDE.relative_to(ROOT)} does not quote the generated line (the commands the "
+            f"code sends changed: run python tools/acl_rules.py --write):\n{line}"
+        )
         return 1
     elif not args.check:
         print(line)
