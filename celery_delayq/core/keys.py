@@ -41,6 +41,9 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:{Q}:tries         HASH   message key -> failed hand-overs so far
     P:{Q}:dead          HASH   message key -> record of a message that kept failing
     P:{Q}:dead:why      HASH   message key -> "<ms when> <tries> <reason>"
+    P:{Q}:deliveries:<M> STRING how many times a broker that keeps no count (a RabbitMQ
+                                classic queue) delivered message M again; expires a day
+                                after the last (worker/poison.py)
     P:{Q}:periodic      HASH   periodic entry name -> its mark: the version of the entry
                                 and the last occurrence written ahead (store/ahead.py)
     P:{Q}:periodic:ahead HASH  periodic entry name -> message keys of the occurrences
@@ -143,6 +146,9 @@ class QueueKeys:
     @property
     def dead_reasons(self) -> str:
         return f"{self.tagged}:dead:why"
+
+    def deliveries(self, message_id: str) -> str:
+        return f"{self.tagged}:deliveries:{message_id}"
 
     def move_keys(self) -> list[str]:
         """KEYS[1..6] of ``lua/move_due.lua``: an unreadable record goes to the dead letters."""

@@ -165,14 +165,12 @@ KILLING = {
 }
 
 
-def test_a_message_that_kills_its_worker_goes_to_the_dead_letters_after_max_deliveries(
-    make_app: Callable[..., Celery], redis_server: Any, redis_client: Any
-) -> None:
-    """Each delivery SIGKILLs the worker (main process and pool process), as running out
-    of memory would; the next worker's restore brings the message back, counted. The
-    third delivery (``delayq_max_deliveries`` = 2) goes to the dead letters, and that
-    worker runs a good task and lives on."""
-    app = make_app(**KILLING)
+def killed_until_dead(
+    app: Celery, broker_url: str, settings: dict[str, Any], redis_client: Any, **kw: Any
+) -> Any:
+    """Send a task that SIGKILLs its worker (main process and pool process) on every
+    delivery, as running out of memory would, and start a worker after each death; the
+    dead letter once a worker moved the message there instead (and ran a good task)."""
     queue = app.conf.task_default_queue
     killer = app.send_task("tests.worker_app.kill_worker")
 
@@ -181,19 +179,47 @@ def test_a_message_that_kills_its_worker_goes_to_the_dead_letters_after_max_deli
             return store.dead.list(queue)
 
     deaths = 0
+    prefork = ("-P", "prefork", "-c", "1")
     while not dead():
         assert deaths < 3, "the message came back after delayq_max_deliveries"
-        with celery_process("worker", redis_server.url, KILLING, "-P", "prefork", "-c", "1") as w:
-            wait_until(lambda: w.popen.poll() is not None or dead(), timeout=60, what="an end")
-            if w.popen.poll() is not None:
+        with celery_process("worker", broker_url, settings, *prefork, **kw) as worker:
+            wait_until(lambda: worker.popen.poll() is not None or dead(), timeout=60)
+            if worker.popen.poll() is not None:
                 deaths += 1
                 continue
             good = remember(app, "after")
             wait_until(lambda: len(runs(redis_client)) == 3, timeout=30, what="the good task ran")
-            assert w.popen.poll() is None
+            assert worker.popen.poll() is None
     assert deaths == 2
     assert [run["id"] for run in runs(redis_client)] == [killer.id, killer.id, good.id]
     (letter,) = dead()
     assert "delivered 3 times" in letter.reason, letter.reason
     assert killer.id.encode() in letter.record.payload
-    assert redis_client.llen(queue) == 0 and redis_client.hlen("unacked") == 0
+    return letter
+
+
+def test_a_message_that_kills_its_worker_goes_to_the_dead_letters_after_max_deliveries(
+    make_app: Callable[..., Celery], redis_server: Any, redis_client: Any
+) -> None:
+    """Redis: the next worker's restore brings the message back after each death,
+    counted in its ``delayq_redeliveries`` header; the third delivery
+    (``delayq_max_deliveries`` = 2) goes to the dead letters."""
+    app = make_app(**KILLING)
+    killed_until_dead(app, redis_server.url, KILLING, redis_client)
+    assert redis_client.llen(app.conf.task_default_queue) == 0
+    assert redis_client.hlen("unacked") == 0
+
+
+def test_a_message_that_kills_its_worker_on_a_rabbitmq_classic_queue_is_counted_in_the_store(
+    make_amqp_app: Callable[..., Celery], rabbitmq_url: str, redis_server: Any, redis_client: Any
+) -> None:
+    """RabbitMQ gives a classic queue's message back at once, marked redelivered, with no
+    count; the delayed store counts them, and the third delivery goes to the dead
+    letters."""
+    app = make_amqp_app(delayq_max_deliveries=2)
+    settings = {**worker_settings(app), "delayq_max_deliveries": 2}
+    killed_until_dead(app, rabbitmq_url, settings, redis_client, record_url=redis_server.url)
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        _, ready, _ = channel.queue_declare(app.conf.task_default_queue, passive=True)
+    assert ready == 0

@@ -16,6 +16,8 @@ publish due messages to the exchange and routing key the producer chose, with co
 
 from __future__ import annotations
 
+import hashlib
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -28,9 +30,12 @@ from ...core.handover import Publisher
 from ...core.store import DelayedStore
 from ..common.delivered import Delivered, count_of
 from ..common.diverter import Diverter, Outbound, store_for, uses_delayq
+from ..common.errors import STORE_OUTAGES
 from ..common.settings import DelayqConfig, config_of
 from .envelope import destination, envelope
 from .publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher, check_publishable
+
+logger = logging.getLogger(__name__)
 
 
 class AMQPChannel(pyamqp.Channel):
@@ -102,14 +107,25 @@ class AMQPChannel(pyamqp.Channel):
         raw = amqp.Message(message.body, **message.properties)
         return Delivered(queue, destination("", queue), envelope(raw))
 
-    @staticmethod
-    def delivery_count(message: Any) -> int:
-        """How many times RabbitMQ has delivered ``message``, this time included, as a
-        quorum queue counts (``x-delivery-count``: earlier deliveries); 0 when untold."""
+    def delivery_count(self, message: Any) -> int:
+        """How many times RabbitMQ has delivered ``message``, this time included: as a
+        quorum queue counts (``x-delivery-count``, earlier deliveries), else as the
+        delayed store counts the deliveries RabbitMQ marks ``redelivered``; 0 (unknown)
+        while the store cannot be reached."""
         headers = message.headers or {}
-        if "x-delivery-count" not in headers:
-            return 0 if (message.delivery_info or {}).get("redelivered") else 1
-        return 1 + count_of(headers["x-delivery-count"])
+        if "x-delivery-count" in headers:
+            return 1 + count_of(headers["x-delivery-count"])
+        info = message.delivery_info or {}
+        if not info.get("redelivered"):
+            return 1
+        queue = str(self.consumed_queues.get(str(info.get("consumer_tag"))) or "")
+        body = message.body if isinstance(message.body, bytes) else str(message.body).encode()
+        identity = hashlib.sha256(f"{headers.get('id')!s:.200}".encode() + b"\0" + body)
+        try:
+            return 1 + self.diverter.store.dead.count_redelivery(queue, identity.hexdigest()[:32])
+        except STORE_OUTAGES as exc:
+            logger.warning("celery-delayq: cannot count a redelivery (the store): %r", exc)
+            return 0
 
 
 class AMQPConnection(pyamqp.Connection):

@@ -79,7 +79,8 @@ class DelayqConfig:
             "Most deliveries of one message to workers: delivered again after that (a message"
             " that kills its worker comes back after each death), it goes to the dead letters "
             "instead (``celery delayq dead``). Counted on Redis (with "
-            "``delayq_reliable_consume``), SQS and RabbitMQ quorum queues; 0: no bound."
+            "``delayq_reliable_consume``), SQS and RabbitMQ (a classic queue's in the delayed "
+            "store); 0: no bound."
         ),
         valid="an integer from 0 to 1000000",
     )

@@ -49,6 +49,16 @@ class DeadLetters:
             pipe.hincrby(keys.stats, "dead", 1)
             pipe.execute()
 
+    def count_redelivery(self, queue: str, message_id: str, keep_seconds: int = 86400) -> int:
+        """Count one more delivery of a message of ``queue`` by a broker that keeps no count
+        of its own (worker/poison.py bounds deliveries); how many so far. The count is kept
+        ``keep_seconds`` after the last."""
+        key = self.state.keys.for_queue(queue).deliveries(message_id)
+        with self.state.client.pipeline(transaction=True) as pipe:
+            pipe.incr(key)
+            pipe.expire(key, keep_seconds)
+            return int(pipe.execute()[0])
+
     def resend(self, queue: str, message_keys: Sequence[bytes]) -> int:
         """Schedule these dead letters of ``queue`` again, due now; how many. Each shard
         takes back those it holds (a duplicate's key does not tell its shard)."""
