@@ -56,7 +56,7 @@ class DeadLetters:
         key = self.state.keys.for_queue(queue).deliveries(message_id)
         with self.state.client.pipeline(transaction=True) as pipe:
             pipe.incr(key)
-            pipe.expire(key, keep_seconds)
+            pipe.pexpire(key, keep_seconds * 1000)
             return int(pipe.execute()[0])
 
     def resend(self, queue: str, message_keys: Sequence[bytes]) -> int:
