@@ -38,7 +38,7 @@ from celery import bootsteps
 from celery.worker import state
 from kombu.utils.encoding import safe_repr
 
-from ..brokers.common.delivered import Delivered, file_dead_letter
+from ..brokers.common.message import Delivered, file_dead_letter
 from ..brokers.common.settings import config_of
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from celery_delayq.brokers.redis.restore import REDELIVERIES_HEADER
 from ..helpers import channel_of
 from .test_restore import queued, wait_until_visible
 
-pytestmark = pytest.mark.promise("ready-never-lost")
+pytestmark = pytest.mark.promise("ready-never-lost", "restore-never-nowhere")
 
 
 def publish_routed_nowhere(channel: Any, redis_client: redis.Redis, queue: str) -> None:

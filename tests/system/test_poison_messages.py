@@ -124,6 +124,7 @@ def poison_between_good_tasks(app: Celery, broker_url: str, redis_client: Any, *
     return output
 
 
+@pytest.mark.promise("celery-poison-dead-lettered")
 def test_poison_messages_on_redis_go_to_the_dead_letters_and_the_worker_lives_on(
     make_app: Callable[..., Celery], redis_server: Any, redis_client: Any
 ) -> None:
@@ -134,6 +135,7 @@ def test_poison_messages_on_redis_go_to_the_dead_letters_and_the_worker_lives_on
     assert redis_client.hlen("unacked") == 0
 
 
+@pytest.mark.promise("celery-poison-dead-lettered")
 def test_poison_messages_on_rabbitmq_go_to_the_dead_letters_and_the_worker_lives_on(
     make_amqp_app: Callable[..., Celery], rabbitmq_url: str, redis_server: Any, redis_client: Any
 ) -> None:
@@ -145,6 +147,7 @@ def test_poison_messages_on_rabbitmq_go_to_the_dead_letters_and_the_worker_lives
     assert ready == 0
 
 
+@pytest.mark.promise("celery-poison-dead-lettered")
 def test_poison_messages_on_sqs_go_to_the_dead_letters_and_the_worker_lives_on(
     make_sqs_app: Callable[..., Celery], sqs_server: str, redis_server: Any, redis_client: Any
 ) -> None:
@@ -198,6 +201,7 @@ def killed_until_dead(
     return letter
 
 
+@pytest.mark.promise("deliveries-bounded")
 def test_a_message_that_kills_its_worker_goes_to_the_dead_letters_after_max_deliveries(
     make_app: Callable[..., Celery], redis_server: Any, redis_client: Any
 ) -> None:
@@ -210,6 +214,7 @@ def test_a_message_that_kills_its_worker_goes_to_the_dead_letters_after_max_deli
     assert redis_client.hlen("unacked") == 0
 
 
+@pytest.mark.promise("deliveries-bounded")
 def test_a_message_that_kills_its_worker_on_a_rabbitmq_classic_queue_is_counted_in_the_store(
     make_amqp_app: Callable[..., Celery], rabbitmq_url: str, redis_server: Any, redis_client: Any
 ) -> None:

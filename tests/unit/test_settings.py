@@ -160,6 +160,7 @@ REFUSED = {
     "delayq_mover_retry_max": "soon",
     "delayq_metrics_port": 70_000,
     "delayq_inspect_limit": -1,
+    "delayq_max_deliveries": -1,
     "delayq_store_url": "amqp://x//",
     "delayq_store_shards": 0,
     "delayq_store_wait_replicas": 17,

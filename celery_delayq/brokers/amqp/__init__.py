@@ -28,9 +28,9 @@ from kombu.transport import pyamqp
 
 from ...core.handover import Publisher
 from ...core.store import DelayedStore
-from ..common.delivered import Delivered, count_of
 from ..common.diverter import Diverter, Outbound, store_for, uses_delayq
 from ..common.errors import STORE_OUTAGES
+from ..common.message import Delivered, count_of
 from ..common.settings import DelayqConfig, config_of
 from .envelope import destination, envelope
 from .publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher, check_publishable

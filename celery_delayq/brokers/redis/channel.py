@@ -26,8 +26,8 @@ from kombu.utils.encoding import bytes_to_str
 from ...core.handover import Publisher, SameRedisMove
 from ...core.keys import KeySpace
 from ...core.store import DelayedStore, Scheduled
-from ..common.delivered import Delivered
 from ..common.diverter import Diverter, Outbound, store_for, virtual_outbound
+from ..common.message import Delivered
 from ..common.settings import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig
 from .consume import AtomicConsumer, CheckedMessage
 from .landing import WAIT_TYPE

@@ -54,7 +54,7 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
 from ...core.lua_scripts import read_lua, register_all
-from ..common.delivered import Delivered, count_of, file_dead_letter
+from ..common.message import Delivered, count_of, file_dead_letter
 from .landing import WAIT_TYPE, LandingWait, LandingWaits
 from .restore import REDELIVERIES_HEADER, LeasingPoller
 

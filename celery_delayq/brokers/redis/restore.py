@@ -54,7 +54,7 @@ from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
 
-from ..common.delivered import Delivered, file_dead_letter
+from ..common.message import Delivered, file_dead_letter
 
 logger = logging.getLogger(__name__)
 
