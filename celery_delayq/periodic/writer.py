@@ -209,7 +209,7 @@ class OccurrenceWriter:
 
     def _route(self, entries: Sequence[Versioned]) -> list[Versioned]:
         """The entries to advance (those not ended) whose queue is known, their queues
-        kept in ``_queues``; an entry that cannot be routed is a failure."""
+        kept in ``_queues``; an entry that cannot be routed is a failure, unless paused."""
         queues: dict[tuple[str, int], str] = {}
         routed: list[Versioned] = []
         for each in entries:
@@ -219,7 +219,10 @@ class OccurrenceWriter:
             try:
                 queues[key] = self._queues.get(key) or self.queue_of(each.entry)
             except Exception as exc:
-                self._failed(each, exc)
+                if each.entry.enabled:
+                    self._failed(each, exc)
+                else:  # paused: none of it was written ahead, nothing is to be withdrawn
+                    self._ended.add(key)
                 continue
             routed.append(each)
         self._queues = queues  # the routes of the entries as they are now

@@ -392,9 +392,11 @@ def test_a_crontab_that_never_fires_is_searched_once_per_version_however_many_pa
     assert len(searches) == 2
 
 
-def test_an_entry_that_cannot_be_sent_can_be_paused_but_not_resumed_or_run(app) -> None:
+def test_an_entry_that_cannot_be_sent_can_be_paused_but_not_resumed_or_run(app, beat) -> None:
     stored(app, good_entry("unroutable", options={"queue": 5}))
     periodic.pause(app, "unroutable")
+    beat._pass(datetime.now(timezone.utc))
+    assert not beat.writer.failures  # paused, it has nothing to write
     with pytest.raises(ValueError, match="'unroutable' refused"):
         periodic.resume(app, "unroutable")
     with pytest.raises(ValueError, match="'unroutable' refused"):
