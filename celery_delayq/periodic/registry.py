@@ -72,13 +72,9 @@ class EntryRegistry:
 
     def get(self, name: str) -> Versioned | None:
         """The entry named ``name``, or None (also for one that cannot be read)."""
-        found = self.read(name)
-        return found if isinstance(found, Versioned) else None
-
-    def read(self, name: str) -> Read | None:
-        """The entry named ``name``, or why it cannot be read; None if there is none."""
         raw = self.client.hget(self.keys.periodic_entries, name)
-        return None if raw is None else _read(name, raw)
+        found = None if raw is None else _read(name, raw)
+        return found if isinstance(found, Versioned) else None
 
     def all(self, parsed: dict[Stored, Read] | None = None) -> list[Versioned]:
         """Every readable entry, by name; unreadable ones are logged and left out."""
@@ -131,6 +127,6 @@ def _read(name: str | bytes, raw: bytes | str) -> Read:
             raise ValueError(f"it names itself {entry.name[:50]!r}")
         return Versioned(entry, number)
     except Exception as exc:
-        reason = error_text(exc)
-        logger.warning("periodic entry %r cannot be read, and is left out: %s", field, reason)
-        return Unreadable(field[:MAX_NAME_LENGTH], reason)
+        shown, reason = field[:MAX_NAME_LENGTH], error_text(exc)
+        logger.warning("periodic entry %r cannot be read, and is left out: %s", shown, reason)
+        return Unreadable(shown, reason)
