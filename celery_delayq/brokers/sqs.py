@@ -14,13 +14,10 @@ Needs kombu's ``sqs`` extra (``pip install "celery-delayq[sqs]"``).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
-import botocore.session
 from botocore.exceptions import ParamValidationError
-from botocore.model import Shape
 from botocore.validate import validate_parameters
 from celery import Celery
 from kombu.transport import SQS
@@ -47,6 +44,7 @@ class SQSChannel(SQS.Channel):
         self.diverter = Diverter.of_current_app(
             self.store_for, broker=getattr(args[0], "client", None)
         )
+        self._only_checking = False  # check_sendable: kombu's put sends nothing
         super().__init__(*args, **kwargs)
 
     @classmethod
@@ -58,7 +56,7 @@ class SQSChannel(SQS.Channel):
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         """Publish, or store until due (sent to the same queue when due)."""
-        outbound = virtual_outbound(queue, message, destination=queue, validate=check_sendable)
+        outbound = virtual_outbound(queue, message, destination=queue, validate=self.check_sendable)
         if not self.diverter.divert(outbound):
             super()._put(queue, message, **kwargs)
 
@@ -70,6 +68,22 @@ class SQSChannel(SQS.Channel):
     def put_now(self, queue: str, message: dict[str, Any]) -> None:
         """kombu's own put, for a due message (never diverted to the store again)."""
         super()._put(queue, message)
+
+    def check_sendable(self, queue: str, payload: bytes) -> None:
+        """Run kombu's own put of a message kept for later, as its hand-over will run it
+        when due, but send nothing: botocore checks the SendMessage arguments kombu made
+        of it (``ParamValidationError`` for a MessageGroupId that is no string), so the
+        publish fails now, as a publish made at once fails, not every hand-over of it."""
+        self._only_checking = True
+        try:
+            super()._put(queue, loads(payload))
+        finally:
+            self._only_checking = False
+
+    def sqs(self, queue: str | None = None) -> Any:
+        """kombu's SQS client; while a put is only checked, one that sends nothing."""
+        client = super().sqs(queue)
+        return ArgumentsCheck(client) if self._only_checking else client
 
     # -- what the worker's poison guard asks of a delivered message (worker/poison.py) --
 
@@ -108,31 +122,16 @@ class SQSTransport(SQS.Transport):
     recoverable_connection_errors = store_retrying_errors(SQS.Transport)
 
 
-def send_message_arguments(queue: str, message: Mapping[str, Any]) -> dict[str, Any]:
-    """The SendMessage arguments kombu's SQS put (``Channel._put``) takes from a message's
-    properties, beside the queue URL and the body (here placeholders: a string, as
-    kombu's always are). Its delay is left out: kombu clamps it to what SQS takes."""
-    properties = message.get("properties") or {}
-    arguments: dict[str, Any] = {"QueueUrl": queue, "MessageBody": ""}
-    if "message_attributes" in properties:
-        arguments["MessageAttributes"] = properties["message_attributes"]
-    if "MessageGroupId" in properties:
-        arguments["MessageGroupId"] = properties["MessageGroupId"]
-    if queue.endswith(".fifo") and "MessageDeduplicationId" in properties:
-        arguments["MessageDeduplicationId"] = properties["MessageDeduplicationId"]
-    return arguments
+class ArgumentsCheck:
+    """Stands in for an SQS client while a put is only checked: SendMessage's arguments
+    are validated as botocore validates them before a request, and nothing is sent."""
 
+    def __init__(self, client: Any) -> None:
+        self.client = client
 
-def check_sendable(queue: str, payload: bytes) -> None:
-    """Check a delayed message now as botocore will check its SendMessage when it is due
-    (``ParamValidationError``: a MessageGroupId that is no string, message attributes
-    that are no map), so the publish fails now, as a publish made at once fails, instead
-    of every hand-over of it."""
-    validate_parameters(send_message_arguments(queue, loads(payload)), _send_message_input())
+    def send_message(self, **arguments: Any) -> None:
+        model = self.client.meta.service_model.operation_model("SendMessage")
+        validate_parameters(arguments, model.input_shape)
 
-
-@functools.lru_cache(maxsize=1)
-def _send_message_input() -> Shape:
-    """SendMessage's input shape in botocore's model of SQS (read once: about 0.1 s)."""
-    model = botocore.session.get_session().get_service_model("sqs")
-    return model.operation_model("SendMessage").input_shape
+    def change_message_visibility(self, **arguments: Any) -> None:
+        """kombu's put of a message marked redelivered: nothing is sent, nothing to check."""

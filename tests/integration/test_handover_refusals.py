@@ -155,17 +155,20 @@ def sqs_envelope(task_id: str, **properties: Any) -> bytes:
 def test_a_delayed_publish_botocore_refuses_fails_as_one_made_at_once(
     make_sqs_app: Callable[..., Celery],
 ) -> None:
+    """kombu passes a FIFO queue's MessageGroupId to SendMessage (every kombu version;
+    some pass a standard queue's too), and botocore checks its type before sending."""
     app = make_sqs_app()
+    fifo = f"{app.conf.task_default_queue}.fifo"
     with pytest.raises(kombu.exceptions.OperationalError) as at_once:
-        app.send_task("tests.remember", MessageGroupId=5)
+        app.send_task("tests.remember", queue=fifo, MessageGroupId=5)
     with pytest.raises(kombu.exceptions.OperationalError) as delayed:
-        app.send_task("tests.remember", countdown=2, MessageGroupId=5)
+        app.send_task("tests.remember", countdown=2, queue=fifo, MessageGroupId=5)
 
     assert str(delayed.value) == str(at_once.value)
     assert "Invalid type for parameter MessageGroupId" in str(delayed.value)
     assert celery_delayq.backlog(app) == []
-    assert sqs_messages(app, app.conf.task_default_queue) == []
-    app.send_task("tests.remember", countdown=2, MessageGroupId="5")
+    assert sqs_messages(app, fifo) == []
+    app.send_task("tests.remember", countdown=2, queue=fifo, MessageGroupId="5")
     assert celery_delayq.backlog(app)[0].pending == 1  # the producer goes on
 
 
@@ -173,17 +176,18 @@ def test_a_delayed_publish_botocore_refuses_fails_as_one_made_at_once(
 def test_a_stored_message_botocore_refuses_is_dead_lettered_alone_and_every_queue_goes_on(
     make_sqs_app: Callable[..., Celery],
 ) -> None:
-    """A MessageGroupId that is no string, message attributes that are no map: botocore
-    refuses the SendMessage (a ``BotoCoreError``, which kombu lists among SQS's connection
-    errors) before anything is sent. Those two are dead-lettered with the reason after
-    their tries; the 50 good messages of their queue and 20 of another arrive."""
+    """Message attributes that are no map, a FIFO queue's MessageGroupId that is no
+    string: botocore refuses the SendMessage (a ``BotoCoreError``, which kombu lists
+    among SQS's connection errors) before anything is sent. Each is dead-lettered with
+    the reason after its tries; the 50 good messages of one queue and 20 of the other
+    arrive."""
     app = make_sqs_app(**TRIES)
-    first, second = app.conf.task_default_queue, f"{app.conf.task_default_queue}-2"
+    first, second = app.conf.task_default_queue, f"{app.conf.task_default_queue}.fifo"
     good = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(50)]
     other = [app.send_task("tests.remember", (i,), countdown=3600, queue=second) for i in range(20)]
     overdue(app, *good[:25])
     group, attributes = str(uuid.uuid4()), str(uuid.uuid4())
-    store_due_now(app, first, group, first, sqs_envelope(group, MessageGroupId=5))
+    store_due_now(app, second, group, second, sqs_envelope(group, MessageGroupId=5))
     store_due_now(app, first, attributes, first, sqs_envelope(attributes, message_attributes="zz"))
     overdue(app, *good[25:], *other)
 

@@ -63,7 +63,7 @@ def test_a_stored_header_py_amqp_cannot_encode_stops_neither_its_queue_nor_anoth
 
 
 @pytest.mark.slow
-def test_a_stored_message_botocore_refuses_stops_neither_its_queue_nor_another(
+def test_stored_message_attributes_botocore_refuses_stop_neither_their_queue_nor_another(
     make_sqs_app: Callable[..., Celery],
     sqs_server: str,
     redis_server: Any,
@@ -90,7 +90,7 @@ def test_a_stored_message_botocore_refuses_stops_neither_its_queue_nor_another(
     bad_id = str(uuid.uuid4())
     with open_store(app) as store:  # stored before its publish was checked, or by hand
         due = store.server_time_ms() - 1
-        payload = sqs_envelope(bad_id, MessageGroupId=5)
+        payload = sqs_envelope(bad_id, message_attributes="zz")
         store.schedule_many([Scheduled(first, bad_id, bad_id, due, first, payload)])
 
     with celery_process(
