@@ -61,7 +61,8 @@ class DeadLetters:
 
     def resend(self, queue: str, message_keys: Sequence[bytes]) -> int:
         """Schedule these dead letters of ``queue`` again, due now; how many. Each shard
-        takes back those it holds (a duplicate's key does not tell its shard)."""
+        takes back those it holds (a duplicate's key does not tell its shard); one whose
+        record a move cannot read stays a dead letter (lua/resend_dead.lua)."""
         if not message_keys:
             return 0
         script = self.state.scripts.resend_dead
