@@ -2,6 +2,9 @@
 taking one big message with ``consume.lua`` costs, as a ratio to a plain ``RPOP`` of the
 same message.
 
+With ``--bounds``, small messages at the script's bounds are measured too (the most it
+decodes whole, in the costliest shapes; a big one it skims as far as it goes).
+
 With ``--hostile``, messages of the same sizes shaped against the script's skim of the
 envelope are measured too: a body of escaped quotes, headers of small numbers, spaces
 between two keys (each is read whole once the skim gives up, as every message was before).
@@ -92,6 +95,20 @@ def hostile(size: int) -> dict[str, bytes]:
     }
 
 
+def at_the_bounds() -> dict[str, bytes]:
+    """Messages at the script's bounds: the most it reads whole (16 KiB) in the costliest
+    shapes, and big ones it leaves to the consumer after skimming as far as it goes."""
+    properties, most = b'"properties": {"delivery_tag": "t"}', 16_384
+    return {
+        "16 KiB of numbers": b'{"h": [' + b"1," * ((most - 60) // 2) + b"1], " + properties + b"}",
+        "16 KiB of nested objects": b'{"a":' * (most // 5),
+        "16 KiB of escaped quotes": (
+            b'{"a": "' + b'\\"' * ((most - 60) // 2) + b'", ' + properties + b"}"
+        ),
+        "1 MB of short strings": b'{"h": [' + b'"a",' * 250_000 + b'"a"], ' + properties + b"}",
+    }
+
+
 def big_message(url: str, size: int) -> bytes:
     """A Celery task message with a ``size``-byte argument, as stock kombu publishes it."""
     app = Celery("bench", broker=url)
@@ -122,7 +139,7 @@ def take(consumer: Any, client: redis.Redis) -> tuple[float, int]:
         assert named(Taken.of(reply), args[1], QUEUE, QUEUE, QUEUE) is not None
         redis_us += last_duration(client, b"EVALSHA")
     client_ms = (time.perf_counter() - began) * 1000
-    assert reply[1] and reply[2] and not reply[3], reply[2:]
+    assert reply[1] and (reply[2] or reply[3]), reply[2:]  # taken, or left with a reason
     return client_ms, redis_us
 
 
@@ -145,7 +162,7 @@ def measure(
         client_ms, redis_us = take(consumer, client)
         sized.consume_ms.append(client_ms)
         sized.consume_us.append(redis_us)
-        client.delete(UNACKED, INDEX)
+        client.delete(QUEUE, UNACKED, INDEX)
         client.lpush(QUEUE, message)
         began = time.perf_counter()
         assert floor([QUEUE, UNACKED]) == message
@@ -155,7 +172,7 @@ def measure(
     return sized
 
 
-def run(sizes_mb: list[float], rounds: int, shapes: bool) -> tuple[list[Sized], str]:
+def run(sizes_mb: list[float], rounds: int, shapes: bool, bounds: bool) -> tuple[list[Sized], str]:
     results = []
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url, socket_timeout=600)
@@ -174,8 +191,15 @@ def run(sizes_mb: list[float], rounds: int, shapes: bool) -> tuple[list[Sized], 
                 for shape, crafted in hostile(int(mb * 1_000_000)).items() if shapes else ():
                     results.append(measure(consumer, client, crafted, rounds, shape))
                     print(row(results[-1]), flush=True)
+            for shape, crafted in at_the_bounds().items() if bounds else ():
+                results.append(measure(consumer, client, crafted, rounds, shape))
+                print(row(results[-1]), flush=True)
         client.close()
     return results, version
+
+
+def size_of(size: int) -> str:
+    return f"{size / 1e6:.1f} MB" if size >= 1e6 else f"{size / 1e3:.1f} kB"
 
 
 def row(sized: Sized) -> str:
@@ -185,7 +209,7 @@ def row(sized: Sized) -> str:
     floor_ms, floor_us = med(sized.floor_ms), med(sized.floor_us)
     shape = f", {sized.shape}" if sized.shape else ""
     return (
-        f"| {sized.size / 1e6:.1f} MB{shape} | {rpop_ms:.2f} | {consume_ms:.2f} | "
+        f"| {size_of(sized.size)}{shape} | {rpop_ms:.2f} | {consume_ms:.2f} | "
         f"{consume_ms / rpop_ms:.2f}x | {floor_ms / rpop_ms:.2f}x | {rpop_us:,.0f} | "
         f"{consume_us:,.0f} | {consume_us / max(rpop_us, 1):.1f}x | "
         f"{floor_us / max(rpop_us, 1):.1f}x | {'met' if sized.met() else 'NOT met'} |"
@@ -214,13 +238,14 @@ def render(results: list[Sized], rounds: int, version: str, took: float) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
-    parser.add_argument("--sizes", type=float, nargs="+", default=list(SIZES_MB), help="MB")
+    parser.add_argument("--sizes", type=float, nargs="*", default=list(SIZES_MB), help="MB")
     parser.add_argument("--rounds", type=int, default=7, help="calls each way per size")
     parser.add_argument("--hostile", action="store_true", help="shapes against the skim too")
+    parser.add_argument("--bounds", action="store_true", help="shapes at the script's bounds")
     parser.add_argument("--output", type=Path)
     options = parser.parse_args()
     started = time.time()
-    results, version = run(options.sizes, options.rounds, options.hostile)
+    results, version = run(options.sizes, options.rounds, options.hostile, options.bounds)
     report = render(results, options.rounds, version, time.time() - started)
     print(report)
     if options.output:
