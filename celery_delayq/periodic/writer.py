@@ -393,13 +393,19 @@ class OccurrenceWriter:
 
 def send_occurrence(app: Celery, entry: PeriodicEntry, occurrence: datetime, **send: Any) -> Any:
     """``app.send_task`` for one occurrence of ``entry``: its task, arguments and options,
-    the entry's headers with the occurrence's and the entry's name on top."""
+    the entry's headers with the occurrence's and the entry's name on top.
+
+    An ``expires`` in seconds counts from the ``eta`` (when Celery's beat would send it):
+    Celery counts it from the send, and an occurrence is sent when written ahead."""
     headers = {
         **dict(entry.options.get("headers") or {}),
         OCCURRENCE_HEADER: occurrence.isoformat(),
         ENTRY_HEADER: entry.name,
     }
     options = {key: value for key, value in entry.options.items() if key != "headers"}
+    expires, eta = options.get("expires"), send.get("eta")
+    if isinstance(expires, (int, float)) and not isinstance(expires, bool) and eta is not None:
+        options["expires"] = eta + timedelta(seconds=expires)
     return app.send_task(
         entry.task, args=entry.args, kwargs=dict(entry.kwargs), headers=headers, **options, **send
     )

@@ -420,3 +420,15 @@ def test_a_beat_schedule_entry_that_cannot_be_sent_is_left_out_and_the_others_wr
     assert (synced.written, synced.refused) == (["good"], ["bad"])
     assert "beat_schedule['bad'] is not written" in caplog.text
     assert [info.entry.name for info in periodic.entries(app)] == ["good"]
+
+
+def test_an_expires_in_seconds_counts_from_each_occurrence_not_from_its_write_ahead(app) -> None:
+    """Celery counts a numeric ``expires`` from the send; an occurrence is sent when it is
+    written ahead, minutes before it is due, and would expire unrun."""
+    periodic.upsert(app, "expiring", TASK, 60.0, options={"expires": 30})
+    with open_store(app) as store:
+        written = [json.loads(m.record.payload)["headers"] for m in store.pending(limit=10)]
+    assert len(written) >= 4  # the default horizon: 300 s
+    for headers in written:
+        eta, expires = (datetime.fromisoformat(headers[key]) for key in ("eta", "expires"))
+        assert expires - eta == timedelta(seconds=30)
