@@ -1,12 +1,13 @@
 """Managing periodic entries at run time, without restarting anything.
 
 ``upsert`` adds or replaces an entry; ``remove``, ``pause`` and ``resume`` change it;
-``run_now`` sends one extra occurrence at once; ``get`` and ``entries`` read them with
-their next occurrences. Each change takes the entry's next version (registry.py) and
-rewrites its occurrences written ahead at once (writer.py), so it takes effect from the
-next occurrence even while no beat runs. Bad input raises a ``ValueError`` before
-anything is written; a task name this app does not know is written, with a warning (the
-workers may know it).
+``run_now`` sends one extra occurrence at once; ``get``, ``entries`` and ``listing`` read
+them with their next occurrences (``listing`` also names the stored records that cannot
+be read). Each change takes the entry's next version (registry.py) and rewrites its
+occurrences written ahead at once (writer.py), so it takes effect from the next
+occurrence even while no beat runs. Bad input, and an entry whose message cannot be built
+(``OccurrenceWriter.check``), raise a ``ValueError`` before anything is written; a task
+name this app does not know is written, with a warning (the workers may know it).
 """
 
 from __future__ import annotations
