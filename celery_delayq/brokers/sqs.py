@@ -123,15 +123,22 @@ class SQSTransport(SQS.Transport):
 
 
 class ArgumentsCheck:
-    """Stands in for an SQS client while a put is only checked: SendMessage's arguments
-    are validated as botocore validates them before a request, and nothing is sent."""
+    """Stands in for an SQS client while a put is only checked: each call's arguments are
+    validated as botocore validates them before a request, and nothing is sent."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
 
-    def send_message(self, **arguments: Any) -> None:
-        model = self.client.meta.service_model.operation_model("SendMessage")
-        validate_parameters(arguments, model.input_shape)
+    def __getattr__(self, method: str) -> Callable[..., None]:
+        """``send_message`` and any other method of the client, as a check."""
+        meta = self.client.meta
+        try:
+            operation = meta.method_to_api_mapping[method]
+        except KeyError:
+            raise AttributeError(method) from None
+        shape = meta.service_model.operation_model(operation).input_shape
 
-    def change_message_visibility(self, **arguments: Any) -> None:
-        """kombu's put of a message marked redelivered: nothing is sent, nothing to check."""
+        def check(**arguments: Any) -> None:
+            validate_parameters(arguments, shape)
+
+        return check
