@@ -132,8 +132,9 @@ def add(
         fields = cron.split()
         if len(fields) != 5:
             raise click.BadParameter("five fields", param_hint="--crontab")
+        minute, hour, day, month, weekday = fields  # cron's order, not crontab()'s
         try:
-            schedule = crontab(*fields)
+            schedule = crontab(minute, hour, weekday, day, month)
         except ValueError as exc:
             raise click.BadParameter(str(exc), param_hint="--crontab") from None
     try:

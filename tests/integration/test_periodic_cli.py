@@ -63,12 +63,30 @@ def test_add_list_show_pause_resume_run_and_remove(app) -> None:
         (["--every", "60", "--args", "{not json"], "not JSON"),
         (["--every", "60", "--kwargs", "[1]"], "a JSON dict"),
         (["--every", "0"], "positive"),
+        (["--every", "60", "--options", '{"serializer": "nope"}'], "No encoder installed"),
+        (["--every", "60", "--options", '{"queue": 5}'], "refused"),
+        (["--crontab", "* 1 31 3 sun", "--timezone", "Antarctica/Troll"], "never fires"),
     ],
 )
 def test_bad_input_is_refused_and_writes_nothing(app, args, says) -> None:
     result = invoke(app, "periodic", "add", "x", "--task", TASK, *args)
     assert result.exit_code != 0 and says in result.output, result.output
     assert invoke(app, "periodic", "list", "--json").stdout.strip() == "[]"
+
+
+def test_a_crontab_line_is_read_in_crons_order(app) -> None:
+    """minute hour day-of-month month day-of-week (Celery's ``crontab()`` takes the day
+    of the week third)."""
+    line = ["periodic", "add", "monthly", "--task", TASK, "--crontab", "0 9 1 6 mon-fri"]
+    assert invoke(app, *line).exit_code == 0
+    shown = json.loads(invoke(app, "periodic", "show", "monthly", "--json").stdout)
+    assert shown["schedule"]["crontab"] == {
+        "minute": "0",
+        "hour": "9",
+        "day_of_month": "1",
+        "month_of_year": "6",
+        "day_of_week": "mon-fri",
+    }
 
 
 def test_show_and_pause_of_an_unknown_entry_say_so(app) -> None:
