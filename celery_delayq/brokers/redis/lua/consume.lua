@@ -10,21 +10,22 @@
 -- the dead letters (consume.py). Popping first keeps the common path at one Redis
 -- command per message taken (an LINDEX before it would add one).
 --
--- Only the envelope's "properties" are decoded, not the body: decoding a whole message
--- costs Redis time in proportion to its size (5 to 8 times a plain RPOP of the same
--- message). The envelope's top-level keys are skimmed instead, jumping over each string
--- value with a plain search for its closing quote, and what the entry needs is decoded
--- from the "properties" value alone, as a full decode would read it (the last of
--- duplicate keys wins, keys are unescaped, as in Python's json). A message the skim
--- cannot follow within MAX_STEPS steps (not an object, deep or token-dense values,
--- strings full of escapes, JSON the skim finds broken) is read whole, as before, if it is
--- small (FULL_READ_MAX: a decode of it stays well under a millisecond, whatever its shape);
--- a bigger one is recorded under the consumer's provisional tag (ARGV[2]) as kombu's entry
--- of the queue it came from, and the consumer reads it and gives the entry the tag it reads
--- (name.lua), or dead-letters it. The skim checks structure, not every token: what it
--- passes and Python's JSON refuses (a broken body) is taken and recorded, then
--- dead-lettered by the consumer, which also refuses a message whose delivery tag Python
--- reads differently (consume.py).
+-- A message of at most FULL_READ_MAX bytes is decoded whole (whatever its shape, that
+-- stays under a millisecond). Of a bigger one, only the envelope's "properties" are
+-- decoded, never the body: decoding a whole message costs Redis time in proportion to its
+-- size, and that of a dense one (many small tokens) many times a plain RPOP of it. The
+-- envelope's top-level keys are skimmed instead, jumping over each string value with a
+-- plain search for its closing quote, and what the entry needs is decoded from the
+-- "properties" value alone, as a full decode would read it (the last of duplicate keys
+-- wins, keys are unescaped, as in Python's json). A big message the skim cannot follow
+-- within MAX_STEPS steps (not an object, dense or deeply nested values, strings full of
+-- escapes, JSON the skim finds broken, properties of FULL_READ_MAX bytes or more) is
+-- recorded under the consumer's provisional tag (ARGV[2]) as kombu's entry of the queue
+-- it came from, and the consumer reads it and gives the entry the tag it reads (name.lua),
+-- or dead-letters it. The skim checks structure, not every token: what it passes and
+-- Python's JSON refuses (a broken body) is taken and recorded, then dead-lettered by the
+-- consumer, which also refuses a message whose delivery tag Python reads otherwise
+-- (consume.py).
 --
 -- KEYS[1]   kombu's ``unacked`` hash (global_keyprefix applied, like every key here)
 -- KEYS[2]   kombu's ``unacked_index`` sorted set
@@ -80,10 +81,9 @@ local function unreadable(payload)
 end
 
 -- Steps the skim takes at most (a step: a byte outside strings, a string, a backslash
--- before a quote) before it reads the message whole instead: well under a millisecond.
+-- before a quote) before it leaves the message to the consumer: well under a millisecond.
 local MAX_STEPS = 4096
--- The biggest message read whole when the skim gives up (bytes); a bigger one is read by
--- the consumer.
+-- The biggest message decoded whole (bytes); of a bigger one, the properties only.
 local FULL_READ_MAX = 16384
 local QUOTE, BACKSLASH, COLON, COMMA = 34, 92, 58, 44
 local OPENS = {[123] = true, [91] = true}  -- { [
@@ -230,26 +230,27 @@ local function skim(s)
   return properties and sub(s, properties[1], properties[2]), headers and byte(s, headers[1])
 end
 
+-- The envelope of a big message, skimmed: its decoded properties, and its headers as
+-- cjson would read them (a table for [] and {}, anything else as something else).
+local function skimmed(message)
+  local properties, headers = skim(message)
+  return {
+    properties = properties and cjson.decode(properties),
+    headers = headers and (OPENS[headers] and {} or false),
+  }
+end
+
 -- The parts of the message's envelope that unreadable() looks at, or nil and why it cannot
--- be taken, or false for a big message the skim cannot follow. The body is never decoded
--- unless the skim gives up on a small message (then all of it is).
+-- be taken, or false for a big message the skim cannot follow (see the top).
 local function read(message)
-  local skimmed, properties, headers = pcall(skim, message)
-  if not skimmed and #message > FULL_READ_MAX then
-    return false
-  end
   local ok, payload
-  if skimmed then
-    -- headers: cjson reads [] and {} as tables, anything else as something else
-    ok, payload = pcall(function()
-      return {
-        properties = properties and cjson.decode(properties),
-        headers = headers and (OPENS[headers] and {} or false),
-      }
-    end)
-  end
-  if not ok then
+  if #message <= FULL_READ_MAX then
     ok, payload = pcall(cjson.decode, message)
+  else
+    ok, payload = pcall(skimmed, message)
+    if not ok then
+      return false
+    end
   end
   if not ok then
     return nil, 'not JSON'
