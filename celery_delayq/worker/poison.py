@@ -120,9 +120,11 @@ class Guard:
                 exc,
                 reason,
             )
-            message.reject_log_error(logger, errors, requeue=True)
+            if not message.acknowledged:
+                message.reject_log_error(logger, errors, requeue=True)
             return
-        message.ack_log_error(logger, errors)
+        if not message.acknowledged:  # Celery may have acked or rejected it, then failed
+            message.ack_log_error(logger, errors)
         logger.warning(
             "A message of queue %r went to the dead letters instead of to Celery "
             "(`celery delayq dead`): %s",
