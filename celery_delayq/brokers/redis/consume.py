@@ -8,10 +8,11 @@ in its socket) loses the message for good. Here:
 - ``consume.lua`` takes the next message of the first non-empty list, in kombu's order
   (queue rotation, then priority), and writes kombu's own ``unacked`` entry in the same
   call. It does not block, so it is sent the way kombu sends BRPOP, and read when the
-  reply arrives. It decodes a message's ``properties``, never its body, so a big message
-  costs Redis what copying it costs; a big one whose envelope it cannot skim within its
-  budget is recorded under a provisional tag of the call, and the consumer reads it and
-  renames the entry to its delivery tag (``name.lua``, ``AtomicConsumer.named``).
+  reply arrives. Of a message bigger than 16 KiB it decodes the ``properties`` only, never
+  the body, so a big message costs Redis what copying it costs; a big one whose envelope
+  it cannot skim within its budget is recorded under a provisional tag of the call, and
+  the consumer reads it and renames the entry to its delivery tag (``name.lua``,
+  ``AtomicConsumer.named``).
 - When every list was empty, the channel waits (landing.py) with one ``BLMOVE`` per list (queue x
   priority step), each on a connection of its own, moving a message into a landing list
   of this consumer's; BLMOVE is atomic, but takes one source list, and a Lua script cannot
