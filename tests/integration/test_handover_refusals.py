@@ -25,6 +25,7 @@ from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.record import Record, task_key
 from celery_delayq.core.results import DeadLetter
 from celery_delayq.core.store import Scheduled
+from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import wait_until
 
 from ..helpers import invoke, take_all
@@ -203,6 +204,33 @@ def test_a_stored_message_botocore_refuses_is_dead_lettered_alone_and_every_queu
     assert sorted(delivered) == sorted(r.id for r in good)
     delivered = [m["headers"]["id"] for m in sqs_messages(app, second)]
     assert sorted(delivered) == sorted(r.id for r in other)
+
+
+def test_an_unreachable_sqs_gives_the_batch_back_and_charges_no_message_a_try(
+    make_sqs_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """A lost connection is no refusal: the claims come back due at once, no try is
+    counted, nothing is dead-lettered, and the next pass on a reachable SQS delivers."""
+    app = make_sqs_app(delayq_handover_tries=1)
+    sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(3)]
+    overdue(app, *sent)
+    down = make_sqs_app(delayq_handover_tries=1, task_default_queue=app.conf.task_default_queue)
+    down.conf.broker_url = "sqs://test:test@127.0.0.1:9"
+    down.conf.broker_transport_options = {  # one attempt: no botocore or kombu retries
+        **down.conf.broker_transport_options,
+        "client-config": {"retries": {"total_max_attempts": 1}},
+        **{"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0},
+    }
+
+    with open_store(down) as store, pytest.raises(kombu.exceptions.OperationalError):
+        store.move_all_due()
+
+    assert redis_client.keys("*inflight*") == [] and redis_client.keys("*dead*") == []
+    assert redis_client.keys("*tries*") == []
+    app.set_current()
+    assert deliver_all_due(app) == 3
+    delivered = [m["headers"]["id"] for m in sqs_messages(app, app.conf.task_default_queue)]
+    assert sorted(delivered) == sorted(r.id for r in sent)
 
 
 # dead resend

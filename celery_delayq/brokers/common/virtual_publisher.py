@@ -47,13 +47,11 @@ class VirtualPublisher(ConfirmedOnReturn):
                 continue
             try:
                 channel.put_now(message.destination, envelope)
-            except refusals as exc:
-                report.refused[message.key] = f"{type(exc).__name__}: {exc}"
-            except connection.connection_errors as exc:
-                self.close()
-                report.error = exc
-                return report
-            except Exception as exc:  # noqa: BLE001 - the broker refused this one
+            except Exception as exc:  # noqa: BLE001 - sorted: a lost connection, or a refusal
+                if isinstance(exc, connection.connection_errors) and not isinstance(exc, refusals):
+                    self.close()
+                    report.error = exc
+                    return report
                 report.refused[message.key] = f"{type(exc).__name__}: {exc}"
             else:
                 report.confirmed.append(message.key)
