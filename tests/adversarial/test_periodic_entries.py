@@ -150,6 +150,7 @@ def periodic_keys(app: Celery) -> list[bytes]:
 
 
 @pytest.mark.parametrize("options", UNBUILDABLE, ids=[str(o) for o in UNBUILDABLE])
+@pytest.mark.promise("periodic-unsendable-entry-refused")
 def test_an_entry_whose_message_cannot_be_built_is_refused_whole_and_writes_nothing(
     app, redis_client, options
 ) -> None:
@@ -170,6 +171,7 @@ def nested(depth: int) -> list[Any]:
 
 
 @pytest.mark.parametrize("field", ["args", "kwargs", "options"])
+@pytest.mark.promise("periodic-unsendable-entry-refused")
 def test_arguments_nested_too_deep_to_encode_are_refused_with_a_value_error(app, field) -> None:
     deep = {"args": [nested(5000)], "kwargs": {"a": nested(5000)}}
     deep["options"] = {"headers": deep["kwargs"]}
@@ -178,6 +180,7 @@ def test_arguments_nested_too_deep_to_encode_are_refused_with_a_value_error(app,
     assert periodic_keys(app) == []
 
 
+@pytest.mark.promise("periodic-unsendable-entry-refused")
 def test_a_crontab_that_never_fires_in_its_time_zone_is_refused(app) -> None:
     with pytest.raises(ValueError, match="never fires in time zone Antarctica/Troll"):
         periodic.upsert(app, "never", TASK, **NEVER)
@@ -233,6 +236,7 @@ OPTIONS = st.dictionaries(
     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
 )
 @given(options=OPTIONS)
+@pytest.mark.promise("periodic-unsendable-entry-refused")
 def test_any_options_are_refused_with_a_value_error_and_nothing_written_or_stored_and_sent(
     app, options
 ) -> None:
@@ -268,6 +272,7 @@ def beat(app) -> Iterator[Scheduler]:
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
+@pytest.mark.promise("periodic-bad-entry-stops-no-other")
 def test_a_beat_pass_writes_the_good_entry_ahead_beside_a_bad_stored_one(app, beat, shape) -> None:
     SHAPES[shape](app, shape)
     version = stored(app, good_entry("zz-good"))  # read after the bad one
@@ -280,6 +285,7 @@ def test_a_beat_pass_writes_the_good_entry_ahead_beside_a_bad_stored_one(app, be
         assert from_ms(mark.up_to_ms) > moment + beat.writer.horizon - timedelta(seconds=2)
 
 
+@pytest.mark.promise("periodic-bad-entry-stops-no-other")
 def test_a_beat_pass_writes_the_good_entry_ahead_beside_every_bad_stored_one(
     app, beat, caplog
 ) -> None:
@@ -307,6 +313,7 @@ def test_a_beat_pass_writes_the_good_entry_ahead_beside_every_bad_stored_one(
     assert "never" in bad and mark_of(app, "never") is not None  # marked: nothing to write
 
 
+@pytest.mark.promise("periodic-unreadable-named")
 def test_every_reader_names_the_unreadable_records_and_lists_the_rest(app) -> None:
     bad = hand_written(app)
     periodic.upsert(app, "good", TASK, 3600.0)  # nothing falls due
@@ -338,6 +345,7 @@ def test_every_reader_names_the_unreadable_records_and_lists_the_rest(app) -> No
     assert {each.name for each in found.unreadable} == unreadable
 
 
+@pytest.mark.promise("periodic-unreadable-named")
 def test_a_last_run_past_the_year_9999_reads_as_no_run_in_every_reader(app) -> None:
     periodic.upsert(app, "good", TASK, 3600.0)  # nothing falls due
     with open_store(app) as store:
@@ -354,6 +362,7 @@ def test_a_last_run_past_the_year_9999_reads_as_no_run_in_every_reader(app) -> N
     assert "none recorded" in page.get_data(as_text=True)
 
 
+@pytest.mark.promise("periodic-unreadable-named")
 def test_the_dashboard_lists_the_good_entries_and_names_the_unreadable_ones(app) -> None:
     hand_written(app)
     periodic.upsert(app, "good", TASK, 3600.0)  # nothing falls due
@@ -365,6 +374,7 @@ def test_the_dashboard_lists_the_good_entries_and_names_the_unreadable_ones(app)
     assert "<code>deep</code>: ValueError: not a periodic entry: RecursionError" in page
 
 
+@pytest.mark.promise("periodic-ended-found-once")
 def test_a_crontab_that_never_fires_is_searched_once_per_version_however_many_passes(
     app, beat, monkeypatch
 ) -> None:
@@ -392,6 +402,7 @@ def test_a_crontab_that_never_fires_is_searched_once_per_version_however_many_pa
     assert len(searches) == 2
 
 
+@pytest.mark.promise("periodic-unsendable-entry-paused")
 def test_an_entry_that_cannot_be_sent_can_be_paused_but_not_resumed_or_run(app, beat) -> None:
     stored(app, good_entry("unroutable", options={"queue": 5}))
     periodic.pause(app, "unroutable")
@@ -406,6 +417,7 @@ def test_an_entry_that_cannot_be_sent_can_be_paused_but_not_resumed_or_run(app, 
     assert periodic.remove(app, "unroutable")
 
 
+@pytest.mark.promise("periodic-bad-entry-stops-no-other")
 def test_a_beat_schedule_entry_that_cannot_be_sent_is_left_out_and_the_others_written(
     app, caplog
 ) -> None:
@@ -422,6 +434,7 @@ def test_a_beat_schedule_entry_that_cannot_be_sent_is_left_out_and_the_others_wr
     assert [info.entry.name for info in periodic.entries(app)] == ["good"]
 
 
+@pytest.mark.promise("periodic-expires-from-occurrence")
 def test_an_expires_in_seconds_counts_from_each_occurrence_not_from_its_write_ahead(app) -> None:
     """Celery counts a numeric ``expires`` from the send; an occurrence is sent when it is
     written ahead, minutes before it is due, and would expire unrun."""

@@ -19,7 +19,11 @@ from celery_delayq.testing import wait_until
 from ..adversarial.test_periodic_entries import SHAPES
 from .test_periodic_beats import TICK, assert_each_ran_once_without_gaps, beat, occurrences, worker
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(120),
+    pytest.mark.promise("periodic-bad-entry-stops-no-other"),
+]
 
 #: A short horizon: a pass that writes nothing shows within two seconds.
 SETTINGS = {
