@@ -22,7 +22,8 @@ A dead letter is written to the delayed store (the broker's Redis, or
 ``delayq_store_url``) under the queue the message was taken from, with the reason
 (``celery delayq dead``; ``dead resend`` puts it back in that queue); then the message is
 acknowledged, so the broker does not deliver it again. Killed in between, the worker
-leaves a second copy (a dead letter and the message), never none.
+leaves a second copy (a dead letter and the message), never none. While the store cannot
+be written, the message goes back to its queue a few seconds later, to be tried again.
 """
 
 from __future__ import annotations
@@ -42,6 +43,9 @@ from ..brokers.common.message import Delivered, file_dead_letter
 from ..brokers.common.settings import config_of
 
 logger = logging.getLogger(__name__)
+
+#: Seconds a message whose dead letter could not be written waits before it is requeued.
+GIVE_BACK_AFTER = 5.0
 
 #: Deepest nesting of the headers and properties a message may have: Celery pickles them
 #: to hand the task to a pool process, and deep nesting exhausts Python's recursion limit.
@@ -115,13 +119,13 @@ class Guard:
         except Exception as exc:  # the store is down: the message waits in its queue
             logger.error(
                 "A message of queue %r that Celery cannot take could not go to the dead "
-                "letters (%r); it goes back to its queue: %s",
+                "letters (%r); it goes back to its queue in %g s: %s",
                 delivered.queue,
                 exc,
+                GIVE_BACK_AFTER,
                 reason,
             )
-            if not message.acknowledged:
-                message.reject_log_error(logger, errors, requeue=True)
+            self.consumer.timer.call_after(GIVE_BACK_AFTER, self.give_back, (message,))
             return
         if not message.acknowledged:  # Celery may have acked or rejected it, then failed
             message.ack_log_error(logger, errors)
@@ -131,6 +135,12 @@ class Guard:
             delivered.queue,
             reason,
         )
+
+    def give_back(self, message: Any) -> None:
+        """Requeue a message whose dead letter could not be written (it comes back, and
+        is tried again): a while later, so a store outage makes no busy loop of it."""
+        if not message.acknowledged:
+            message.reject_log_error(logger, self.consumer.connection_errors, requeue=True)
 
 
 def delivered_of(message: Any) -> Delivered:

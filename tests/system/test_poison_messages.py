@@ -20,6 +20,7 @@ from celery import Celery
 
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import wait_until
+from celery_delayq.testing.redis_server import RedisServer
 
 from ..helpers import celery_process, remember, runs
 
@@ -228,3 +229,32 @@ def test_a_message_that_kills_its_worker_on_a_rabbitmq_classic_queue_is_counted_
         channel = connection.default_channel
         _, ready, _ = channel.queue_declare(app.conf.task_default_queue, passive=True)
     assert ready == 0
+
+
+@pytest.mark.promise("celery-poison-dead-lettered")
+def test_a_poison_message_waits_in_its_queue_while_the_store_is_down(
+    make_amqp_app: Callable[..., Celery], rabbitmq_url: str, redis_server: Any, redis_client: Any
+) -> None:
+    """RabbitMQ, its store in a Redis of its own that stops: the poison message's dead
+    letter cannot be written, so it goes back to its queue a few seconds later (no busy
+    loop of redeliveries), and to the dead letters once the store is back."""
+    with RedisServer() as store:
+        app = make_amqp_app(delayq_store_url=store.url)
+        settings = worker_settings(app)
+        prefork = ("-P", "prefork", "-c", "1")
+        refused = "could not go to the dead letters"
+        with celery_process(
+            "worker", rabbitmq_url, settings, *prefork, record_url=redis_server.url
+        ) as worker:
+            store.stop()
+            send_poison(app, "stamped_headers")
+            worker.wait_for_output(refused, timeout=30)
+            store.start()
+            wait_until(lambda: len(dead_letters(app)) == 1, timeout=30, what="the dead letter")
+            good = remember(app, "good")
+            wait_until(lambda: len(runs(redis_client)) == 1, timeout=30, what="the good task ran")
+            assert worker.popen.poll() is None, worker.output
+            tries = worker.output.count(refused)
+        assert 1 <= tries <= 3, tries  # one every 5 s while Redis restarted, not thousands
+        assert [run["id"] for run in runs(redis_client)] == [good.id]
+        assert '"stamped_headers"' in dead_letters(app)["stamped_headers"]
