@@ -227,7 +227,6 @@ OPTIONS = st.dictionaries(
 )
 
 
-@pytest.mark.slow
 @settings(
     max_examples=150,
     deadline=None,
