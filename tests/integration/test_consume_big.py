@@ -93,6 +93,8 @@ def take_all(app: Any, redis_client: Any, messages: list[bytes], how: str) -> li
             for tag, entry in redis_client.hgetall("unacked").items()
         }
         assert set(entries) == {m.delivery_tag for m in received}
+        for entry in entries.values():  # kombu's, naming the queue it came from
+            assert entry[1:] == ["", "q"]
         with redis_client.pipeline() as pipe:  # kombu's restore of each entry works
             for entry in entries.values():
                 channel._do_restore_message(*entry, pipe)

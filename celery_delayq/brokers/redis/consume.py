@@ -145,11 +145,10 @@ def read_payload(message: bytes, tag: str = "") -> dict[str, Any]:
     return payload
 
 
-def kombu_entry(message: bytes, queue: str) -> tuple[str, bytes]:
+def checked_tag(message: bytes) -> str:
     """The delivery tag of a message consume.lua recorded under a provisional tag (too
-    big to read whole in Redis, and not one its skim could follow), and kombu's unacked
-    entry of it, checked as consume.lua checks what it reads; UnreadableMessage if it
-    cannot be taken."""
+    big to read whole in Redis, and not one its skim could follow), checked as consume.lua
+    checks what it reads; UnreadableMessage if the message cannot be taken."""
     properties = read_payload(message)["properties"]
     tag = properties.get("delivery_tag")
     if not isinstance(tag, str) or not tag or not all(" " <= c <= "~" for c in tag):
@@ -157,11 +156,7 @@ def kombu_entry(message: bytes, queue: str) -> tuple[str, bytes]:
     priority = properties.get("priority")
     if isinstance(priority, float) and math.isinf(priority):
         raise UnreadableMessage('its "priority" would make its restore fail')
-    info = properties.get("delivery_info") or {}
-    names = info.get("exchange"), info.get("routing_key")
-    if not all(isinstance(name, str) for name in names):
-        names = "", queue  # as consume.lua records it: back to the queue it came from
-    return tag, b"[" + message + b", " + dumps(names)[1:].encode()
+    return tag
 
 
 class AtomicConsumer:
@@ -244,11 +239,11 @@ class AtomicConsumer:
         if taken.reason or not taken.tag or taken.tag != provisional:
             return taken
         try:
-            tag, entry = kombu_entry(taken.message, queue)
+            tag = checked_tag(taken.message)
         except UnreadableMessage as exc:
             self.dead_letter(queue, source, taken_from, taken, str(exc))
             return None
-        if not self.scripts.name(self.unacked_keys(), [provisional, tag, entry, repr(time())]):
+        if not self.scripts.name(self.unacked_keys(), [provisional, tag, repr(time())]):
             return None
         return Taken(taken.message, tag, "")
 
