@@ -34,6 +34,14 @@ own work:
   and one ``DEL``): a long SLOWLOG entry in a round with little CPU is time the server
   waited for a core, not work.
 
+``--same-task-id`` measures another shape instead, "``count`` messages under one task id
+(cancel and drain)", beside the same messages under distinct task ids, each on a fresh
+redis-server: the messages are loaded due in an hour and cancelled (one ``cancel`` of the
+task id, or one per id), then loaded again already due, together with ``count / 4`` ordinary
+messages of another queue, and one mover pass (``move_all_due``) delivers both queues; the
+report gives the longest script call of each phase, how long after the pass began the other
+queue was all delivered (its lateness), and the ratios of the two shapes.
+
 It imports only the store's stable API, so the same file measures older code: run it from
 a checkout of that code. Writes benchmarks/RESULTS-pathological.md on a full run unless
 ``--output`` says otherwise.
@@ -43,13 +51,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import itertools
 import os
 import platform
 import random
 import statistics
 import subprocess
+import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -295,6 +306,167 @@ def run_shape(count: int, instants: int, options: argparse.Namespace) -> tuple[P
     return loaded, drained, version
 
 
+OTHER_QUEUE = "other"
+#: The least SLOWLOG threshold of ``--same-task-id`` (us): calls shorter than it are not
+#: the ones that matter there.
+SAME_ID_THRESHOLD_US = 100
+
+
+@dataclass
+class SameIdRun:
+    """One shape of ``--same-task-id``: its phases and the other queue's lateness."""
+
+    load: Phase
+    cancel: Phase
+    drain: Phase
+    cancelled: int = 0
+    other_done_s: float = 0.0  # after the pass began, the other queue was all delivered
+    pass_s: float = 0.0
+
+
+def run_same_id_shape(count: int, same_id: bool, options: argparse.Namespace) -> SameIdRun:
+    """Load, cancel, load again due, and drain with one pass (see the module's doc)."""
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url, socket_timeout=600)
+        store = DelayedStore(client, KeySpace(), options.batch, move_call_budget=options.budget)
+        # Redis logs the commands a script runs too: at a 0 threshold the cancel of 20,000
+        # distinct ids alone would overflow the log
+        slowlog = SlowLog(client, max(options.slowlog_threshold_us, SAME_ID_THRESHOLD_US))
+        now = server_time_ms(client)
+
+        def messages(due: int) -> Iterator[Scheduled]:
+            for i in range(count):
+                tid = "same-id" if same_id else task_id(i)
+                yield Scheduled(QUEUE, f"m{i}", tid, due, QUEUE, payload(i, 200))
+
+        run = SameIdRun(Phase(), Phase(), Phase())
+        began = time.perf_counter()
+        loading = messages(now + 3_600_000)
+        while store.schedule_many(itertools.islice(loading, LOAD_CHUNK)):
+            slowlog.drain(run.load)
+        measured(client, slowlog, run.load, began)
+        client.config_resetstat()  # the phase's script calls, counted (measured)
+        began = time.perf_counter()
+        if same_id:
+            run.cancelled = store.cancel("same-id")
+        else:
+            run.cancelled = sum(store.cancel(task_id(i)) for i in range(count))
+        measured(client, slowlog, run.cancel, began)
+        print(f"  cancelled {run.cancelled:,} in {run.cancel.seconds:.1f} s", flush=True)
+
+        due = server_time_ms(client) - 1
+        store.schedule_many(messages(due))
+        others = count // 4
+        store.schedule_many(
+            Scheduled(OTHER_QUEUE, f"o{i}", task_id(count + i), due, OTHER_QUEUE, payload(i, 200))
+            for i in range(others)
+        )
+        slowlog.drain(Phase())  # the second load: not measured
+        run.pass_s, run.other_done_s = one_pass(server.url, store, others)
+        measured(client, slowlog, run.drain, time.perf_counter() - run.pass_s)
+        moved = client.llen(QUEUE) + client.llen(OTHER_QUEUE)
+        if moved != count + others:
+            raise SystemExit(f"lost messages: moved {moved} of {count + others}")
+        print(
+            f"  drained in {run.pass_s:.1f} s, the other queue after {run.other_done_s:.2f} s",
+            flush=True,
+        )
+        store.close()
+    return run
+
+
+def one_pass(url: str, store: DelayedStore, others: int) -> tuple[float, float]:
+    """Run one ``move_all_due`` (a mover's pass) in a thread while watching the other
+    queue's list from another connection: (seconds of the pass, seconds until the other
+    queue was all delivered)."""
+    watcher = redis.Redis.from_url(url, socket_timeout=600)  # a call may take seconds
+    began = time.perf_counter()
+    thread = threading.Thread(target=store.move_all_due)
+    thread.start()
+    other_done = None
+    while thread.is_alive() or other_done is None:
+        try:
+            if other_done is None and watcher.llen(OTHER_QUEUE) >= others:
+                other_done = time.perf_counter() - began
+        except redis.ResponseError as exc:  # BUSY: a script call has run for seconds
+            if not str(exc).startswith("BUSY"):
+                raise
+        time.sleep(0.005)
+    thread.join()
+    watcher.close()
+    return time.perf_counter() - began, other_done
+
+
+def longest_script_us(phase: Phase) -> int:
+    return max(
+        (v for name, vs in phase.calls_us.items() if name.endswith(".lua") for v in vs), default=0
+    )
+
+
+def script_p99_us(phase: Phase) -> int:
+    """The 99th percentile of the phase's script calls logged (over the threshold)."""
+    values = [v for name, vs in phase.calls_us.items() if name.endswith(".lua") for v in vs]
+    return quantile(values, 0.99) if values else 0
+
+
+def render_same_id(runs: dict[str, SameIdRun], count: int, moves: str, took: float) -> str:
+    same, distinct = runs["one task id"], runs["distinct task ids"]
+    lines = [
+        f"# {count:,} messages under one task id (cancel and drain)",
+        "",
+        f"Generated by `python -m benchmarks.pathological --same-task-id` on "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC ({took:.0f} s); {moves}; "
+        f"{code_version()}; {platform.machine()}, {os.cpu_count()} cores, Python "
+        f"{platform.python_version()}. The other queue holds {count // 4:,} ordinary messages "
+        "due with them; its lateness is when it was all delivered after the pass began. Script "
+        "calls are read from SLOWLOG at its threshold (calls shorter are not logged: p99 is of "
+        "those logged); on a busy machine a call may wait for a core, which SLOWLOG counts.",
+        "",
+        "| shape | longest load call us | cancel calls | cancel call p99 / longest us | "
+        "move call p99 / longest us | other queue delivered after s | pass s |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for shape, run in runs.items():
+        cancels = run.cancel.evalsha_calls
+        lines.append(
+            f"| {shape} | {longest_script_us(run.load):,} | {cancels:,} | "
+            f"{script_p99_us(run.cancel):,} / {longest_script_us(run.cancel):,} | "
+            f"{script_p99_us(run.drain):,} / {longest_script_us(run.drain):,} | "
+            f"{run.other_done_s:.3f} | {run.pass_s:.2f} |"
+        )
+
+    def ratio(a: float, b: float) -> str:
+        return f"{a / b:,.1f}x" if b else "-"
+
+    longest = [
+        max(longest_script_us(p) for p in (r.load, r.cancel, r.drain)) for r in (same, distinct)
+    ]
+    lines += [
+        "",
+        f"- one task id against distinct task ids: longest script call {ratio(*longest)} "
+        f"({longest[0]:,} us against {longest[1]:,} us); longest move call "
+        f"{ratio(longest_script_us(same.drain), longest_script_us(distinct.drain))}; the other "
+        f"queue's lateness {ratio(same.other_done_s, distinct.other_done_s)}; the pass "
+        f"{ratio(same.pass_s, distinct.pass_s)}.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main_same_id(options: argparse.Namespace) -> None:
+    count = options.count or 20_000
+    started, runs = time.time(), {}
+    for shape, same_id in (("one task id", True), ("distinct task ids", False)):
+        print(f"{shape}: {count:,} messages", flush=True)
+        runs[shape] = run_same_id_shape(count, same_id, options)
+    moves = f"moves of at most {options.batch}" + (
+        f", sized to {options.budget * 1000:g} ms a call" if options.budget else ""
+    )
+    report = render_same_id(runs, count, moves, time.time() - started)
+    print(report)
+    if options.output:
+        options.output.write_text(report)
+
+
 def quantile(values: list[int], q: float) -> int:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
@@ -380,12 +552,21 @@ def parse_options() -> argparse.Namespace:
         help="slowlog-log-slower-than (0: every call; above it p50 and p99 are of the "
         "calls logged only)",
     )
+    parser.add_argument(
+        "--same-task-id",
+        action="store_true",
+        help="the shape of many messages under one task id (cancel and drain), beside "
+        "distinct task ids (default 20,000 messages)",
+    )
     parser.add_argument("--output", type=Path)
     return parser.parse_args()
 
 
 def main() -> None:
     options = parse_options()
+    if options.same_task_id:
+        main_same_id(options)
+        return
     count = options.count or (20_000 if options.quick else 1_000_000)
     started, results, version = time.time(), {}, "?"
     for shape, instants in SHAPES.items():
