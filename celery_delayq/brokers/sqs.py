@@ -14,6 +14,7 @@ Needs kombu's ``sqs`` extra (``pip install "celery-delayq[sqs]"``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -21,14 +22,17 @@ from botocore.exceptions import ParamValidationError
 from botocore.validate import validate_parameters
 from celery import Celery
 from kombu.transport import SQS
+from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
 from ..core.handover import Publisher
 from ..core.store import DelayedStore
 from .common.diverter import Diverter, store_for, store_retrying_errors, virtual_outbound
-from .common.message import Delivered, count_of
+from .common.message import Delivered, count_of, file_dead_letter
 from .common.settings import DelayqConfig
 from .common.virtual_publisher import VirtualPublisher
+
+logger = logging.getLogger(__name__)
 
 
 class SQSChannel(SQS.Channel):
@@ -102,6 +106,76 @@ class SQSChannel(SQS.Channel):
         which kombu asks for), this time included."""
         received = (message.delivery_info or {}).get("sqs_message") or {}
         return count_of((received.get("Attributes") or {}).get("ApproximateReceiveCount"))
+
+    # -- consuming: what kombu cannot turn into a message goes to the dead letters --
+
+    def _on_messages_ready(self, queue: str, qname: str, messages: dict[str, Any]) -> Any:
+        """kombu's delivery of what a receive returned, without the messages it cannot
+        read (it would raise in the worker's event loop, and SQS give them back to the
+        next worker after the visibility timeout)."""
+        received = messages.get("Messages")
+        if received:
+            messages = {**messages, "Messages": self.readable(received, qname, queue)}
+        return super()._on_messages_ready(queue, qname, messages)
+
+    def _messages_to_python(self, messages: list[Any], queue: str) -> Any:
+        """kombu's, for the messages it can read (the blocking receive)."""
+        url = self._new_queue(queue)
+        return super()._messages_to_python(self.readable(messages, queue, url), queue)
+
+    def readable(self, received: list[Any], queue: str, url: str) -> list[Any]:
+        """The received SQS messages kombu can turn into messages; each other one goes
+        to the dead letters of ``queue`` with the reason, and is deleted from SQS."""
+        kept = []
+        for message in received:
+            reason = self.unreadable(message, url)
+            if reason is None:
+                kept.append(message)
+            else:
+                self.dead_letter_received(message, queue, url, reason)
+        return kept
+
+    def unreadable(self, message: dict[str, Any], url: str) -> str | None:
+        """Why kombu cannot turn a received SQS message into a message, or None: the
+        steps of kombu's ``_message_to_python`` (without deleting a no-ack queue's
+        message) and of its message class, tried."""
+        try:
+            text = bytes_to_str(self._decode_python_message_body(message["Body"]))
+            payload = self._prepare_json_payload(text)
+            properties = payload.get("properties", {})
+            if not isinstance(properties, dict):
+                return 'its "properties" is not an object'
+            if not isinstance(properties.get("delivery_info", {}), dict):
+                return 'its "delivery_info" is not an object'
+            self.Message(self._envelope_payload(payload, text, message, url), channel=self)
+        except Exception as exc:  # anything a hostile envelope makes kombu raise
+            return f"kombu cannot read it: {exc!r}"[:300]
+        return None
+
+    def dead_letter_received(
+        self, message: dict[str, Any], queue: str, url: str, reason: str
+    ) -> None:
+        """Keep a received SQS message as a dead letter of ``queue``, then delete it
+        from SQS; if the dead letter cannot be written, SQS hands it out again after
+        its visibility timeout."""
+        body = message.get("Body") or ""
+        try:  # the envelope, as kombu's put wrote it
+            payload = self._decode_python_message_body(body)
+        except Exception:  # as SQS holds it
+            payload = body
+        payload = payload.encode() if isinstance(payload, str) else bytes(payload)
+        try:
+            file_dead_letter(self.diverter.store, Delivered(queue, queue, payload), reason)
+        except Exception as exc:
+            logger.error("An unreadable message of queue %r is left in SQS: %r", queue, exc)
+            return
+        self.sqs(queue=queue).delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        logger.warning(
+            "A message of queue %r cannot be read and went to the dead letters "
+            "(`celery delayq dead`): %s",
+            queue,
+            reason,
+        )
 
     def _purge(self, queue: str) -> int:
         """Empty the queue and its delayed messages; how many there were (``celery
