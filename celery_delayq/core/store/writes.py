@@ -69,7 +69,6 @@ class Writes:
     def __init__(self, state: StoreState) -> None:
         self.state = state
         self._registered: dict[str, float] = {}  # queue -> when this process last added it
-        self._off_shard: dict[str, float] = {}  # the same for P:queues:off-shard
 
     def schedule_call(self, message: Scheduled, delay_key: DelayKey | None = None) -> ScheduleCall:
         """The KEYS and ARGV of ``schedule.lua`` for one message (rescue reuses them), or
@@ -147,14 +146,11 @@ class Writes:
         """Before a message of a sharded queue goes to another shard than its task id's
         (a keyed message, a periodic occurrence written ahead), list the queue in
         ``P:queues:off-shard``: cancel, reschedule and show by task id then ask every
-        shard of it, not only the task's. Again every REGISTRY_REFRESH seconds, as the
-        registry (``register``)."""
-        if self.state.keys.shards == 1:
-            return
-        now = time.monotonic()
-        if now - self._off_shard.get(queue, -REGISTRY_REFRESH) >= REGISTRY_REFRESH:
+        shard of it, not only the task's. Before every such message, not once a while as
+        ``register``: a set lost (a flush, a master lost before its replica had it) would
+        make a cancel miss the message, not merely delay it."""
+        if self.state.keys.shards > 1:
             self.state.client.sadd(self.state.keys.off_shard_queues, queue)
-            self._off_shard[queue] = now
 
     def schedule_many(self, messages: Iterable[Scheduled]) -> int:
         """Store many messages in pipelined round trips (each still its own atomic
