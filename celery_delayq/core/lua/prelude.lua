@@ -51,7 +51,8 @@
 -- if that is 16 bytes long), listed under the task key in KEYS[3].
 
 local MSG, PAGES, DUP, STATS = KEYS[1], KEYS[2], KEYS[3], KEYS[4]
-local BY_TASK = DUP .. ':by-task'  -- same hash tag as DUP (see KEYS[3] above)
+-- same hash tag as DUP (see KEYS[3] above); nil for code run without the queue's keys
+local BY_TASK = DUP and DUP .. ':by-task'
 local PAGE_PREFIX, PAGE_MAX = ARGV[1], tonumber(ARGV[2])
 
 local function new_page(start)
