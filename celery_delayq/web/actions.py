@@ -205,21 +205,26 @@ def act_on_periodic(verb: str) -> Any:
 
 
 def _perform_periodic(verb: str, names: list[str]) -> None:
-    """Act on each entry named, and say what was done, and which were removed meanwhile."""
+    """Act on each entry named, and say what was done, which were removed meanwhile, and
+    which were refused (an entry whose message cannot be sent is neither resumed nor run)."""
     act, did = PERIODIC_VERBS[verb]
-    done, gone = [], []
+    done, gone, refused = [], [], []
     for name in names:
         try:
             result = act(context().celery, name)
         except KeyError:  # removed since it was looked up
             gone.append(repr(name))
+        except ValueError as reason:
+            refused.append(f"{name!r} ({reason})")
         else:
             done.append(repr(name) + (f" (task {result})" if verb == "run" else ""))
     said = [f"{did} periodic {_entries(done)} {', '.join(done)}"] if done else []
     if gone:
         said.append(f"periodic {_entries(gone)} {', '.join(gone)} removed meanwhile")
+    if refused:
+        said.append(f"refused periodic {_entries(refused)} {', '.join(refused)}")
     text = "; ".join(said)
-    flash(text[:1].upper() + text[1:] + ".", "warn" if gone else "ok")
+    flash(text[:1].upper() + text[1:] + ".", "warn" if gone or refused else "ok")
 
 
 def _entries(names: list[str]) -> str:

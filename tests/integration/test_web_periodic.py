@@ -7,6 +7,7 @@ tests/system/test_web_periodic_browser.py."""
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
@@ -23,6 +24,7 @@ from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.describe import schedule_text
 from celery_delayq.periodic.history import EntryHistory
+from celery_delayq.periodic.registry import EntryRegistry
 from celery_delayq.periodic.writer import OCCURRENCE_HEADER
 from celery_delayq.web import create_app
 from celery_delayq.web.access import Access
@@ -218,6 +220,31 @@ def test_run_now_asks_first_then_sends_one_extra_occurrence(app, client, redis_c
     ]
     info = periodic.get(app, "tick")  # its schedule is as it was
     assert info is not None and info.version == version and info.entry.enabled
+
+
+@pytest.mark.parametrize("verb", ["resume", "run"])
+def test_an_entry_that_cannot_be_sent_is_refused_with_its_reason_not_a_500(
+    app, client, redis_client, verb
+) -> None:
+    """An entry stored unchecked (by other code, or a hand) whose message cannot be built:
+    resume and run now refuse it and say why; the page and the other entries go on."""
+    periodic.upsert(app, "tick", TASK, 3600)
+    with open_store(app) as store:
+        registry = EntryRegistry(store.client, store.keys)
+        found = registry.get("tick")
+        assert found is not None
+        registry.put(dataclasses.replace(found.entry, name="broken", options={"queue": 5}))
+    periodic.pause(app, "broken")
+
+    done = act(client, verb, "broken")
+    assert done.status_code == 302
+    (said,) = flashes(client.get("/periodic"))
+    assert said.startswith("Refused periodic entry &#39;broken&#39; (") and "refused" in said
+    assert queued(app, redis_client) == []
+    info = periodic.get(app, "broken")
+    assert info is not None and not info.entry.enabled
+    assert act(client, "run", "tick").status_code == 302
+    assert len(queued(app, redis_client)) == 1
 
 
 @pytest.mark.parametrize("verb", VERBS)
