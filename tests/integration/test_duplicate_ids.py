@@ -13,8 +13,9 @@ import pytest
 import redis
 
 from celery_delayq.core.batching import FIRST
-from celery_delayq.core.handover import SameRedisMove
+from celery_delayq.core.handover import MOVE_BATCH_BYTES, SameRedisMove
 from celery_delayq.core.keys import KeySpace, QueueKeys
+from celery_delayq.core.queue_counters import LATENESS_BUCKETS_MS
 from celery_delayq.core.record import task_key
 from celery_delayq.core.results import MoveResult
 from celery_delayq.core.store import DelayedStore, Scheduled
@@ -228,3 +229,31 @@ def as_written_before(client: redis.Redis, keys: QueueKeys, task_id: str) -> Non
     members: list[Any] = client.zrangebylex(keys.by_task, b"(" + prefix, b"(" + prefix + b":")
     client.zrem(keys.by_task, *members)
     client.hset(keys.duplicates, own, b" ".join(m[len(prefix) :] for m in members))
+
+
+def test_a_message_a_mover_holds_for_another_broker_is_left_to_it_by_cancel(redis_client):
+    """A mover handing messages to another broker claims them first (claim -> publish ->
+    ack): cancel leaves those to it, so each is delivered (acked) or, given back, is
+    pending again and cancelled then; none is both delivered and counted cancelled."""
+    store = DelayedStore(redis_client, KeySpace(), 500)
+    shard = store.keys.for_queue("q")
+    now = store.server_time_ms()
+    schedule_same_id(store, "q", 120, now - 1)
+    schedule_same_id(store, "q", 30, now + 3_600_000)
+    owner, policy = "pass-1", [60_000, 5, "mover-1", 2_000]  # lease, tries, claimer, hold
+    claim = [*shard.page_args(), 40, MOVE_BATCH_BYTES, owner, *policy]
+    claimed = store.scripts.claim_due(keys=shard.handover_keys(), args=claim)[6::2]
+    assert len(claimed) == 40
+
+    assert store.cancel("same-id") == 110  # all but the claimed ones
+
+    acked, back = claimed[:20], claimed[20:]
+    ack = [*shard.page_args(), owner, len(acked), *acked, *LATENESS_BUCKETS_MS]
+    assert store.scripts.ack_claimed(keys=shard.handover_keys(), args=ack)[0] == 20
+    release = [*shard.page_args(), owner, 0, 5, 1_000, "broker away", *back]
+    store.scripts.release_claimed(keys=shard.handover_keys(), args=release)
+    assert store.pending_counts(["q"]) == {"q": 20}
+    assert store.cancel("same-id") == 20
+    assert store.pending_counts(["q"]) == {"q": 0}
+    assert redis_client.hlen(shard.messages) == 0
+    assert inconsistencies(store) == []

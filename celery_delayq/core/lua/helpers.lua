@@ -140,13 +140,14 @@ local function forget_duplicate(key)
   end
 end
 
--- Up to `most` extra messages of one task, in BY_TASK order: their message keys, and the
--- BY_TASK members that index them (one range read, O(log n + most)).
-local function extra_messages(task_key, most)
+-- Up to `most` extra messages of one task, in BY_TASK order after the member `after`
+-- ('': from the first): their message keys, and the BY_TASK members that index them (one
+-- range read, O(log n + most)).
+local function extra_messages(task_key, most, after)
   local prefix = extra_prefix(task_key)
   -- a member is the prefix and a sequence number's digits, all below ':'
-  local members = redis.call('ZRANGEBYLEX', BY_TASK, '(' .. prefix, '(' .. prefix .. ':',
-                             'LIMIT', 0, most)
+  local members = redis.call('ZRANGEBYLEX', BY_TASK, '(' .. (after ~= '' and after or prefix),
+                             '(' .. prefix .. ':', 'LIMIT', 0, most)
   local keys = {}
   for i, member in ipairs(members) do
     keys[i] = duplicate_key(task_key, string.sub(member, #prefix + 1))

@@ -26,21 +26,27 @@ class Changes:
     def cancel(self, task_id: str) -> int:
         """Remove every pending message of ``task_id``; how many were removed.
 
-        One script call per shard removes at most ``CANCEL_CHUNK`` extra messages of the
+        One script call per shard looks at most at ``CANCEL_CHUNK`` extra messages of the
         task (lua/cancel.lua), so thousands sharing a task id take several short calls,
-        a round of them at a time, until no shard has any left.
+        a round of them at a time, each going on from where the one before stopped, until
+        no shard has any left. A message a mover holds, handing it to another broker, is
+        left to that mover (it is delivered, or comes back to the schedule).
         """
         key = task_key(task_id)
-        shards = self.state.task_shards(task_id)
+        cursors: dict[QueueKeys, bytes] = dict.fromkeys(self.state.task_shards(task_id), b"")
         removed = 0
-        while shards:
+        while cursors:
             calls = [
-                (self.state.scripts.cancel, keys.as_list(), [*keys.page_args(), key, CANCEL_CHUNK])
-                for keys in shards
+                (
+                    self.state.scripts.cancel,
+                    [*keys.as_list(), keys.inflight],
+                    [*keys.page_args(), key, CANCEL_CHUNK, cursor],
+                )
+                for keys, cursor in cursors.items()
             ]
             replies = self._run(calls)
             removed += sum(int(reply[0]) for reply in replies)
-            shards = [keys for keys, reply in zip(shards, replies) if int(reply[1])]
+            cursors = {keys: reply[1] for keys, reply in zip(cursors, replies) if reply[1]}
         return removed
 
     def _run(self, calls: Sequence[ScriptCall]) -> list[Any]:
