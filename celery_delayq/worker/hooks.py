@@ -15,15 +15,16 @@ from typing import Any
 
 from celery import signals
 
-from ..brokers.common.diverter import check_store_setting, uses_delayq
-from .bootstep import WorkerMover
-from .due_timers import DueTimers
-from .inspect import list_delayed_in_scheduled
-from .periodic_runs import record_periodic_run
-from .poison import PoisonGuard
-
 
 def _on_worker_init(sender: Any, **_: Any) -> None:
+    # Imported here, in a starting worker: a process that only publishes never loads them.
+    from ..brokers.common.diverter import check_store_setting, uses_delayq
+    from .bootstep import WorkerMover
+    from .due_timers import DueTimers
+    from .inspect import list_delayed_in_scheduled
+    from .periodic_runs import record_periodic_run
+    from .poison import PoisonGuard
+
     check_store_setting(sender.app)
     if uses_delayq(sender.app):
         sender.app.steps["worker"].update({WorkerMover, DueTimers})
