@@ -51,6 +51,7 @@ def last_run(app, entry: str) -> datetime | None:
     return None if found is None else found.history.last_occurrence
 
 
+@pytest.mark.promise("django-beat-down-still-delivers")
 def test_with_every_beat_stopped_a_countdown_and_the_occurrences_written_ahead_still_run(
     site_app, redis_server
 ):

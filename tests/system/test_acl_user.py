@@ -102,6 +102,7 @@ def use_the_dashboard(app: Celery, task_id: str) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.promise("acl-line-runs-everything")
 def test_a_worker_beat_the_periodic_api_the_cli_doctor_and_the_dashboard_run_as_the_guides_acl_user(
     make_app: Callable[..., Celery],
     locked_down: tuple[RedisServer, redis.Redis],
@@ -168,6 +169,7 @@ def persistence(app: Celery, *options: str) -> tuple[int, dict[str, Any]]:
     return result.exit_code, findings["persistence"]
 
 
+@pytest.mark.promise("doctor-fails-unconfirmed-persistence")
 def test_doctor_as_the_acl_user_fails_where_it_cannot_confirm_persistence_and_says_how_to_allow_it(
     make_app: Callable[..., Celery],
 ) -> None:

@@ -43,6 +43,7 @@ def run_doctor(app) -> str:
     return f"{DOCTOR}\n{result.output.strip()}\n# exit {result.exit_code}"
 
 
+@pytest.mark.promise("doctor-guide-sample-real")
 def test_the_guides_doctor_samples_are_its_real_output(make_app) -> None:
     recommended, warned_against = guide_samples()
 

@@ -35,6 +35,7 @@ def ticks_after(redis_client, moment: datetime) -> list[datetime]:
     return sorted(when for when in found if when > moment)
 
 
+@pytest.mark.promise("purge-keeps-periodic")
 def test_purge_deletes_delayed_tasks_and_the_periodic_entries_keep_running(
     make_app, redis_server, redis_client
 ) -> None:

@@ -350,6 +350,7 @@ def test_a_client_without_the_ca_is_refused(tls_server: TLSRedisServer) -> None:
 # --- Two apps on one Redis -------------------------------------------------------------
 
 
+@pytest.mark.promise("prefixes-global-share-nothing")
 def test_apps_with_different_global_keyprefixes_never_touch_each_others_tasks(
     make_app: Callable[..., Celery], redis_server: RedisServer, redis_client: redis.Redis
 ) -> None:
@@ -388,6 +389,7 @@ def test_apps_with_different_global_keyprefixes_never_touch_each_others_tasks(
     assert json.loads(waiting)["headers"]["id"] == b_now.id
 
 
+@pytest.mark.promise("prefixes-delayq-stores-apart")
 def test_apps_with_different_delayq_key_prefixes_never_touch_each_others_tasks(
     make_app: Callable[..., Celery], redis_server: RedisServer, redis_client: redis.Redis
 ) -> None:

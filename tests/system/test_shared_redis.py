@@ -33,6 +33,7 @@ def listed(app: Celery) -> set[str]:
     return {m["id"] for m in json.loads(invoke(app, "list", "--json").output)}
 
 
+@pytest.mark.promise("prefixes-delayq-stores-apart")
 def test_apps_with_different_delayq_key_prefixes_never_touch_each_others_delayed_tasks(
     make_app: Callable[..., Celery],
 ) -> None:
