@@ -292,6 +292,7 @@ def keyspace_keys() -> set[str]:
     names |= {space.periodic_entries, space.periodic_versions}
     names |= {space.periodic_runs, space.periodic_counts}
     names |= {queue.periodic_marks, queue.periodic_ahead}
+    names |= {space.off_shard_queues, queue.by_task, queue.deliveries("<M>")}
     return names
 
 
