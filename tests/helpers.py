@@ -32,6 +32,7 @@ from kombu import Connection, Queue
 from celery_delayq.brokers.amqp.envelope import destination, envelope
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.cli import delayq
+from celery_delayq.core.handover import Outgoing
 from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import (
     CHROMIUM_FLAGS,
@@ -378,3 +379,38 @@ def chromium() -> Iterator[Any]:
         browser = playwright.chromium.launch(executable_path=executable, args=CHROMIUM_FLAGS)
         yield browser
         browser.close()
+
+
+def claim(store: Any, queue_name: str, owner: str, lease_ms: int) -> list[Outgoing]:
+    """What a mover's claim step takes (then "killed" by not going on); its hold on the
+    queue as claimer lasts as long as its lease."""
+    handover = store.handover
+    keys = store.keys.for_queue(queue_name)
+    reply = handover.scripts.claim_due(
+        keys=keys.handover_keys(),
+        args=[*keys.page_args(), 100, 1 << 20, owner, lease_ms, 5, owner, lease_ms],
+    )
+    pairs = zip(reply[6::2], reply[7::2])
+    return [Outgoing.from_record(key, raw, keys.own_list) for key, raw in pairs]
+
+
+def killed_mid_handover(app: Celery, queue_name: str, killed_after: str, count: int) -> None:
+    """Leave the state a mover SIGKILLed after ``killed_after`` ("claim", "publish" or
+    "ack") leaves with the ``count`` due messages of ``queue_name``, then run another
+    mover's pass once the dead mover's lease is over."""
+    with open_store(app) as store:
+        claimed = claim(store, queue_name, "dead-mover", lease_ms=200)
+        assert len(claimed) == count
+        if killed_after in ("publish", "ack"):
+            publisher = store.handover.publisher
+            report = publisher.settle(publisher.send(claimed))
+            assert sorted(report.confirmed) == sorted(m.key for m in claimed)
+        if killed_after == "ack":
+            keys = store.keys.for_queue(queue_name)
+            store.handover.scripts.ack_claimed(
+                keys=keys.handover_keys(),
+                args=[*keys.page_args(), "dead-mover", count, *report.confirmed],
+            )
+        lease_over = store.server_time_ms() + 200
+        wait_until(lambda: store.server_time_ms() > lease_over, what="the lease is over")
+        store.move_all_due()  # another mover's pass

@@ -20,12 +20,12 @@ from celery_delayq.brokers.amqp.envelope import ETA_HEADER, destination
 from celery_delayq.brokers.common.errors import ConfigurationError
 from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.brokers.connect import mover_thread, open_store
-from celery_delayq.core.handover import ClaimPublishAck, Outgoing
+from celery_delayq.core.handover import ClaimPublishAck
 from celery_delayq.core.store import Scheduled
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import wait_until
 
-from ..helpers import NOWHERE, take_all
+from ..helpers import NOWHERE, killed_mid_handover, take_all
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -285,19 +285,6 @@ def test_an_unreachable_store_fails_the_publish_like_a_broker_outage(
     assert take_all(app, app.conf.task_default_queue) == []
 
 
-def claim(store: Any, queue_name: str, owner: str, lease_ms: int) -> list[Outgoing]:
-    """What a mover's claim step takes (then "killed" by not going on); its hold on the
-    queue as claimer lasts as long as its lease."""
-    handover = store.handover
-    keys = store.keys.for_queue(queue_name)
-    reply = handover.scripts.claim_due(
-        keys=keys.handover_keys(),
-        args=[*keys.page_args(), 100, 1 << 20, owner, lease_ms, 5, owner, lease_ms],
-    )
-    pairs = zip(reply[6::2], reply[7::2])
-    return [Outgoing.from_record(key, raw, keys.own_list) for key, raw in pairs]
-
-
 @pytest.mark.parametrize("killed_after", ["claim", "publish", "ack"])
 @pytest.mark.promise(
     "handover-nothing-lost", "handover-expired-lease-republished", "handover-stable-id"
@@ -313,22 +300,7 @@ def test_a_mover_killed_at_any_step_loses_nothing_and_duplicates_only_after_the_
     queue_name = app.conf.task_default_queue
     sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(3)]
     overdue(app, *sent)
-    with open_store(app) as store:
-        claimed = claim(store, queue_name, "dead-mover", lease_ms=200)
-        assert len(claimed) == 3
-        if killed_after in ("publish", "ack"):
-            publisher = store.handover.publisher
-            report = publisher.settle(publisher.send(claimed))
-            assert sorted(report.confirmed) == sorted(m.key for m in claimed)
-        if killed_after == "ack":
-            keys = store.keys.for_queue(queue_name)
-            store.handover.scripts.ack_claimed(
-                keys=keys.handover_keys(),
-                args=[*keys.page_args(), "dead-mover", 3, *report.confirmed],
-            )
-        lease_over = store.server_time_ms() + 200
-        wait_until(lambda: store.server_time_ms() > lease_over, what="the lease is over")
-        store.move_all_due()  # another mover's pass
+    killed_mid_handover(app, queue_name, killed_after, count=3)
 
     arrived = take_all(app, queue_name)
     copies = Counter(m.headers["id"] for m in arrived)

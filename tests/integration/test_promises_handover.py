@@ -15,10 +15,8 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.brokers.common.message import STABLE_ID_HEADER
-from celery_delayq.brokers.connect import open_store
-from celery_delayq.testing import wait_until
 
-from .test_amqp_handover import claim
+from ..helpers import killed_mid_handover
 
 
 @pytest.mark.promise("handover-kill-loses-nothing")
@@ -37,22 +35,7 @@ def test_a_mover_killed_at_any_step_of_a_hand_over_to_redis_lists_loses_nothing(
     sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(3)]
     for result in sent:
         assert celery_delayq.reschedule(app, result.id, countdown=-1) == 1
-    with open_store(app) as store:
-        claimed = claim(store, queue_name, "dead-mover", lease_ms=200)
-        assert len(claimed) == 3
-        if killed_after in ("publish", "ack"):
-            publisher = store.handover.publisher
-            report = publisher.settle(publisher.send(claimed))
-            assert sorted(report.confirmed) == sorted(m.key for m in claimed)
-        if killed_after == "ack":
-            keys = store.keys.for_queue(queue_name)
-            store.handover.scripts.ack_claimed(
-                keys=keys.handover_keys(),
-                args=[*keys.page_args(), "dead-mover", 3, *report.confirmed],
-            )
-        lease_over = store.server_time_ms() + 200
-        wait_until(lambda: store.server_time_ms() > lease_over, what="the lease is over")
-        store.move_all_due()  # another mover's pass
+    killed_mid_handover(app, queue_name, killed_after, count=3)
 
     arrived = [json.loads(raw)["headers"] for raw in redis_client.lrange(queue_name, 0, -1)]
     copies = Counter(headers["id"] for headers in arrived)
