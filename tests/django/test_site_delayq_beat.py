@@ -4,45 +4,21 @@ occurrences already written ahead still run, as the periodic guide promises."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import pytest
-from django.db import connection
 from django.test import Client
 
 from celery_delayq import periodic
-from celery_delayq.testing import celery_command, wait_until
+from celery_delayq.testing import wait_until
 from example_project.django_site.shop.models import Order
 
-from ..helpers import WatchedProcess, watched
+from .test_site_worker import site_process
 
 pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SETTINGS_MODULE = "example_project.django_site.settings_delayq_beat"
 SWEEP = "example_project.django_site.shop.tasks.confirm_overdue_orders"
-
-
-@contextmanager
-def site_process(redis_url: str, *args: str, ready: str) -> Iterator[WatchedProcess]:
-    """``celery -A example_project.django_site <args>`` with the guide's settings for
-    celery-delayq's scheduler, until the block ends."""
-    env = dict(
-        os.environ,
-        DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
-        REDIS_URL=redis_url,
-        DJANGO_SITE_DB=str(connection.settings_dict["NAME"]),
-    )
-    process = watched(
-        celery_command("example_project.django_site", *args), f"celery {args[0]}", env
-    )
-    try:
-        process.wait_for_output(ready, timeout=60)
-        yield process
-    finally:
-        process.stop()
 
 
 def last_run(app, entry: str) -> datetime | None:
@@ -56,8 +32,12 @@ def test_with_every_beat_stopped_a_countdown_and_the_occurrences_written_ahead_s
     site_app, redis_server
 ):
     worker_args = ("worker", "-l", "info", "-c", "1", "--without-mingle")
-    with site_process(redis_server.url, *worker_args, ready="ready.") as worker:
-        with site_process(redis_server.url, "beat", "-l", "info", ready="beat: Starting"):
+    with site_process(
+        redis_server.url, *worker_args, ready="ready.", settings=SETTINGS_MODULE
+    ) as worker:
+        with site_process(
+            redis_server.url, "beat", "-l", "info", ready="beat: Starting", settings=SETTINGS_MODULE
+        ):
             wait_until(lambda: periodic.get(site_app, "confirm-overdue-orders") is not None)
             periodic.upsert(site_app, "every-second", SWEEP, 1.0)  # beat writes it ahead
             wait_until(lambda: last_run(site_app, "every-second") is not None, timeout=30)

@@ -26,12 +26,14 @@ pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 @contextmanager
-def site_process(redis_url: str, *args: str, ready: str) -> Iterator[WatchedProcess]:
-    """``celery -A example_project.django_site <args>`` with the site's settings, until
-    the block ends."""
+def site_process(
+    redis_url: str, *args: str, ready: str, settings: str = SETTINGS_MODULE
+) -> Iterator[WatchedProcess]:
+    """``celery -A example_project.django_site <args>`` with the site's settings (or the
+    settings module ``settings``), until the block ends."""
     env = dict(
         os.environ,
-        DJANGO_SETTINGS_MODULE=SETTINGS_MODULE,
+        DJANGO_SETTINGS_MODULE=settings,
         REDIS_URL=redis_url,
         # the test database in use: pytest-django names it apart per xdist worker
         DJANGO_SITE_DB=str(connection.settings_dict["NAME"]),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from contextlib import ExitStack
 from typing import Any
 
 import pytest
@@ -21,12 +21,11 @@ from celery_delayq.web import create_app
 from celery_delayq.web.access import Access
 from tools.acl_rules import NOT_GRANTED
 
-from ..acl import APP1_ACL
+from ..acl import acl_redis
 from ..helpers import celery_process, invoke, remember, runs
 
 pytestmark = pytest.mark.timeout(120)
 
-ADMIN_PASSWORD = "admin-secret"
 TICK = "tests.worker_app.tick"
 SETTINGS: dict[str, Any] = {
     "broker_transport_options": {"global_keyprefix": "app1:"},
@@ -37,21 +36,6 @@ SETTINGS: dict[str, Any] = {
 #: logs them without their subcommand.
 EXPECTED_DENIALS = {*NOT_GRANTED, "client|setinfo"}
 EXPECTED_DENIALS |= {name.split("|")[0] for name in EXPECTED_DENIALS}
-
-
-@contextmanager
-def acl_redis(*args: str, appendonly: bool) -> Iterator[tuple[RedisServer, redis.Redis]]:
-    """A Redis whose default user needs a password, with user ``app1`` given the guide's
-    rules; the server and an admin client."""
-    with RedisServer(*args, appendonly=appendonly) as server:
-        setup = server.client()
-        setup.execute_command("ACL", "SETUSER", "app1", *APP1_ACL.split())
-        setup.config_set("requirepass", ADMIN_PASSWORD)
-        admin = redis.Redis(port=server.port, password=ADMIN_PASSWORD, socket_timeout=10)
-        admin.acl_log_reset()
-        yield server, admin
-        admin.close()
-        setup.close()
 
 
 @pytest.fixture

@@ -30,7 +30,7 @@ from celery_delayq.testing import (
     wait_until_quiescent,
 )
 
-from ..acl import APP1_ACL
+from ..acl import APP1_ACL, acl_redis
 from ..helpers import (
     REMEMBER,
     celery_process,
@@ -44,7 +44,6 @@ from ..helpers import (
 pytestmark = pytest.mark.timeout(120)
 
 APP1_PASSWORD = "secret"
-ADMIN_PASSWORD = "admin-secret"
 APP1_SETTINGS: dict[str, Any] = {
     "broker_transport_options": {
         "global_keyprefix": "app1:",
@@ -91,15 +90,8 @@ def assert_ran_once_on_time(records: list[dict[str, Any]], sent: dict[str, Any])
 def locked_down() -> Iterator[tuple[RedisServer, redis.Redis]]:
     """A Redis whose default user needs a password and with user ``app1`` set up with
     ``APP1_ACL``; yields the server and an admin client."""
-    with RedisServer() as server:
-        setup = server.client()
-        setup.execute_command("ACL", "SETUSER", "app1", *APP1_ACL.split())
-        setup.config_set("requirepass", ADMIN_PASSWORD)
-        admin = redis.Redis(port=server.port, password=ADMIN_PASSWORD, socket_timeout=10)
-        admin.acl_log_reset()
-        yield server, admin
-        admin.close()
-        setup.close()
+    with acl_redis() as found:
+        yield found
 
 
 def app1_url(server: RedisServer) -> str:
