@@ -34,6 +34,10 @@ own work:
   and one ``DEL``): a long SLOWLOG entry in a round with little CPU is time the server
   waited for a core, not work.
 
+``--big-bodies`` and ``--never-firing`` measure the shapes of benchmarks/pathological_shapes.py
+instead (bodies of 0.5, 5 and 20 MB; 1,000 periodic entries of which 10 never fire); a
+``--quick`` run exercises small forms of both after its own.
+
 ``--same-task-id`` measures another shape instead, "``count`` messages under one task id
 (cancel and drain)", beside the same messages under distinct task ids, each on a fresh
 redis-server: the messages are loaded due in an hour and cancelled (one ``cancel`` of the
@@ -558,6 +562,16 @@ def parse_options() -> argparse.Namespace:
         help="the shape of many messages under one task id (cancel and drain), beside "
         "distinct task ids (default 20,000 messages)",
     )
+    parser.add_argument(
+        "--big-bodies",
+        action="store_true",
+        help="bodies of 0.5, 5 and 20 MB scheduled, moved and consumed (pathological_shapes)",
+    )
+    parser.add_argument(
+        "--never-firing",
+        action="store_true",
+        help="1,000 periodic entries, 10 never firing, beat's passes (pathological_shapes)",
+    )
     parser.add_argument("--output", type=Path)
     return parser.parse_args()
 
@@ -566,6 +580,13 @@ def main() -> None:
     options = parse_options()
     if options.same_task_id:
         main_same_id(options)
+        return
+    if options.big_bodies or options.never_firing:
+        from . import pathological_shapes  # it imports this module
+
+        report = pathological_shapes.main(options.big_bodies, options.never_firing, False)
+        if options.output:
+            options.output.write_text(report)
         return
     count = options.count or (20_000 if options.quick else 1_000_000)
     started, results, version = time.time(), {}, "?"
@@ -592,6 +613,10 @@ def main() -> None:
     output = options.output or (None if options.quick else DEFAULT_OUTPUT)
     if output:
         output.write_text(report)
+    if options.quick:  # the smoke run exercises the other shapes too, in small
+        from . import pathological_shapes
+
+        pathological_shapes.main(big=True, beat=True, quick=True)
     failed = [shape for shape, phases in results.items() if verdict(phases).startswith("NOT")]
     if failed and os.environ.get("DELAYQ_BENCH_STRICT"):
         raise SystemExit(f"goal not met: {', '.join(failed)}")

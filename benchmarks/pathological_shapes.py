@@ -1,0 +1,314 @@
+"""Two more pathological shapes of ``python -m benchmarks.pathological`` (``--big-bodies``,
+``--never-firing``; ``--quick`` runs small forms of both after the default shapes).
+
+- **big bodies**: for each size (0.5, 5 and 20 MB), a few real Celery task messages of that
+  size (``consume_big.big_message``) are scheduled (``schedule.lua``), moved when due by one
+  mover pass (``move_all_due``) together with ``OTHERS`` ordinary messages of another queue
+  due at the same instant, then taken by the transport's atomic consume
+  (``consume_big.take``). Every script call's Redis time is read from SLOWLOG; the floor of
+  a call that must copy the message is a plain ``LPUSH`` and ``RPOP`` of the same bytes in
+  the same run. The other queue's lateness (when it was all delivered after the pass began)
+  is set against the same pass without the big messages.
+- **never-firing entries**: 1,000 periodic interval entries, of which 10 are crontabs that
+  never fire (``* 1 31 3 sun`` in Antarctica/Troll), against 1,000 that all fire; beat's
+  scheduler (``celery_delayq.beat:Scheduler``) is driven in-process with ``_pass(now)``, a
+  pass every 5 s of its clock; per pass, beat's CPU time and the longest script call.
+
+Each shape runs on a fresh private redis-server; the goal is the issue's: no script call
+over 5 ms of Redis CPU, other queues' lateness within 10%.
+"""
+
+from __future__ import annotations
+
+import signal
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import redis
+from celery.schedules import crontab
+
+from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.store import DelayedStore, Scheduled
+from celery_delayq.testing import RedisServer, build_app
+
+from .consume_big import INDEX, UNACKED, big_message, last_duration, take
+from .pathological import (
+    GOAL_SCRIPT_US,
+    OTHER_QUEUE,
+    QUEUE,
+    Phase,
+    SlowLog,
+    code_version,
+    longest_script_us,
+    one_pass,
+)
+from .store_tools import payload, server_time_ms, task_id
+
+SIZES_MB = (0.5, 5.0, 20.0)
+#: Big messages of each size, and the other queue's ordinary messages due with them.
+BIG_COUNT, OTHERS = 3, 20_000
+#: Passes of the other queue alone and beside the big messages, in turn (medians).
+ROUNDS = 3
+ENTRIES, NEVER_FIRING, PASSES = 1_000, 10, 6
+GOAL_LATENESS = 1.10
+#: A pass longer than this is stopped (older code searched a never-firing crontab on).
+PASS_LIMIT_S = 120
+NEVER = {
+    "schedule": crontab(
+        minute="*", hour="1", day_of_month="31", month_of_year="3", day_of_week="sun"
+    ),
+    "timezone": "Antarctica/Troll",
+}
+
+
+@dataclass
+class BigRun:
+    """One size: the Redis time (us) of each call, by step, and the lateness."""
+
+    size: int
+    schedule_us: list[int] = field(default_factory=list)
+    move_us: int = 0
+    consume_us: list[int] = field(default_factory=list)
+    lpush_us: list[int] = field(default_factory=list)
+    rpop_us: list[int] = field(default_factory=list)
+    other_s: float = 0.0
+    other_alone_s: float = 0.0
+
+
+def big_bodies(sizes_mb: tuple[float, ...], count: int, others: int) -> tuple[list[BigRun], str]:
+    runs = []
+    with RedisServer() as server:
+        client = redis.Redis.from_url(server.url, socket_timeout=600)
+        version = str(client.info("server")["redis_version"])
+        store = DelayedStore(client, KeySpace(), 500)
+        app = build_app("bench", {"broker_url": server.url})
+        app.conf.broker_transport_options = {"socket_timeout": 600}
+        slowlog = SlowLog(client, 0)
+        with app.connection_for_write() as connection:
+            consumer = connection.default_channel.consumer
+            for mb in sizes_mb:
+                message = big_message(server.url, int(mb * 1_000_000 * 3 / 4))  # base64: 4/3
+                runs.append(one_size(server.url, store, slowlog, consumer, message, count, others))
+                print(big_row(runs[-1]), flush=True)
+        store.close()
+    return runs, version
+
+
+def one_size(
+    url: str,
+    store: DelayedStore,
+    slowlog: SlowLog,
+    consumer: Any,
+    message: bytes,
+    count: int,
+    others: int,
+) -> BigRun:
+    """Passes of the other queue alone and beside ``count`` big messages scheduled, in
+    turn; then the big messages of the last pass consumed, and the floor."""
+    client, run = store.client, BigRun(len(message))
+    alone_s, beside_s = [], []
+    for _ in range(ROUNDS):
+        alone_s.append(other_queue_pass(url, store, slowlog, others)[0])
+        client.delete(QUEUE)  # the last round's are consumed below
+        for i in range(count):
+            store.schedule(Scheduled(QUEUE, f"b{i}", task_id(i), now_due(client), QUEUE, message))
+            run.schedule_us.append(last_duration(client, b"EVALSHA"))
+        seconds, move_us = other_queue_pass(url, store, slowlog, others)
+        beside_s.append(seconds)
+        run.move_us = max(run.move_us, move_us)
+    run.other_alone_s, run.other_s = statistics.median(alone_s), statistics.median(beside_s)
+    if client.llen(QUEUE) != count:
+        raise SystemExit(f"lost big messages: {client.llen(QUEUE)} of {count} moved")
+    for _ in range(count):
+        run.consume_us.append(take(consumer, client)[1])
+        client.delete(UNACKED, INDEX)
+    for _ in range(count):  # the floor: the same bytes in and out, no script
+        client.lpush(QUEUE, message)
+        run.lpush_us.append(last_duration(client, b"LPUSH"))
+        assert client.rpop(QUEUE) == message
+        run.rpop_us.append(last_duration(client, b"RPOP"))
+    slowlog.drain(Phase())
+    return run
+
+
+def now_due(client: redis.Redis) -> int:
+    return server_time_ms(client) - 1
+
+
+def other_queue_pass(
+    url: str, store: DelayedStore, slowlog: SlowLog, others: int
+) -> tuple[float, int]:
+    """Schedule the other queue's messages due now, run one mover pass: (seconds until
+    the other queue was all delivered, the pass's longest script call, us)."""
+    due = now_due(store.client)
+    store.schedule_many(
+        Scheduled(OTHER_QUEUE, f"o{i}", task_id(10_000 + i), due, OTHER_QUEUE, payload(i))
+        for i in range(others)
+    )
+    slowlog.drain(Phase())  # the load: not measured here
+    seconds = one_pass(url, store, others)[1]
+    moves = Phase()
+    slowlog.drain(moves)
+    store.client.delete(OTHER_QUEUE)
+    return seconds, longest_script_us(moves)
+
+
+def big_row(run: BigRun) -> str:
+    floor = statistics.median(run.lpush_us) + statistics.median(run.rpop_us)
+    longest = max(max(run.schedule_us), run.move_us, max(run.consume_us))
+    lateness = run.other_s / max(run.other_alone_s, 1e-6)
+    met = longest <= GOAL_SCRIPT_US and lateness <= GOAL_LATENESS
+    return (
+        f"| {run.size / 1e6:.1f} MB | {max(run.schedule_us):,} | {run.move_us:,} | "
+        f"{max(run.consume_us):,} | {statistics.median(run.lpush_us):,.0f} + "
+        f"{statistics.median(run.rpop_us):,.0f} | "
+        f"{max(run.schedule_us) / floor:.1f}x / {run.move_us / floor:.1f}x / "
+        f"{max(run.consume_us) / floor:.1f}x | {run.other_alone_s:.3f} | {run.other_s:.3f} | "
+        f"{lateness:.2f}x | {'met' if met else 'NOT met'} |"
+    )
+
+
+@dataclass
+class BeatRun:
+    """One side of the periodic shape: beat's CPU per pass, the longest call per pass."""
+
+    cpu_s: list[float] = field(default_factory=list)
+    longest_us: list[int] = field(default_factory=list)
+    note: str = ""
+
+
+class PassTooLong(Exception):
+    pass
+
+
+@contextmanager
+def limited(seconds: int) -> Iterator[None]:
+    """Stop the block with ``PassTooLong`` after ``seconds`` (a pass that never ends)."""
+
+    def stop(*_: Any) -> None:
+        raise PassTooLong
+
+    previous = signal.signal(signal.SIGALRM, stop)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def beat_passes(entries: int, never: int, passes: int) -> BeatRun:
+    from celery_delayq.beat import Scheduler
+    from celery_delayq.brokers.connect import open_store
+    from celery_delayq.periodic.entry import PeriodicEntry
+    from celery_delayq.periodic.registry import EntryRegistry
+
+    run = BeatRun()
+    with RedisServer() as server:
+        app = build_app("bench", {"broker_url": server.url})
+        anchor = datetime.now(timezone.utc)
+        with open_store(app) as store:
+            registry = EntryRegistry(store.client, store.keys)
+            for i in range(entries):
+                shape: dict[str, Any] = {"schedule": 60.0, "timezone": "UTC"}
+                if i < never:
+                    shape = dict(NEVER)
+                entry = PeriodicEntry(f"e{i:04d}", "bench.tick", anchor=anchor, **shape)
+                registry.put(entry)
+        client = redis.Redis.from_url(server.url, socket_timeout=600)
+        slowlog = SlowLog(client, 0)
+        beat = Scheduler(app)
+        try:
+            for k in range(passes):
+                began = time.process_time()
+                try:
+                    with limited(PASS_LIMIT_S):
+                        beat._pass(anchor + timedelta(seconds=5 * k))
+                except PassTooLong:
+                    run.note = f"pass {k + 1} stopped after {PASS_LIMIT_S} s"
+                run.cpu_s.append(time.process_time() - began)
+                phase = Phase()
+                slowlog.drain(phase)
+                run.longest_us.append(longest_script_us(phase))
+                if run.note:
+                    break
+        finally:
+            beat.close()
+    return run
+
+
+def never_firing(entries: int, never: int, passes: int) -> dict[str, BeatRun]:
+    runs = {}
+    for label, count in ((f"{never} never fire", never), ("all fire", 0)):
+        print(f"{entries:,} periodic entries, {label}", flush=True)
+        runs[label] = beat_passes(entries, count, passes)
+    return runs
+
+
+def beat_rows(runs: dict[str, BeatRun]) -> list[str]:
+    rows = []
+    for label, run in runs.items():
+        later = run.cpu_s[1:] or run.cpu_s
+        rows.append(
+            f"| {label} | {run.cpu_s[0]:.2f} | {statistics.median(later):.3f} | "
+            f"{run.longest_us[0]:,} | {max(run.longest_us[1:] or [0]):,} | {run.note or '-'} |"
+        )
+    return rows
+
+
+def render(
+    big: list[BigRun], beats: dict[str, BeatRun], version: str, sizes: tuple[int, int, int]
+) -> str:
+    """``sizes``: big messages a size, the other queue's messages, periodic entries."""
+    count, others, entries = sizes
+    lines = [
+        f"Redis {version}; {code_version()}. Big bodies: {count} messages a size in one "
+        f"queue, {others:,} ordinary messages of another queue due with them; Redis us per "
+        "call (SLOWLOG); the floor is the median LPUSH + RPOP of the same bytes; lateness: "
+        "when the other queue was all delivered after the pass began, alone and beside the "
+        f"big messages (medians "
+        f"of {ROUNDS} passes each, in turn). Periodic entries: a beat pass every 5 s of its "
+        "clock, driven in-process; CPU is the beat process's, the longest call is Redis's.",
+        "",
+        "| size | schedule.lua longest us | move pass longest call us | consume longest us "
+        "| floor LPUSH + RPOP us | schedule / move / consume to floor | other queue alone s "
+        "| beside big s | lateness ratio | goal (5 ms, 1.1x) |",
+        "|---|---:|---:|---:|---:|---|---:|---:|---:|---|",
+        *(big_row(run) for run in big),
+    ]
+    if beats:
+        lines += [
+            "",
+            f"| {entries:,} periodic entries | first pass CPU s | later passes CPU s (median) "
+            "| first pass longest call us | later passes longest call us | note |",
+            "|---|---:|---:|---:|---:|---|",
+            *beat_rows(beats),
+        ]
+        never, fire = beats.values()
+        if len(never.cpu_s) > 1 and len(fire.cpu_s) > 1:
+            lines += [
+                "",
+                f"- never-firing against all firing: later passes' CPU "
+                f"{statistics.median(never.cpu_s[1:]) / statistics.median(fire.cpu_s[1:]):.2f}x; "
+                f"longest call {max(never.longest_us) / max(max(fire.longest_us), 1):.2f}x.",
+            ]
+    return "\n".join(lines) + "\n"
+
+
+def main(big: bool, beat: bool, quick: bool) -> str:
+    """Run the shapes asked for; return their report."""
+    sizes, count, others = ((0.5,), 1, 2_000) if quick else (SIZES_MB, BIG_COUNT, OTHERS)
+    entries, never, passes = (100, 2, 3) if quick else (ENTRIES, NEVER_FIRING, PASSES)
+    version, big_runs, beat_runs = "?", [], {}
+    if big:
+        big_runs, version = big_bodies(sizes, count, others)
+    if beat:
+        beat_runs = never_firing(entries, never, passes)
+    report = render(big_runs, beat_runs, version, (count, others, entries))
+    print(report, flush=True)
+    return report
