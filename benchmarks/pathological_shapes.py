@@ -41,6 +41,7 @@ from celery_delayq.testing import RedisServer, build_app
 
 from .consume_big import FLOOR, INDEX, UNACKED, big_message, last_duration, take
 from .pathological import (
+    DEFAULT_BUDGET,
     GOAL_SCRIPT_US,
     OTHER_QUEUE,
     QUEUE,
@@ -95,7 +96,7 @@ def big_bodies(sizes_mb: tuple[float, ...], count: int, others: int) -> tuple[li
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url, socket_timeout=600)
         version = str(client.info("server")["redis_version"])
-        store = DelayedStore(client, KeySpace(), 500)
+        store = DelayedStore(client, KeySpace(), 500, move_call_budget=DEFAULT_BUDGET)
         app = build_app("bench", {"broker_url": server.url})
         app.conf.broker_transport_options = {"socket_timeout": 600}
         slowlog = SlowLog(client, THRESHOLD_US)
