@@ -35,8 +35,12 @@ from typing import Any
 import redis
 from celery.schedules import crontab
 
+from celery_delayq.beat import Scheduler
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, Scheduled
+from celery_delayq.periodic.entry import PeriodicEntry
+from celery_delayq.periodic.registry import EntryRegistry
 from celery_delayq.testing import RedisServer, build_app
 
 from .consume_big import FLOOR, INDEX, UNACKED, big_message, last_duration, take
@@ -264,11 +268,6 @@ def limited(seconds: int) -> Iterator[None]:
 
 
 def beat_passes(entries: int, never: int, passes: int) -> BeatRun:
-    from celery_delayq.beat import Scheduler
-    from celery_delayq.brokers.connect import open_store
-    from celery_delayq.periodic.entry import PeriodicEntry
-    from celery_delayq.periodic.registry import EntryRegistry
-
     run = BeatRun()
     with RedisServer() as server:
         app = build_app("bench", {"broker_url": server.url})
