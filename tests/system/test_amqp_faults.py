@@ -54,7 +54,9 @@ def test_a_mover_killed_mid_hand_over_loses_nothing_and_its_duplicates_are_attri
     assert set(copies) == {f"t{i}" for i in range(MESSAGES)}  # nothing lost
     duplicated = [task for task, n in copies.items() if n > 1]
     assert all(copies[task] == 2 for task in duplicated)
-    assert len(duplicated) <= 100  # at most the one batch the killed mover had in flight
+    # at most the two batches the killed mover had in flight: in a backlog it sends batch
+    # n + 1 before it acks batch n (the hand-over's pipelining)
+    assert len(duplicated) <= 2 * 100
     for task in duplicated:
         stable = {m.headers[STABLE_ID_HEADER] for m in arrived if m.headers["id"] == task}
         assert len(stable) == 1  # both copies say they are the same delayed message
