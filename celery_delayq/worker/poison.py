@@ -37,6 +37,7 @@ from typing import Any
 
 from celery import bootsteps
 from celery.worker import state
+from kombu.exceptions import DecodeError
 from kombu.utils.encoding import safe_repr
 
 from ..brokers.common.message import Delivered, file_dead_letter
@@ -182,6 +183,12 @@ def header_problem(message: Any) -> str | None:
         return None  # Celery's own check refuses it
     if nested_deeper(MAX_DEPTH, headers, message.properties):
         return f"its headers or properties nest deeper than {MAX_DEPTH} levels"
+    if "task" in headers and not isinstance(headers["task"], str):
+        return 'its "task" header is not a name'  # Celery would discard it as unregistered
+    try:
+        message.decode()  # kept by kombu for Celery; a body Celery cannot decode it discards
+    except DecodeError as exc:
+        return f"its body cannot be decoded: {safe_repr(exc)}"[:300]
     limits = headers.get("timelimit")
     if limits is not None and not (
         isinstance(limits, (list, tuple)) and len(limits) == 2 and all(map(is_limit, limits))
