@@ -47,8 +47,10 @@ POISONS: dict[str, tuple[Any, str]] = {
     "deep": (nested(950), "nest deeper than|RecursionError"),
     "timelimit": (["a", {}], '"timelimit"'),
     "stamped_headers": (5, '"stamped_headers"'),
-    # no check names it: Celery raises (TypeError, a list as a key) and the guard catches it
-    "task": (["tests.worker_app.remember"], "Celery failed on it: TypeError"),
+    # Celery would raise (TypeError, a list as a key), or discard one that is no string
+    "task": (["tests.worker_app.remember"], '"task" header is not a name'),
+    # Celery would log "Can't decode message body" and delete it
+    "body": (None, "its body cannot be decoded"),
 }
 
 
@@ -71,14 +73,21 @@ def send_poison(app: Celery, header: str) -> str:
         task_id, "tests.worker_app.remember", (), {"label": f"poison {header}"}
     )
     queue = app.conf.task_default_queue
-    headers = {**message.headers, header: POISONS[header][0]}
+    headers = {**message.headers}
+    body: Any = message.body
+    encoding: dict[str, Any] = {"serializer": "json"}
+    if header == "body":  # JSON that does not parse
+        body, encoding = b'["not json', {"content_type": "application/json"}
+        encoding["content_encoding"] = "utf-8"
+    else:
+        headers[header] = POISONS[header][0]
     with deep_recursion(), app.producer_or_acquire() as producer:
         producer.publish(
-            message.body,
+            body,
             exchange="",
             routing_key=queue,
             headers=headers,
-            serializer="json",
+            **encoding,
             **message.properties,
         )
     return task_id
