@@ -230,21 +230,15 @@ def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) 
         kept = {each.entry.name: each for each in registry.all()}
         for name, entry in wanted.items():
             old = kept.get(name)
-            if old is not None and old.entry.origin == "settings":
-                if _definition(old.entry) == _definition(entry):
-                    continue
-                entry = replace(entry, enabled=old.entry.enabled)
-                if schedule_json(old.entry.schedule) == schedule_json(entry.schedule):
-                    entry = replace(entry, anchor=old.entry.anchor)
-            try:
-                writer.check(entry, now)
-            except ValueError as exc:  # one bad entry stops no other
-                logger.error("beat_schedule[%r] is not written: %s", name, exc)
+            for _ in range(MOST_SYNC_TRIES):
+                synced = _sync_one(registry, writer, old, entry, now)
+                if synced != _RACED:
+                    break
+                old = registry.get(name)  # another beat wrote it meanwhile: decide again
+            if synced == _REFUSED:
                 refused.append(name)
-                continue
-            version, _ = registry.put(entry)
-            writer.advance(entry, version, now)
-            written.append(name)
+            elif synced == _WRITTEN:
+                written.append(name)
         gone = [
             each.entry
             for each in kept.values()
@@ -255,6 +249,40 @@ def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) 
             EntryHistory(store.client, store.keys).forget(entry.name)
             writer.forget(entry, now)
     return Synced(written, [entry.name for entry in gone], refused)
+
+
+#: How many times ``sync_settings`` decides again about an entry another beat wrote meanwhile.
+MOST_SYNC_TRIES = 5
+#: What ``_sync_one`` did with an entry.
+_KEPT, _WRITTEN, _REFUSED, _RACED = "kept", "written", "refused", "raced"
+
+
+def _sync_one(
+    registry: EntryRegistry,
+    writer: OccurrenceWriter,
+    old: Versioned | None,
+    entry: PeriodicEntry,
+    now: datetime,
+) -> str:
+    """Write the settings' ``entry`` over ``old`` (the stored one, as read) if it
+    changed; ``_RACED`` if the stored one is no longer ``old`` (another beat synced it
+    between the read and the write: then its anchor must be kept, not replaced)."""
+    if old is not None and old.entry.origin == "settings":
+        if _definition(old.entry) == _definition(entry):
+            return _KEPT
+        entry = replace(entry, enabled=old.entry.enabled)
+        if schedule_json(old.entry.schedule) == schedule_json(entry.schedule):
+            entry = replace(entry, anchor=old.entry.anchor)
+    try:
+        writer.check(entry, now)
+    except ValueError as exc:  # one bad entry stops no other
+        logger.error("beat_schedule[%r] is not written: %s", entry.name, exc)
+        return _REFUSED
+    version = registry.put_if(entry, None if old is None else old.version)
+    if version is None:
+        return _RACED
+    writer.advance(entry, version, now)
+    return _WRITTEN
 
 
 def settings_entry(app: Celery, name: str, spec: Mapping[str, Any], now: datetime) -> PeriodicEntry:

@@ -4,7 +4,8 @@
 ``P:periodic:versions`` counts versions: each change of an entry takes the next one
 (INCR), so a beat tells a changed entry from its mark in the queue (writer.py) and
 writes it anew. Two changes at once both land; the last written wins, whole, with its own
-version, and beats follow it.
+version, and beats follow it. Beats syncing ``beat_schedule`` write with ``put_if`` instead,
+so a beat starting beside another keeps the entry (and anchor) the other wrote.
 """
 
 from __future__ import annotations
@@ -69,6 +70,28 @@ class EntryRegistry:
             self.keys.periodic_entries, entry.name, f"{version} {entry.to_json()}"
         )
         return version, not added
+
+    def put_if(self, entry: PeriodicEntry, expected: int | None) -> int | None:
+        """Store ``entry`` with a new version only if the entry of its name is still at
+        version ``expected`` (None: no entry, or one that cannot be read): that version,
+        or None if another process changed it first (two beats starting at once both
+        sync ``beat_schedule``; the second must see the first's entry, not replace it)."""
+        key = self.keys.periodic_entries
+        with self.client.pipeline(transaction=True) as pipe:
+            try:
+                pipe.watch(key)
+                raw = pipe.hget(key, entry.name)
+                found = None if raw is None else _read(entry.name, raw)
+                current = found.version if isinstance(found, Versioned) else None
+                if current != expected:
+                    return None
+                version = int(pipe.incr(self.keys.periodic_versions))
+                pipe.multi()
+                pipe.hset(key, entry.name, f"{version} {entry.to_json()}")
+                pipe.execute()
+            except redis.WatchError:
+                return None
+        return version
 
     def get(self, name: str) -> Versioned | None:
         """The entry named ``name``, or None (also for one that cannot be read)."""
