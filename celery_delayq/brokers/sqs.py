@@ -34,6 +34,10 @@ from .common.virtual_publisher import VirtualPublisher
 
 logger = logging.getLogger(__name__)
 
+# The queue name the readability check hands kombu's ``_message_to_python``: no SQS queue
+# has it, so kombu never takes the message for a no-ack queue's and deletes it.
+ACKED = ""
+
 
 class SQSChannel(SQS.Channel):
     """kombu's SQS channel with the delayed store (at ``delayq_store_url``)."""
@@ -91,14 +95,19 @@ class SQSChannel(SQS.Channel):
 
     # -- what the worker's poison guard asks of a delivered message (worker/poison.py) --
 
+    def envelope_bytes(self, body: str | bytes) -> bytes:
+        """An SQS message's body as kombu's put wrote it: base64 undone when it is base64
+        (kombu's own check, which every kombu version the plugin allows has)."""
+        raw = body.encode() if isinstance(body, str) else bytes(body)
+        return bytes(self._optional_b64_decode(raw))
+
     def delivered(self, message: Any) -> Delivered:
         """The queue ``message`` was received from (by its URL), and its envelope as SQS
         handed it out."""
         info = message.delivery_info or {}
         names = {url: name for name, url in self._queue_cache.items()}
         queue = str(names.get(info.get("sqs_queue")) or info.get("routing_key") or "")
-        body = self._decode_python_message_body(info["sqs_message"]["Body"])
-        return Delivered(queue, queue, body if isinstance(body, bytes) else body.encode())
+        return Delivered(queue, queue, self.envelope_bytes(info["sqs_message"]["Body"]))
 
     @staticmethod
     def delivery_count(message: Any) -> int:
@@ -140,14 +149,17 @@ class SQSChannel(SQS.Channel):
         steps of kombu's ``_message_to_python`` (without deleting a no-ack queue's
         message) and of its message class, tried."""
         try:
-            text = bytes_to_str(self._decode_python_message_body(message["Body"]))
-            payload = self._prepare_json_payload(text)
+            payload = loads(bytes_to_str(self.envelope_bytes(message["Body"])))
+        except Exception:  # not JSON: kombu's own conversion below says whether it copes
+            payload = None
+        if isinstance(payload, dict):
             properties = payload.get("properties", {})
             if not isinstance(properties, dict):
                 return 'its "properties" is not an object'
             if not isinstance(properties.get("delivery_info", {}), dict):
                 return 'its "delivery_info" is not an object'
-            self.Message(self._envelope_payload(payload, text, message, url), channel=self)
+        try:
+            self.Message(super()._message_to_python(message, ACKED, url), channel=self)
         except Exception as exc:  # anything a hostile envelope makes kombu raise
             return f"kombu cannot read it: {exc!r}"[:300]
         return None
@@ -160,10 +172,9 @@ class SQSChannel(SQS.Channel):
         its visibility timeout."""
         body = message.get("Body") or ""
         try:  # the envelope, as kombu's put wrote it
-            payload = self._decode_python_message_body(body)
+            payload = self.envelope_bytes(body)
         except Exception:  # as SQS holds it
-            payload = body
-        payload = payload.encode() if isinstance(payload, str) else bytes(payload)
+            payload = body.encode() if isinstance(body, str) else bytes(body)
         try:
             file_dead_letter(self.diverter.store, Delivered(queue, queue, payload), reason)
         except Exception as exc:
