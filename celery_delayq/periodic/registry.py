@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Union
 
 import redis
+from redis.cluster import RedisCluster
 
 from ..core.keys import KeySpace
 from .entry import MAX_NAME_LENGTH, PeriodicEntry, error_text
@@ -77,6 +78,13 @@ class EntryRegistry:
         or None if another process changed it first (two beats starting at once both
         sync ``beat_schedule``; the second must see the first's entry, not replace it)."""
         key = self.keys.periodic_entries
+        if isinstance(self.client, RedisCluster):
+            # redis-py's cluster pipeline takes no WATCH: checked, then written (a narrow
+            # window remains on a cluster store)
+            found = self.get(entry.name)
+            if (found.version if found is not None else None) != expected:
+                return None
+            return self.put(entry)[0]
         with self.client.pipeline(transaction=True) as pipe:
             try:
                 pipe.watch(key)
