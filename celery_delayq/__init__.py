@@ -18,8 +18,9 @@ delayq`` commands); see docs/explanation/design.md's module map.
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from .core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
     from .brokers.common.errors import ConfigurationError, InvalidETA
@@ -51,10 +52,7 @@ _HOMES = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _HOMES:
-        return getattr(import_module(_HOMES[name], __name__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _HOMES)
 
 
 __version__ = "0.1.0"

@@ -11,10 +11,10 @@ load py-amqp and boto3).
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .brokers.redis import Channel, SentinelChannel, SentinelTransport, Transport
+from .core.lazy import lazy_attributes
 from .worker import hooks
 
 if TYPE_CHECKING:
@@ -43,10 +43,7 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(import_module(_LAZY[name], __package__), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, _LAZY, __package__)
 
 
 # A worker that uses one of these transports gets the mover step and the delayed listing.
