@@ -54,7 +54,6 @@ a checkout of that code. Writes benchmarks/RESULTS-pathological.md on a full run
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import os
 import platform
@@ -74,7 +73,7 @@ import redis
 import celery_delayq
 from celery_delayq.brokers.common.settings import DelayqConfig
 from celery_delayq.core.keys import KeySpace
-from celery_delayq.core.lua_scripts import StoreScripts
+from celery_delayq.core.lua_scripts import SCRIPT_NAMES, StoreScripts
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import RedisServer
 
@@ -152,10 +151,10 @@ class SlowLog:
         self.client = client
         scripts = StoreScripts.register(client)
         self.names = {}
-        for script_field in dataclasses.fields(scripts):
-            script = getattr(scripts, script_field.name)
+        for name in SCRIPT_NAMES:
+            script = getattr(scripts, name)
             client.script_load(script.script)  # no NOSCRIPT round in what is measured
-            self.names[script.sha] = f"{script_field.name}.lua"
+            self.names[script.sha] = f"{name}.lua"
         client.config_set("slowlog-max-len", SLOWLOG_LENGTH)
         client.config_set("slowlog-log-slower-than", threshold_us)
         client.slowlog_reset()  # before anything is measured

@@ -10,6 +10,9 @@ redis-py's ``Script`` computes the SHA locally, runs EVALSHA and reloads the scr
 after NOSCRIPT (a restarted or flushed Redis, or on a Redis Cluster a node that has not
 seen it: a promoted replica, a new master), so no SHA cache of our own is kept. In a
 pipeline it cannot do that; ``run_pipelined`` does.
+
+A script's files are read, and its Script made, on its first use in a process: one that
+only publishes reads the prelude and ``schedule.lua``, nothing else.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cache
 from importlib import resources
 from typing import Any, TypeVar
 
@@ -44,14 +48,21 @@ def register_all(
     return cls(**{name: client.register_script(source) for name, source in sources.items()})
 
 
+#: ``lua/`` beside this module, found at import: a first read in a thread (a mover's)
+#: then imports nothing, and so never holds an import lock while a prefork pool forks.
+_LUA = resources.files(__name__.rpartition(".")[0]).joinpath("lua")
+
+
 def read_source(name: str) -> str:
     """The text of one of the store's scripts (``lua/<name>.lua`` beside this module)."""
-    return read_lua(__name__.rpartition(".")[0], name)
+    return _LUA.joinpath(f"{name}.lua").read_text("utf-8")
 
 
-@dataclass(frozen=True)
 class StoreScripts:
-    """One registered Script per atomic store operation, bound to one client."""
+    """One Script per atomic store operation, bound to one client; each is assembled
+    (``source``), and its SHA computed, on first use."""
+
+    client: redis.Redis
 
     schedule: Script
     schedule_keyed: Script
@@ -69,9 +80,25 @@ class StoreScripts:
     resend_dead: Script
     write_ahead: Script
 
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
     @classmethod
     def register(cls, client: redis.Redis) -> StoreScripts:
-        return register_all(cls, client, SOURCES)
+        return cls(client)
+
+    def __getattr__(self, name: str) -> Script:
+        """A script not used yet (one used is in the instance's ``__dict__``)."""
+        if name not in SCRIPT_NAMES:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        script = self.client.register_script(source(name))
+        return self.__dict__.setdefault(name, script)  # type: ignore[no-any-return]
+
+
+#: The store's scripts, as StoreScripts names them.
+SCRIPT_NAMES = tuple(
+    name for name, kind in StoreScripts.__annotations__.items() if kind == "Script"
+)
 
 
 @dataclass(frozen=True)
@@ -111,34 +138,50 @@ def run_pipelined(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[Any]
     return list(replies)
 
 
-#: Read once at import, not lazily: a lazy read in a mover thread could hold the import
-#: lock while a prefork pool forks, and the child would deadlock on its first read.
-PRELUDE = read_source("prelude")
-HELPERS = read_source("helpers")
-HANDOVER = read_source("handover")
 #: Scripts with the prelude alone: a publish runs them, and every function the Lua
 #: defines costs Redis time on each call (helpers.lua would add ~1 us to ~12).
 PRELUDE_ONLY = frozenset({"schedule", "schedule_many"})
 HANDOVER_SCRIPTS = frozenset({"claim_due", "ack_claimed", "release_claimed", "resend_dead"})
-#: Scripts assembled around the prelude run as a function (see SCHEDULE_SHARD).
-AROUND_SCHEDULE = frozenset({"schedule_many"})
-SOURCES = {
-    field.name: PRELUDE
-    + ("" if field.name in PRELUDE_ONLY else HELPERS)
-    + (HANDOVER if field.name in HANDOVER_SCRIPTS else "")
-    + read_source(field.name)
-    for field in dataclasses.fields(StoreScripts)
-    if field.name not in AROUND_SCHEDULE
-}
-#: The store's own schedule script as a Lua function, so a rescue (ops/rescue) schedules
-#: each message with the very code (and arguments) a publish uses.
-SCHEDULE_FUNCTION = f"local function schedule(KEYS, ARGV)\n{SOURCES['schedule']}\nend\n"
-#: prelude.lua for one queue shard, as a function: ``each(store_message)`` then stores many
-#: messages of the shard with it (schedule_many.lua).
-SCHEDULE_SHARD = (
-    f"local function schedule_shard(KEYS, ARGV, each)\n{PRELUDE}return each(store_message)\nend\n"
+
+
+@cache
+def source(name: str) -> str:
+    """The whole text of a script: ``name`` is one of SCRIPT_NAMES, or one of the
+    assembled texts ``SCHEDULE_FUNCTION``, ``SCHEDULE_SHARD``; or a file's
+    (``PRELUDE``, ``HELPERS``, ``HANDOVER``, ``PUSH_LISTS``: ``lua/<lower-case name>``)."""
+    if name == "SCHEDULE_FUNCTION":
+        # The store's own schedule script as a Lua function, so a rescue (ops/rescue)
+        # schedules each message with the very code (and arguments) a publish uses.
+        return f"local function schedule(KEYS, ARGV)\n{source('schedule')}\nend\n"
+    if name == "SCHEDULE_SHARD":
+        # prelude.lua for one queue shard, as a function: ``each(store_message)`` then
+        # stores many messages of the shard with it (schedule_many.lua).
+        return (
+            "local function schedule_shard(KEYS, ARGV, each)\n"
+            f"{source('PRELUDE')}return each(store_message)\nend\n"
+        )
+    if name.isupper():
+        return read_source(name.lower())
+    if name == "schedule_many":
+        return source("SCHEDULE_SHARD") + read_source(name)
+    return (
+        source("PRELUDE")
+        + ("" if name in PRELUDE_ONLY else source("HELPERS"))
+        + (source("HANDOVER") if name in HANDOVER_SCRIPTS else "")
+        + read_source(name)
+    )
+
+
+#: The texts ``source`` makes, as module attributes made on first use (PEP 562).
+_TEXTS = frozenset(
+    {"PRELUDE", "HELPERS", "HANDOVER", "PUSH_LISTS", "SCHEDULE_FUNCTION", "SCHEDULE_SHARD"}
 )
-SOURCES["schedule_many"] = SCHEDULE_SHARD + read_source("schedule_many")
+
+
+def __getattr__(name: str) -> Any:
+    if name in _TEXTS:
+        return source(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @dataclass
@@ -166,7 +209,3 @@ def schedule_many_args(parts: Sequence[ShardChunk]) -> tuple[list[Any], list[Any
         args.extend((*part.page_args, part.queue, part.wakeup_channel, len(part.indices)))
         args.extend(part.triples)
     return keys, args
-
-
-#: Runs on a Redis broker that is not the store's own (no prelude): see the file.
-PUSH_LISTS = read_source("push_lists")

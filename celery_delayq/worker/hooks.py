@@ -19,6 +19,7 @@ from celery import signals
 def _on_worker_init(sender: Any, **_: Any) -> None:
     # Imported here, in a starting worker: a process that only publishes never loads them.
     from ..brokers.common.diverter import check_store_setting, uses_delayq
+    from ..core.store import import_facets
     from .bootstep import WorkerMover
     from .due_timers import DueTimers
     from .inspect import list_delayed_in_scheduled
@@ -27,6 +28,7 @@ def _on_worker_init(sender: Any, **_: Any) -> None:
 
     check_store_setting(sender.app)
     if uses_delayq(sender.app):
+        import_facets()
         sender.app.steps["worker"].update({WorkerMover, DueTimers})
         sender.app.steps["consumer"].add(PoisonGuard)
         signals.task_prerun.connect(

@@ -265,6 +265,14 @@ def test_scripts_are_reloaded_after_noscript(redis_client):
     assert store.move_all_due().moved == 1
 
 
+def test_a_schedule_after_noscript_loads_the_script_and_stores(redis_client):
+    store = make_store(redis_client)
+    redis_client.script_flush()
+    schedule(store, 1, store.server_time_ms() + 60_000)
+    assert store.find("t0")
+    assert redis_client.script_exists(store.scripts.schedule.sha) == [True]
+
+
 def test_global_keyprefix_is_applied_to_every_store_key(redis_client):
     store = make_store(redis_client, prefix="app1:")
     schedule(store, 1, store.server_time_ms() + 60_000)

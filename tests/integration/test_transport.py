@@ -5,6 +5,8 @@ from __future__ import annotations
 import base64
 import json
 import math
+import subprocess
+import sys
 import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
@@ -25,6 +27,37 @@ from celery_delayq.testing import RedisServer
 from ..helpers import noop_task, remember
 
 RECORDS = "delayq:{default}:msg"
+
+
+#: A fresh process's first delayed publish: what it imported of celery-delayq.
+FIRST_PUBLISH = """
+import sys
+from celery import Celery
+app = Celery("first", broker=sys.argv[1], set_as_current=True)
+app.conf.broker_transport = "celery_delayq.transport:Transport"
+app.send_task("first.publish", countdown=60)
+print(" ".join(sorted(name for name in sys.modules if name.startswith("celery_delayq"))))
+"""
+
+
+def test_the_first_delayed_publish_imports_only_what_a_publish_needs(redis_server, redis_client):
+    # A fresh interpreter: this test process has long imported everything.
+    loaded = subprocess.run(
+        [sys.executable, "-c", FIRST_PUBLISH, redis_server.url],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    assert "celery_delayq.core.store.writes" in loaded  # it did store the message
+    assert [key for key in redis_client.keys("*delayq*:msg")], "nothing stored"
+    never = {"handover", "heartbeats", "results", "delay_keys", "mover", "store.moves"}
+    never |= {f"store.{facet}" for facet in ("listing", "counts", "admin", "dead_letters")}
+    never |= {"store.changes", "store.ahead"}
+    unneeded = {f"celery_delayq.core.{name}" for name in never}
+    unneeded |= {"celery_delayq.ops", "celery_delayq.scheduling", "celery_delayq.periodic"}
+    unneeded |= {"celery_delayq.brokers.common.separate_store"}
+    unneeded |= {"celery_delayq.brokers.redis.list_publisher"}
+    assert unneeded.isdisjoint(loaded), sorted(unneeded.intersection(loaded))
 
 
 @pytest.mark.promise("scheduled-means-stored")

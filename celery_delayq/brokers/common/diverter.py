@@ -28,17 +28,17 @@ from kombu.transport.base import Transport
 from kombu.utils.json import dumps
 
 from ...core.backoff import Backoff
-from ...core.handover import Publisher
 from ...core.store import DelayedStore, Scheduled
 from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
 from .key_headers import InvalidDelayKey, delay_key_of, report
 from .message import due_ms, eta_span, eta_timestamp
 from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
-from .separate_store import separate_store
 from .settings import DelayqConfig, check_broker_url, config_of
 
 if TYPE_CHECKING:
     from typing import TypeGuard  # Python 3.10+; only the type checker reads it
+
+    from ...core.handover import Publisher
 
 STORE_URL_NEEDED = (
     "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
@@ -111,6 +111,9 @@ def store_for(
     (handing messages over with confirms), else in the broker itself (``own_store``:
     only a Redis broker has one)."""
     if config.store_url is not None:
+        # Imported only here: a store on the broker needs none of the hand-over's code.
+        from .separate_store import separate_store
+
         return separate_store(config, make_publisher)
     if own_store is None:
         raise ConfigurationError(STORE_URL_NEEDED)

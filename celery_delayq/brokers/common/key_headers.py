@@ -20,9 +20,10 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ...core.delay_keys import DelayKey, KeyedOutcome
+if TYPE_CHECKING:
+    from ...core.delay_keys import DelayKey, KeyedOutcome
 
 KEY_HEADER = "delayq_key"
 ON_HELD_HEADER = "delayq_on_held"
@@ -62,6 +63,8 @@ def delay_key_of(headers: Mapping[str, Any]) -> DelayKey | None:
         raise InvalidDelayKey(
             f"{MAX_WAIT_HEADER} must be a number of seconds, got {max_wait!r}"
         ) from exc
+    from ...core.delay_keys import DelayKey  # a keyed message's publish only
+
     try:
         on_held = headers.get(ON_HELD_HEADER) or "replace"
         return DelayKey(str(headers[KEY_HEADER]), on_held, max_wait_ms)

@@ -16,14 +16,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import replace
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from celery import Celery
 from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 
-from ...core.handover import Publisher, SameRedisMove
 from ...core.keys import KeySpace
 from ...core.store import DelayedStore, Scheduled
 from ..common.diverter import Diverter, Outbound, store_for, virtual_outbound
@@ -31,7 +30,6 @@ from ..common.message import Delivered
 from ..common.settings import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig
 from .consume import AtomicConsumer, CheckedMessage
 from .landing import WAIT_TYPE
-from .list_publisher import RedisListPublisher
 from .restore import (
     REDELIVERED_KEY,
     LockFreeQoS,
@@ -39,6 +37,9 @@ from .restore import (
     dead_letter_unroutable,
     routed_queues,
 )
+
+if TYPE_CHECKING:
+    from ...core.handover import HandOver, Publisher
 
 
 class Channel(kombu_redis.Channel):
@@ -60,7 +61,12 @@ class Channel(kombu_redis.Channel):
 
     @classmethod
     def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
-        return lambda: RedisListPublisher(app.connection_for_write)
+        def publisher() -> Publisher:
+            from .list_publisher import RedisListPublisher
+
+            return RedisListPublisher(app.connection_for_write)
+
+        return publisher
 
     def store_for(self, config: DelayqConfig) -> DelayedStore:
         make_publisher = self.publisher_factory(self.diverter.app)
@@ -75,12 +81,17 @@ class Channel(kombu_redis.Channel):
         """
         client = redis.Redis(connection_pool=self.pool)
         keys = KeySpace(self.global_keyprefix, config.key_prefix, config.store_shards)
-        handover = SameRedisMove(
-            client,
-            queue_lists=self.real_queue_lists,
-            ahead_ms=round(config.move_ahead * 1000),
-            burst_ahead_ms=round(config.burst_ahead * 1000),
-        )
+
+        def handover() -> HandOver:  # on the first move: a publisher never imports it
+            from ...core.handover import SameRedisMove
+
+            return SameRedisMove(
+                client,
+                queue_lists=self.real_queue_lists,
+                ahead_ms=round(config.move_ahead * 1000),
+                burst_ahead_ms=round(config.burst_ahead * 1000),
+            )
+
         return DelayedStore(
             client,
             keys,

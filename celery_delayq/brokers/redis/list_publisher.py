@@ -15,7 +15,7 @@ import redis
 from kombu.connection import Connection
 
 from ...core.handover import ConfirmedOnReturn, Outgoing, PublishReport
-from ...core.lua_scripts import PUSH_LISTS
+from ...core.lua_scripts import source
 from ..common.message import STABLE_ID_HEADER, UNREADABLE, with_header
 
 
@@ -66,7 +66,7 @@ class RedisListPublisher(ConfirmedOnReturn):
             self._connection = self.connect()
             channel: Any = self._connection.default_channel  # a Redis channel: it has a pool
             pool = channel.pool
-            self._push = redis.Redis(connection_pool=pool).register_script(PUSH_LISTS)
+            self._push = redis.Redis(connection_pool=pool).register_script(source("PUSH_LISTS"))
         return self._push
 
     def close(self) -> None:

@@ -8,32 +8,41 @@ messages leave through the store's ``HandOver`` (handover.py).
 ``DelayedStore`` is the front its callers hold. The work is done by its facets, one
 module each, which share one ``StoreState`` (state.py): writes, changes (cancel,
 reschedule), moves, listing, counts, admin (purge, repair), dead letters, and periodic
-occurrences written ahead.
+occurrences written ahead. Each facet but ``writes`` (and the hand-over) is made, and
+its module imported, on first use: a process that only publishes loads none of them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import redis
-from redis.client import PubSub
 
 from ..batching import ShardBatches
-from ..delay_keys import DelayKey, KeyedOutcome
-from ..handover import HandOver, SameRedisMove
-from ..heartbeats import MoverRegistry
 from ..keys import KeySpace, QueueKeys
+from ..lazy import first_use, lazy_attributes
 from ..lua_scripts import ScheduleCall, StoreScripts
-from ..results import MoveResult, PendingMessage, Position, QueueBacklog
-from .admin import Admin
-from .ahead import AheadOutcome, WriteAhead
-from .changes import Changes
-from .counts import Counts
-from .dead_letters import DeadLetters
-from .listing import LISTING_CLAIM_MS, Listing
-from .moves import Moves
 from .state import ReplicaWait, StoreState
 from .writes import ChunkPartlyStored, Scheduled, Writes
+
+if TYPE_CHECKING:
+    from redis.client import PubSub
+
+    from ..delay_keys import DelayKey, KeyedOutcome
+    from ..handover import HandOver
+    from ..heartbeats import MoverRegistry
+    from ..results import MoveResult, PendingMessage, Position, QueueBacklog
+    from .admin import Admin
+    from .ahead import AheadOutcome, WriteAhead
+    from .changes import Changes
+    from .counts import Counts
+    from .dead_letters import DeadLetters
+    from .listing import Listing
+    from .moves import Moves
+
+#: Imported on first use, as the facets are: a process that only publishes needs none.
+__getattr__ = lazy_attributes(__name__, {"AheadOutcome": ".ahead", "LISTING_CLAIM_MS": ".listing"})
 
 __all__ = [
     "LISTING_CLAIM_MS",
@@ -58,7 +67,7 @@ class DelayedStore:
         client: redis.Redis,
         keys: KeySpace,
         move_batch_size: int = 500,
-        handover: HandOver | None = None,
+        handover: HandOver | Callable[[], HandOver] | None = None,
         cluster: bool = False,
         wait_for: ReplicaWait | None = None,
         move_call_budget: float = 0.0,
@@ -68,20 +77,62 @@ class DelayedStore:
             client,
             keys,
             scripts,
-            handover or SameRedisMove(client, scripts),
+            _handover_maker(handover, client, scripts),
             ShardBatches(move_batch_size, move_call_budget),
             cluster,
             wait_for,
         )
-        self.movers = MoverRegistry(client, keys.movers)
         self.writes = Writes(self.state)
-        self.changes = Changes(self.state)
-        self.moves = Moves(self.state)
-        self.listing = Listing(self.state)
-        self.counts = Counts(self.state)
-        self.admin = Admin(self.state)
-        self.dead = DeadLetters(self.state)
-        self.ahead = WriteAhead(self.state, self.writes)
+
+    # -- the facets, each made on first use
+
+    @first_use
+    def movers(self) -> MoverRegistry:
+        from ..heartbeats import MoverRegistry
+
+        return MoverRegistry(self.client, self.keys.movers)
+
+    @first_use
+    def changes(self) -> Changes:
+        from .changes import Changes
+
+        return Changes(self.state)
+
+    @first_use
+    def moves(self) -> Moves:
+        from .moves import Moves
+
+        return Moves(self.state)
+
+    @first_use
+    def listing(self) -> Listing:
+        from .listing import Listing
+
+        return Listing(self.state)
+
+    @first_use
+    def counts(self) -> Counts:
+        from .counts import Counts
+
+        return Counts(self.state)
+
+    @first_use
+    def admin(self) -> Admin:
+        from .admin import Admin
+
+        return Admin(self.state)
+
+    @first_use
+    def dead(self) -> DeadLetters:
+        from .dead_letters import DeadLetters
+
+        return DeadLetters(self.state)
+
+    @first_use
+    def ahead(self) -> WriteAhead:
+        from .ahead import WriteAhead
+
+        return WriteAhead(self.state, self.writes)
 
     # -- the shared state, read-only
 
@@ -124,8 +175,9 @@ class DelayedStore:
         return self.state.server_time_ms()
 
     def close(self) -> None:
-        """Release the hand-over's broker connection, if it has one of its own."""
-        self.state.handover.close()
+        """Release the hand-over's broker connection, if it has one of its own (none
+        if it was never made)."""
+        self.state.close_handover()
 
     # -- writes.py
 
@@ -193,8 +245,11 @@ class DelayedStore:
         return self.listing.earliest(queues, limit)
 
     def claim_listing(
-        self, queues: Sequence[str], ticket: str, holder: str, ttl_ms: int = LISTING_CLAIM_MS
+        self, queues: Sequence[str], ticket: str, holder: str, ttl_ms: int | None = None
     ) -> list[str]:
+        """``ttl_ms``: LISTING_CLAIM_MS unless given."""
+        if ttl_ms is None:
+            return self.listing.claim_listing(queues, ticket, holder)
         return self.listing.claim_listing(queues, ticket, holder, ttl_ms)
 
     # -- counts.py
@@ -224,3 +279,29 @@ class DelayedStore:
 
     def page_entries(self, keys: QueueKeys) -> dict[bytes, tuple[bytes, int]]:
         return self.admin.page_entries(keys)
+
+
+def _handover_maker(
+    handover: HandOver | Callable[[], HandOver] | None, client: redis.Redis, scripts: StoreScripts
+) -> Callable[[], HandOver]:
+    """What makes the store's hand-over on its first move: ``handover`` itself, the one
+    given, or the same-Redis move (handover.py is imported only then)."""
+    if handover is None:
+
+        def same_redis() -> HandOver:
+            from ..handover import SameRedisMove
+
+            return SameRedisMove(client, scripts)
+
+        return same_redis
+    if callable(handover):
+        return handover
+    return lambda: handover
+
+
+def import_facets() -> None:
+    """Import now what the store otherwise imports on first use: a process about to run
+    threads (a worker, before its pool forks) calls it, since a thread importing a module
+    while a prefork pool forks can leave that module's import lock held in the child."""
+    from .. import handover, heartbeats  # noqa: F401
+    from . import admin, ahead, changes, counts, dead_letters, listing, moves  # noqa: F401

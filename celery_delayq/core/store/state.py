@@ -7,19 +7,22 @@ into another facet.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Optional, cast
+from typing import TYPE_CHECKING, Any, Optional, cast
 
 import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from ..batching import ShardBatches
-from ..handover import HandOver
 from ..keys import KeySpace, QueueKeys
+from ..lazy import first_use
 from ..lua_scripts import StoreScripts
 from ..record import duplicate_key, extra_prefix, task_key
+
+if TYPE_CHECKING:
+    from ..handover import HandOver
 
 #: Most entries one read of a task's extra messages (or records) returns.
 READ_CHUNK = 1000
@@ -44,13 +47,24 @@ class StoreState:
     client: redis.Redis
     keys: KeySpace
     scripts: StoreScripts
-    handover: HandOver
+    #: Makes the hand-over on the first move (``handover``): a process that only
+    #: publishes never imports handover.py.
+    make_handover: Callable[[], HandOver]
     #: Sizes each move's batch (at most ``move_batch_size``) so that one call keeps
     #: Redis busy for at most ``move_call_budget`` seconds (0: always the full size).
     batch: ShardBatches
     cluster: bool
     #: Schedules wait for this many replicas (None: they do not wait).
     wait_for: ReplicaWait | None
+
+    @first_use
+    def handover(self) -> HandOver:
+        return self.make_handover()
+
+    def close_handover(self) -> None:
+        """Close the hand-over, if one was made."""
+        if "handover" in self.__dict__:
+            self.handover.close()
 
     def queues(self) -> list[str]:
         """Names of the queues that have had delayed messages, sorted."""

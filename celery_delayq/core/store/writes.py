@@ -11,12 +11,11 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import redis
 from redis.commands.core import Script
 
-from ..delay_keys import DelayKey, KeyedOutcome
 from ..keys import QueueKeys
 from ..lua_scripts import (
     ScheduleCall,
@@ -28,6 +27,9 @@ from ..lua_scripts import (
 from ..record import Record, key_index_field, message_key
 from ..replicated import run_replicated
 from .state import StoreState
+
+if TYPE_CHECKING:
+    from ..delay_keys import DelayKey, KeyedOutcome
 
 #: Schedule calls per pipeline round trip in ``schedule_many``: large enough to hide the
 #: round trip, small enough that one reply stays small.
@@ -107,6 +109,8 @@ class Writes:
         holding its key (delay_keys.py)."""
         self.register_off_shard(message.queue)
         reply = self._run_schedule(self.state.scripts.schedule_keyed, message, delay_key)
+        from ..delay_keys import KeyedOutcome  # keyed publishes only
+
         return KeyedOutcome.from_reply(reply, message.task_id or "")
 
     def _run_schedule(
@@ -116,7 +120,9 @@ class Writes:
         call = self.schedule_call(message, delay_key)
         if self.state.wait_for is not None:
             return self._run_schedules([(script, call.keys, call.args)])[0]
-        return script(keys=call.keys, args=call.args)
+        # EVALSHA, and EVAL after NOSCRIPT: one round trip more on a Redis that has not
+        # seen the script yet, where Script would take two (SCRIPT LOAD, EVALSHA again).
+        return self.state.call(script, call.keys, call.args)
 
     def _run_schedules(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run schedule calls pipelined, waiting for replicas when configured."""
