@@ -56,7 +56,8 @@ def test_the_first_delayed_publish_imports_only_what_a_publish_needs(redis_serve
     unneeded = {f"celery_delayq.core.{name}" for name in never}
     unneeded |= {"celery_delayq.ops", "celery_delayq.scheduling", "celery_delayq.periodic"}
     unneeded |= {"celery_delayq.brokers.common.separate_store"}
-    unneeded |= {"celery_delayq.brokers.redis.list_publisher"}
+    unneeded |= {f"celery_delayq.brokers.redis.{name}" for name in ("consume", "landing")}
+    unneeded |= {"celery_delayq.brokers.redis.list_publisher", "celery_delayq.core.replicated"}
     assert unneeded.isdisjoint(loaded), sorted(unneeded.intersection(loaded))
 
 

@@ -18,7 +18,7 @@ from kombu.transport import redis as kombu_redis
 
 from ..common.diverter import store_retrying_errors
 from .channel import Channel, SentinelChannel
-from .consume import ConsumingPoller
+from .polling import ConsumingPoller
 
 __all__ = ["Channel", "SentinelChannel", "SentinelTransport", "Transport"]
 

@@ -24,12 +24,12 @@ from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 
 from ...core.keys import KeySpace
+from ...core.lazy import first_use
 from ...core.store import DelayedStore, Scheduled
 from ..common.diverter import Diverter, Outbound, store_for, virtual_outbound
 from ..common.message import Delivered
 from ..common.settings import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig
-from .consume import AtomicConsumer, CheckedMessage
-from .landing import WAIT_TYPE
+from .polling import WAIT_TYPE, CheckedMessage
 from .restore import (
     REDELIVERED_KEY,
     LockFreeQoS,
@@ -40,6 +40,7 @@ from .restore import (
 
 if TYPE_CHECKING:
     from ...core.handover import HandOver, Publisher
+    from .consume import AtomicConsumer
 
 
 class Channel(kombu_redis.Channel):
@@ -56,8 +57,15 @@ class Channel(kombu_redis.Channel):
         self.diverter = Diverter.of_current_app(
             self.store_for, self.url_schemes, broker=getattr(args[0], "client", None)
         )
-        self.consumer = AtomicConsumer(self)
         super().__init__(*args, **kwargs)
+
+    @first_use
+    def consumer(self) -> AtomicConsumer:
+        """The atomic consume path, made (and consume.py imported) when the channel first
+        consumes, restores or acknowledges: a channel that only publishes has none."""
+        from .consume import AtomicConsumer
+
+        return AtomicConsumer(self)
 
     @classmethod
     def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
@@ -238,7 +246,9 @@ class Channel(kombu_redis.Channel):
         return super().basic_get(queue, no_ack, **kwargs)
 
     def close(self) -> None:
-        self.consumer.waits.stop()
+        consumer = self.__dict__.get("consumer")  # none if the channel never consumed
+        if consumer is not None:
+            consumer.waits.stop()
         super().close()
 
     # -- what the worker's poison guard asks of a delivered message (worker/poison.py) --

@@ -47,7 +47,6 @@ from typing import Any
 from uuid import uuid4
 
 import redis
-from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import dumps, loads
@@ -56,8 +55,9 @@ from redis.exceptions import NoScriptError, ResponseError
 
 from ...core.lua_scripts import read_lua, register_all
 from ..common.message import Delivered, count_of, file_dead_letter
-from .landing import WAIT_TYPE, LandingWait, LandingWaits
-from .restore import REDELIVERIES_HEADER, LeasingPoller
+from .landing import LandingWait, LandingWaits
+from .polling import UnreadableMessage
+from .restore import REDELIVERIES_HEADER
 
 logger = logging.getLogger(__name__)
 
@@ -80,21 +80,6 @@ SOURCES = {
     f.name: read_lua(__name__.rpartition(".")[0], f.name)
     for f in dataclasses.fields(ConsumeScripts)
 }
-
-
-class UnreadableMessage(Exception):
-    """kombu cannot turn a message taken off a queue into a message (the reason)."""
-
-
-class CheckedMessage(virtual.Message):
-    """kombu's message, whose construction failing (no delivery tag, a body that does not
-    decode...) is told apart from errors of the consumer that receives it."""
-
-    def __init__(self, payload: Any, channel: Any = None, **kwargs: Any) -> None:
-        try:
-            super().__init__(payload, channel=channel, **kwargs)
-        except Exception as exc:  # anything a hostile envelope makes kombu raise
-            raise UnreadableMessage(f"kombu cannot read it: {exc!r}"[:300]) from exc
 
 
 @dataclass(frozen=True)
@@ -441,29 +426,3 @@ def _pop_if_last(key: str, message: bytes, pipe: Any) -> None:
     pipe.multi()
     if last == message:
         pipe.rpop(key)
-
-
-class ConsumingPoller(LeasingPoller):
-    """kombu's poller, which also reads the landing waits (even when the channel has no
-    room: a landed message is then given back, not left in the socket) and drops a wait
-    whose connection went silent."""
-
-    def on_readable(self, fileno: int) -> Any:
-        chan_type = self._fd_to_chan.get(fileno)
-        if chan_type is not None and chan_type[1].startswith(WAIT_TYPE):
-            channel, event_type = chan_type
-            return channel.handlers[event_type]()
-        return super().on_readable(fileno)
-
-    def maybe_check_brpop_health(self) -> Any:
-        for channel in list(self._channels):
-            consumer = getattr(channel, "consumer", None)
-            if consumer is None or not channel.health_check_interval:
-                continue
-            for wait in consumer.waits.overdue(channel.health_check_interval):
-                sock = wait.client.connection._sock
-                if sock is None or not kombu_redis._socket_readable(sock):
-                    wait.unsure = True
-                    wait.waiting = False
-                    wait.client.connection.disconnect()
-        return super().maybe_check_brpop_health()

@@ -20,8 +20,7 @@ import redis
 from kombu.transport import virtual
 from redis.exceptions import ResponseError
 
-#: The poller's event type of a landing wait, followed by its kombu list.
-WAIT_TYPE = "BLMOVE "
+from .polling import WAIT_TYPE
 
 
 @dataclass

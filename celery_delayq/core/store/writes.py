@@ -25,7 +25,6 @@ from ..lua_scripts import (
     schedule_many_args,
 )
 from ..record import Record, key_index_field, message_key
-from ..replicated import run_replicated
 from .state import StoreState
 
 if TYPE_CHECKING:
@@ -128,6 +127,8 @@ class Writes:
         """Run schedule calls pipelined, waiting for replicas when configured."""
         if self.state.wait_for is None:
             return run_pipelined(self.state.client, calls)
+        from ..replicated import run_replicated  # with delayq_wait_for_replicas only
+
         return run_replicated(
             self.state.client, calls, self.state.wait_for.replicas, self.state.wait_for.timeout_ms
         )
