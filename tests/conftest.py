@@ -36,7 +36,7 @@ from celery_delayq.testing import (
     wait_until,
 )
 
-from .helpers import NOWHERE
+from .helpers import NOWHERE, PERIODIC_TASK
 
 
 @pytest.fixture(scope="session")
@@ -49,7 +49,12 @@ def redis_server() -> Iterator[RedisServer]:
 def redis_client(redis_server: RedisServer) -> Iterator[redis.Redis]:
     """A client on a freshly flushed server (data and scripts): whatever ran before,
     the test starts from an empty Redis."""
-    client = redis_server.client()
+    yield from flushed(redis_server)
+
+
+def flushed(server: RedisServer) -> Iterator[redis.Redis]:
+    """A client on ``server``, its data and scripts flushed first."""
+    client = server.client()
     client.flushall()
     client.script_flush()
     yield client
@@ -105,6 +110,19 @@ def app(make_app: Callable[..., Celery]) -> Celery:
     return make_app()
 
 
+@pytest.fixture
+def periodic_app(make_app: Callable[..., Celery]) -> Celery:
+    """``make_app()`` that knows the periodic entries' task, ``PERIODIC_TASK`` (so an entry
+    of it raises no UnknownTaskWarning)."""
+    app = make_app()
+
+    @app.task(name=PERIODIC_TASK, shared=False)
+    def tick(*args: Any, **kwargs: Any) -> None:
+        """The entries' task."""
+
+    return app
+
+
 @pytest.fixture(scope="session")
 def rabbitmq_url() -> Iterator[str]:
     """A RabbitMQ of this test session (celery_delayq.testing.rabbitmq): a fresh vhost on
@@ -152,11 +170,7 @@ def store_server() -> Iterator[RedisServer]:
 @pytest.fixture
 def store_client(store_server: RedisServer) -> Iterator[redis.Redis]:
     """A client on that second Redis, flushed (data and scripts) first."""
-    client = store_server.client()
-    client.flushall()
-    client.script_flush()
-    yield client
-    client.close()
+    yield from flushed(store_server)
 
 
 @pytest.fixture(scope="session")

@@ -50,6 +50,9 @@ NOWHERE = "redis://127.0.0.1:9/0"
 #: The task of ``tests.worker_app`` that records each execution (see ``runs``).
 REMEMBER = "tests.worker_app.remember"
 
+#: The task of the periodic entries' tests, registered on ``periodic_app`` (tests/conftest.py).
+PERIODIC_TASK = "tests.periodic.tick"
+
 
 def remember(app: Celery, label: str, **options: Any) -> AsyncResult:
     """Send ``tests.worker_app.remember(label)`` as ``app`` (made current first)."""

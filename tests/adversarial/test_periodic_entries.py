@@ -28,9 +28,9 @@ from celery_delayq.periodic.entry import PeriodicEntry, from_ms
 from celery_delayq.periodic.registry import EntryRegistry
 from celery_delayq.periodic.writer import Mark, OccurrenceWriter
 
+from ..helpers import PERIODIC_TASK as TASK
 from ..helpers import invoke
 
-TASK = "tests.periodic.tick"
 #: Every time zone's wall times of this crontab lie in a DST gap of Antarctica/Troll
 #: (01:00-02:00 on the last Sunday of March, when it is the 31st): it never fires there.
 NEVER = {
@@ -55,14 +55,8 @@ UNBUILDABLE = [
 
 
 @pytest.fixture
-def app(make_app: Any) -> Celery:
-    app = make_app()
-
-    @app.task(name=TASK, shared=False)
-    def tick(*args: Any, **kwargs: Any) -> None:
-        """The entries' task (registered, so no UnknownTaskWarning)."""
-
-    return app
+def app(periodic_app: Celery) -> Celery:
+    return periodic_app
 
 
 def good_entry(name: str = "good", **changes: Any) -> PeriodicEntry:

@@ -9,6 +9,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 import redis
+from celery import Celery
 from celery.schedules import crontab
 from kombu.exceptions import OperationalError
 
@@ -18,19 +19,14 @@ from celery_delayq.periodic.registry import EntryRegistry
 from celery_delayq.periodic.writer import OCCURRENCE_HEADER
 from celery_delayq.testing import RedisServer
 
+from ..helpers import PERIODIC_TASK as TASK
+
 NOW = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
-TASK = "tests.periodic.tick"
 
 
 @pytest.fixture
-def app(make_app):
-    app = make_app()
-
-    @app.task(name=TASK, shared=False)
-    def tick(*args, **kwargs) -> None:
-        """The entries' task (registered, so no UnknownTaskWarning)."""
-
-    return app
+def app(periodic_app: Celery) -> Celery:
+    return periodic_app
 
 
 def pending_occurrences(app) -> list[str]:

@@ -6,26 +6,20 @@ import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
+from celery import Celery
 
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.history import EntryHistory
 from celery_delayq.periodic.writer import OccurrenceWriter
 
+from ..helpers import PERIODIC_TASK as TASK
 from ..helpers import invoke
-
-TASK = "tests.periodic.tick"
 
 
 @pytest.fixture
-def app(make_app):
-    app = make_app()
-
-    @app.task(name=TASK, shared=False)
-    def tick() -> None:
-        """The entries' task."""
-
-    return app
+def app(periodic_app: Celery) -> Celery:
+    return periodic_app
 
 
 def test_add_list_show_pause_resume_run_and_remove(app) -> None:

@@ -19,19 +19,14 @@ from celery_delayq.periodic.manage import sync_settings
 from celery_delayq.periodic.registry import EntryRegistry
 from celery_delayq.periodic.writer import OccurrenceWriter
 
-TASK = "tests.sync_race.tick"
+from ..helpers import PERIODIC_TASK as TASK
+
 SCHEDULE = {"tick": {"task": TASK, "schedule": 1.0}}
 
 
 @pytest.fixture
-def app(make_app: Any) -> Celery:
-    app = make_app()
-
-    @app.task(name=TASK, shared=False)
-    def tick() -> None:
-        """The entry's task (registered, so no UnknownTaskWarning)."""
-
-    return app
+def app(periodic_app: Celery) -> Celery:
+    return periodic_app
 
 
 def stored_entry(app: Celery) -> Any:

@@ -31,11 +31,11 @@ from celery_delayq.web.access import Access
 from celery_delayq.web.present import utc
 
 from ..helpers import NOWHERE
+from ..helpers import PERIODIC_TASK as TASK
 from .test_web import XSS, csrf_token, flashes, page_title
 
 pytest.importorskip("flask")
 
-TASK = "tests.periodic.tick"
 #: Names a user may give an entry: quotes, markup, the longest allowed, any script.
 CRAFTED = [
     'it\'s "quoted" & <b>bold</b>',
@@ -50,14 +50,8 @@ VERBS = ["pause", "resume", "run"]
 
 
 @pytest.fixture
-def app(make_app: Any) -> Celery:
-    app = make_app()
-
-    @app.task(name=TASK, shared=False)
-    def tick(*args: Any, **kwargs: Any) -> None:
-        """The entries' task (registered, so no UnknownTaskWarning)."""
-
-    return app
+def app(periodic_app: Celery) -> Celery:
+    return periodic_app
 
 
 @pytest.fixture

@@ -16,8 +16,9 @@ from celery import Celery
 
 from celery_delayq.brokers.amqp.envelope import destination, envelope
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.core.results import DeadLetter
 from celery_delayq.core.store import Scheduled
-from celery_delayq.testing import wait_until
+from celery_delayq.testing import RedisServer, wait_until
 
 from ..helpers import REMEMBER, celery_process, remember, runs
 from ..integration.test_handover_refusals import sqs_envelope
@@ -25,18 +26,46 @@ from ..integration.test_handover_refusals import sqs_envelope
 pytestmark = pytest.mark.timeout(120)
 
 
+def every_task_runs_once(
+    app: Celery,
+    broker_url: str,
+    settings: dict[str, Any],
+    records: RedisServer,
+    counts: tuple[int, int],
+    timeout: float,
+) -> DeadLetter:
+    """A worker of the app's queue and of a second one, a stored message the broker
+    cannot take due in the first: ``counts`` delayed tasks sent to each queue run once
+    (as ``records`` shows); the one dead letter."""
+    first = app.conf.task_default_queue
+    second = f"{first}-2"
+    redis_client = records.client()
+    with celery_process(
+        "worker", broker_url, settings, "-P", "solo", "-Q", f"{first},{second}",
+        record_url=records.url,
+    ):  # fmt: skip
+        sent = [remember(app, f"first-{i}", countdown=0.5) for i in range(counts[0])]
+        sent += [
+            remember(app, f"second-{i}", countdown=0.5, queue=second) for i in range(counts[1])
+        ]
+        wait_until(lambda: len(runs(redis_client)) >= len(sent), timeout=timeout)
+        with open_store(app) as store:
+            (letter,) = wait_until(lambda: store.dead.list(), timeout=30)
+    assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in sent)
+    return letter
+
+
 @pytest.mark.slow
 def test_a_stored_header_py_amqp_cannot_encode_stops_neither_its_queue_nor_another(
     make_amqp_app: Callable[..., Celery],
     amqp_settings: dict[str, Any],
     rabbitmq_url: str,
-    redis_server: Any,
+    redis_server: RedisServer,
     redis_client: redis.Redis,
 ) -> None:
     settings = {**amqp_settings, "delayq_handover_tries": 2, "delayq_handover_backoff": 0.001}
     app = make_amqp_app(**settings)
     first = app.conf.task_default_queue
-    second = f"{first}-2"
     bad_id = str(uuid.uuid4())
     bad = amqp.Message(
         b"[[], {}, {}]", application_headers={"id": bad_id, "task": REMEMBER, "x": uuid.uuid4()}
@@ -47,17 +76,7 @@ def test_a_stored_header_py_amqp_cannot_encode_stops_neither_its_queue_nor_anoth
             [Scheduled(first, bad_id, bad_id, due, destination("", first), envelope(bad))]
         )
 
-    with celery_process(
-        "worker", rabbitmq_url, settings, "-P", "solo", "-Q", f"{first},{second}",
-        record_url=redis_server.url,
-    ):  # fmt: skip
-        sent = [remember(app, f"first-{i}", countdown=0.5) for i in range(20)]
-        sent += [remember(app, f"second-{i}", countdown=0.5, queue=second) for i in range(10)]
-        wait_until(lambda: len(runs(redis_client)) >= len(sent), timeout=30)
-        with open_store(app) as store:
-            (letter,) = wait_until(lambda: store.dead.list(), timeout=30)
-
-    assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in sent)
+    letter = every_task_runs_once(app, rabbitmq_url, settings, redis_server, (20, 10), 30)
     assert letter.task_id == bad_id and letter.tries == 2
     assert letter.reason.startswith("cannot be encoded for the broker: FrameSyntaxError: ")
 
@@ -66,12 +85,11 @@ def test_a_stored_header_py_amqp_cannot_encode_stops_neither_its_queue_nor_anoth
 def test_stored_message_attributes_botocore_refuses_stop_neither_their_queue_nor_another(
     make_sqs_app: Callable[..., Celery],
     sqs_server: str,
-    redis_server: Any,
+    redis_server: RedisServer,
     redis_client: redis.Redis,
 ) -> None:
     app = make_sqs_app(delayq_handover_tries=2, delayq_handover_backoff=0.001)
     first = app.conf.task_default_queue
-    second = f"{first}-2"
     settings = {
         key: app.conf[key]
         for key in (
@@ -93,16 +111,6 @@ def test_stored_message_attributes_botocore_refuses_stop_neither_their_queue_nor
         payload = sqs_envelope(bad_id, message_attributes="zz")
         store.schedule_many([Scheduled(first, bad_id, bad_id, due, first, payload)])
 
-    with celery_process(
-        "worker", sqs_server, settings, "-P", "solo", "-Q", f"{first},{second}",
-        record_url=redis_server.url,
-    ):  # fmt: skip
-        sent = [remember(app, f"first-{i}", countdown=0.5) for i in range(10)]
-        sent += [remember(app, f"second-{i}", countdown=0.5, queue=second) for i in range(5)]
-        wait_until(lambda: len(runs(redis_client)) >= len(sent), timeout=45)
-        with open_store(app) as store:
-            (letter,) = wait_until(lambda: store.dead.list(), timeout=30)
-
-    assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in sent)
+    letter = every_task_runs_once(app, sqs_server, settings, redis_server, (10, 5), 45)
     assert letter.task_id == bad_id and letter.tries == 2
     assert letter.reason.startswith("ParamValidationError: ")

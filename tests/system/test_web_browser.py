@@ -48,12 +48,19 @@ def screenshots(tmp_path: Path) -> Path:
 @contextmanager
 def dashboard(app: Celery, **options: Any) -> Iterator[str]:
     """The dashboard of ``app`` served over HTTP on a free port; its base URL."""
-    from werkzeug.serving import make_server
-
     from celery_delayq.web import create_app
 
+    with served(create_app(app, **options)) as base:
+        yield base
+
+
+@contextmanager
+def served(wsgi_app: Any) -> Iterator[str]:
+    """``wsgi_app`` served over HTTP on a free port, in a thread; its base URL."""
+    from werkzeug.serving import make_server
+
     port = free_port()
-    server = make_server("127.0.0.1", port, create_app(app, **options), threaded=True)
+    server = make_server("127.0.0.1", port, wsgi_app, threaded=True)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:

@@ -10,7 +10,6 @@ periodic entry's run now runs."""
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,12 +19,12 @@ from celery import Celery
 
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.testing import free_port, wait_until
+from celery_delayq.testing import wait_until
 from celery_delayq.web.access import Access
 
 from ..helpers import celery_process, chromium, runs
 from ..web_links import dead_letter
-from .test_web_browser import confirm, remember_task
+from .test_web_browser import confirm, remember_task, served
 
 pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
 
@@ -99,7 +98,6 @@ def mounted(app: Celery) -> Iterator[str]:
     HTTP on a free port; the dashboard's base URL."""
     import flask
     from werkzeug.middleware.dispatcher import DispatcherMiddleware
-    from werkzeug.serving import make_server
 
     from celery_delayq.web import create_app
 
@@ -114,16 +112,8 @@ def mounted(app: Celery) -> Iterator[str]:
 
     dashboard = create_app(app, access=Access(token=TOKEN))
     host.wsgi_app = DispatcherMiddleware(host.wsgi_app, {"/delayq": dashboard})  # type: ignore[method-assign]
-    port = free_port()
-    server = make_server("127.0.0.1", port, host, threaded=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{port}/delayq"
-    finally:
-        server.shutdown()
-        thread.join()
-        server.server_close()
+    with served(host) as base:
+        yield f"{base}/delayq"
 
 
 @pytest.mark.promise("web-mounted-keeps-prefix", "web-mounted-cookie-own-path")
