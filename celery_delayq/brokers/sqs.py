@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from botocore.exceptions import ParamValidationError
+from botocore.exceptions import BotoCoreError, ClientError, ParamValidationError
 from botocore.validate import validate_parameters
 from celery import Celery
 from kombu.transport import SQS
@@ -33,6 +33,23 @@ from .common.settings import DelayqConfig
 from .common.virtual_publisher import VirtualPublisher
 
 logger = logging.getLogger(__name__)
+
+#: Error codes of an SQS reply that asks the caller to slow down: botocore's throttling
+#: codes (botocore.retries.standard) that SQS sends, with and without the prefix of SQS's
+#: query protocol, and KMS's for an encrypted queue.
+THROTTLING_CODES = frozenset(
+    {
+        "Throttling",
+        "ThrottlingException",
+        "ThrottledException",
+        "RequestThrottled",
+        "RequestThrottledException",
+        "TooManyRequestsException",
+        "RequestLimitExceeded",
+        "KmsThrottled",
+    }
+)
+SQS_CODE_PREFIX = "AWS.SimpleQueueService."
 
 # The queue name the readability check hands kombu's ``_message_to_python``: no SQS queue
 # has it, so kombu never takes the message for a no-ack queue's and deletes it.
@@ -74,8 +91,15 @@ class SQSChannel(SQS.Channel):
         super()._put_fanout(exchange, message, *args, **kw)
 
     def put_now(self, queue: str, message: dict[str, Any]) -> None:
-        """kombu's own put, for a due message (never diverted to the store again)."""
-        super()._put(queue, message)
+        """kombu's own put, for a due message (never diverted to the store again). SQS
+        throttling or failing is an outage, raised as one (``SQSUnavailable``): the
+        hand-over gives the batch back and the mover backs off, charging no message a try."""
+        try:
+            super()._put(queue, message)
+        except ClientError as exc:
+            if is_outage(exc):
+                raise SQSUnavailable(error=exc) from exc
+            raise
 
     def check_sendable(self, queue: str, payload: bytes) -> None:
         """Run kombu's own put of a message kept for later, as its hand-over will run it
@@ -198,6 +222,23 @@ class SQSChannel(SQS.Channel):
         otherwise be delivered to a queue that no longer exists."""
         super()._delete(queue, *args, **kwargs)
         self.diverter.store.purge(queue)
+
+
+class SQSUnavailable(BotoCoreError):
+    """SQS answered a put with throttling or a server error. A ``BotoCoreError``, so among
+    the errors kombu counts as SQS's connection errors: an outage, not a refusal of the
+    message (the ``ClientError`` it stands for is neither)."""
+
+    fmt = "SQS cannot take messages now: {error}"
+
+
+def is_outage(error: ClientError) -> bool:
+    """Whether SQS's error reply says "not now" (throttling, or an error on its side),
+    rather than refusing the message."""
+    reply = error.response or {}
+    code = str((reply.get("Error") or {}).get("Code") or "").removeprefix(SQS_CODE_PREFIX)
+    status = (reply.get("ResponseMetadata") or {}).get("HTTPStatusCode") or 0
+    return code in THROTTLING_CODES or int(status) >= 500
 
 
 class SQSTransport(SQS.Transport):

@@ -7,7 +7,11 @@ server, real Redis)."""
 from __future__ import annotations
 
 import base64
+import http.client
+import http.server
 import json
+import threading
+import urllib.parse
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -22,6 +26,7 @@ from celery import Celery
 import celery_delayq
 from celery_delayq.brokers.amqp.envelope import destination, envelope
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.brokers.sqs import SQSUnavailable
 from celery_delayq.core.record import Record, task_key
 from celery_delayq.core.results import DeadLetter
 from celery_delayq.core.store import Scheduled
@@ -231,6 +236,133 @@ def test_an_unreachable_sqs_gives_the_batch_back_and_charges_no_message_a_try(
     assert deliver_all_due(app) == 3
     delivered = [m["headers"]["id"] for m in sqs_messages(app, app.conf.task_default_queue)]
     assert sorted(delivered) == sorted(r.id for r in sent)
+
+
+class ThrottlingProxy:
+    """An HTTP proxy in front of moto's SQS server that answers each ``SendMessage`` with
+    the throttling reply SQS sends (``reply``: status, error code) while ``throttling``
+    is set, and passes every other request through. moto cannot be made to throttle; the
+    reply goes through botocore's own parsing, as a real SQS's would."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = urllib.parse.urlsplit(upstream.replace("sqs://", "http://"))
+        self.throttling = True
+        self.reply = (400, "ThrottlingException")
+        self.throttled = 0
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802 - http.server's name
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if proxy.throttling and self.headers.get("X-Amz-Target", "").endswith(
+                    ".SendMessage"
+                ):
+                    proxy.throttled += 1
+                    status, code = proxy.reply
+                    self.answer(status, *throttled_reply(code))
+                    return
+                upstream = http.client.HTTPConnection(proxy.upstream.hostname, proxy.upstream.port)
+                upstream.request("POST", self.path, body, dict(self.headers))
+                reply = upstream.getresponse()
+                self.answer(reply.status, dict(reply.getheaders()), reply.read())
+                upstream.close()
+
+            def answer(self, status: int, headers: dict[str, str], body: bytes) -> None:
+                self.send_response(status)
+                for name, value in headers.items():
+                    if name.lower() not in {"content-length", "connection", "date", "server"}:
+                        self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                """Quiet."""
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = upstream.replace(f":{self.upstream.port}", f":{self.server.server_address[1]}")
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def __enter__(self) -> ThrottlingProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.server.shutdown()
+        self.thread.join()
+        self.server.server_close()
+
+
+def throttled_reply(code: str) -> tuple[dict[str, str], bytes]:
+    """The headers and body of an SQS JSON-protocol error reply with this code (a code of
+    SQS's query protocol, ``AWS.SimpleQueueService.…``, rides in its own header)."""
+    short = code.removeprefix("AWS.SimpleQueueService.")
+    headers = {"Content-Type": "application/x-amz-json-1.0"}
+    if short != code:
+        headers["x-amzn-query-error"] = f"{code};Sender"
+    body = json.dumps({"__type": f"com.amazonaws.sqs#{short}", "message": "the proxy's reply"})
+    return headers, body.encode()
+
+
+@pytest.mark.parametrize(
+    "reply",
+    [
+        (400, "ThrottlingException"),
+        (400, "RequestThrottled"),
+        (400, "AWS.SimpleQueueService.RequestThrottled"),
+        (503, "ServiceUnavailable"),
+    ],
+)
+def test_a_throttling_sqs_gives_the_batch_back_and_charges_no_message_a_try(
+    make_sqs_app: Callable[..., Celery],
+    sqs_server: str,
+    redis_client: redis.Redis,
+    reply: tuple[int, str],
+) -> None:
+    """SQS's "slow down" (a ``ClientError``, which kombu does not list among SQS's
+    connection errors) and its server errors are an outage, not a refusal of the
+    message: with one try allowed, no message is dead-lettered or charged a try, the pass
+    fails (the mover backs off), and once SQS takes messages again every one arrives."""
+    with ThrottlingProxy(sqs_server) as proxy:
+        proxy.reply = reply
+        app = make_sqs_app(delayq_handover_tries=1)
+        app.conf.broker_url = proxy.url
+        app.conf.broker_transport_options = {  # one attempt: no botocore retries
+            **app.conf.broker_transport_options,
+            "client-config": {"retries": {"total_max_attempts": 1}},
+        }
+        sent = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(3)]
+        overdue(app, *sent)
+
+        with open_store(app) as store, pytest.raises(SQSUnavailable) as raised:
+            store.move_all_due()
+
+        assert f"({reply[1]})" in str(raised.value)
+        assert proxy.throttled == 1  # the batch stopped at its first message
+        assert redis_client.keys("*dead*") == [] and redis_client.keys("*tries*") == []
+        assert redis_client.keys("*inflight*") == []
+        proxy.throttling = False
+        assert deliver_all_due(app) == 3
+        delivered = [m["headers"]["id"] for m in sqs_messages(app, app.conf.task_default_queue)]
+        assert sorted(delivered) == sorted(r.id for r in sent)
+
+
+def test_an_sqs_error_reply_about_the_message_is_still_its_refusal(
+    make_sqs_app: Callable[..., Celery], sqs_server: str
+) -> None:
+    """The other side of the line drawn above: a client error that is no throttling
+    (``InvalidMessageContents``) refuses the message, dead-lettered after its one try."""
+    with ThrottlingProxy(sqs_server) as proxy:
+        proxy.reply = (400, "InvalidMessageContents")
+        app = make_sqs_app(delayq_handover_tries=1)
+        app.conf.broker_url = proxy.url
+        sent = app.send_task("tests.remember", countdown=3600)
+        overdue(app, sent)
+
+        (letter,) = dead_after_passes(app, 1)
+
+    assert letter.task_id == sent.id
+    assert "An error occurred (InvalidMessageContents) when calling" in letter.reason
 
 
 # dead resend
