@@ -178,7 +178,7 @@ def test_a_delayed_publish_botocore_refuses_fails_as_one_made_at_once(
     assert celery_delayq.backlog(app)[0].pending == 1  # the producer goes on
 
 
-@pytest.mark.promise("crafted-input-stops-nothing")
+@pytest.mark.promise("crafted-input-stops-nothing", "sqs-refusal-dead-lettered-alone")
 def test_a_stored_message_botocore_refuses_is_dead_lettered_alone_and_every_queue_goes_on(
     make_sqs_app: Callable[..., Celery],
 ) -> None:
@@ -211,6 +211,7 @@ def test_a_stored_message_botocore_refuses_is_dead_lettered_alone_and_every_queu
     assert sorted(delivered) == sorted(r.id for r in other)
 
 
+@pytest.mark.promise("sqs-outage-charges-no-try")
 def test_an_unreachable_sqs_gives_the_batch_back_and_charges_no_message_a_try(
     make_sqs_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -313,6 +314,7 @@ def throttled_reply(code: str) -> tuple[dict[str, str], bytes]:
         (503, "ServiceUnavailable"),
     ],
 )
+@pytest.mark.promise("sqs-outage-charges-no-try")
 def test_a_throttling_sqs_gives_the_batch_back_and_charges_no_message_a_try(
     make_sqs_app: Callable[..., Celery],
     sqs_server: str,
@@ -347,6 +349,7 @@ def test_a_throttling_sqs_gives_the_batch_back_and_charges_no_message_a_try(
         assert sorted(delivered) == sorted(r.id for r in sent)
 
 
+@pytest.mark.promise("sqs-refusal-dead-lettered-alone")
 def test_an_sqs_error_reply_about_the_message_is_still_its_refusal(
     make_sqs_app: Callable[..., Celery], sqs_server: str
 ) -> None:
