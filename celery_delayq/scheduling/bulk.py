@@ -45,7 +45,7 @@ from kombu.serialization import registry
 from kombu.utils.json import dumps, loads
 
 from ..brokers.common.diverter import DelayqChannel, is_delayq_channel
-from ..brokers.common.errors import ConfigurationError
+from ..brokers.common.errors import ConfigurationError, check_message_size
 from ..brokers.common.message import due_ms, eta_timestamp
 from ..brokers.common.settings import config_of
 from ..core.store import ChunkPartlyStored, DelayedStore, Scheduled
@@ -151,7 +151,9 @@ class _Batch:
         scheduled = template.fill(args, kwargs, options) if template is not None else None
         if scheduled is None:
             scheduled = self._apply_async(args, kwargs, options, shape)
-        else:
+        else:  # refused as the transport refuses it (a copy skips the diverter)
+            limit = self.channel.diverter.config.max_message_size
+            check_message_size(len(scheduled.payload), limit, scheduled.queue, scheduled.task_id)
             self.ids.append(str(scheduled.task_id))
         if scheduled is not None:
             self.chunk.append(scheduled)

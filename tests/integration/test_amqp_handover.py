@@ -68,7 +68,7 @@ def test_a_due_message_keeps_its_properties_headers_and_a_body_over_frame_max(
 ) -> None:
     """The hand-over writes the publish frames itself (frames.py): what RabbitMQ
     delivers is what the producer published, a body of several frames included."""
-    app = make_amqp_app()
+    app = make_amqp_app(delayq_max_message_size=0)  # a body over frame_max, above the limit
     big = "x" * 300_000  # over RabbitMQ's frame_max of 128 KiB
     extra = {
         "nested": {"list": [1, "two", None, True, 1.5], "big": 2**40},

@@ -226,7 +226,7 @@ def publishing(
     make_app: Callable[..., Celery], redis_server: RedisServer, redis_client: redis.Redis
 ) -> Iterator[Publishing]:
     plain_client = redis.Redis(port=redis_server.port, db=1)
-    app = make_app()
+    app = make_app(delayq_max_message_size=0)  # any message, whatever its size
     plain_url = redis_server.url.rsplit("/", 1)[0] + "/1"
     with app.connection_for_write() as connection, Connection(plain_url) as plain:
         with open_store(app) as store:
@@ -366,7 +366,7 @@ def test_a_payload_at_redis_bulk_limit_is_refused_and_leaves_nothing_behind(
     limit = 1 << 20
     with RedisServer("--proto-max-bulk-len", str(limit)) as server:
         client = server.client()
-        app = make_app(url=server.url)
+        app = make_app(url=server.url, delayq_max_message_size=0)
         eta = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
         with app.connection_for_write() as connection, Connection(server.url) as plain:
             channel = connection.default_channel

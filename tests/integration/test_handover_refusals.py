@@ -99,7 +99,7 @@ def test_a_delayed_publish_with_headers_over_a_frame_fails_rather_than_its_hand_
 ) -> None:
     """Properties and headers travel in one frame; over ``frame_max``, RabbitMQ would
     close the hand-over's connection. Such a delayed publish is refused at once."""
-    app = make_amqp_app()
+    app = make_amqp_app(delayq_max_message_size=0)  # the frame check, not the size limit
     with pytest.raises(FrameError, match="frame_max"):
         app.send_task("tests.remember", countdown=1, headers={"x": "y" * 200_000})
     assert celery_delayq.backlog(app) == []

@@ -168,6 +168,7 @@ REFUSED = {
     "delayq_handover_lease": 0,
     "delayq_handover_tries": 0,
     "delayq_handover_backoff": True,
+    "delayq_max_message_size": -1,
 }
 
 

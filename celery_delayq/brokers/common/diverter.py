@@ -29,7 +29,7 @@ from kombu.utils.json import dumps
 
 from ...core.backoff import Backoff
 from ...core.store import DelayedStore, Scheduled
-from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable
+from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable, check_message_size
 from .key_headers import InvalidDelayKey, delay_key_of, report
 from .message import due_ms, eta_span, eta_timestamp
 from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
@@ -201,6 +201,7 @@ class Diverter:
         destination = message.destination
         if callable(destination):
             destination = destination()
+        check_message_size(len(payload), self.config.max_message_size, message.queue, task_id)
         if message.validate is not None:
             message.validate(destination, payload)
         return Scheduled(
@@ -212,6 +213,20 @@ class Diverter:
             payload=payload,
             expires_ms=message.expires_ms,
         )
+
+    def check_immediate(self, queue: str, message: Mapping[str, Any]) -> None:
+        """Refuse a kombu virtual transport's message for ``queue`` that is not kept
+        (``divert`` said no) when bigger than ``delayq_max_message_size``: on a Redis
+        broker with ``delayq_reliable_consume`` the consume script copies every message,
+        as a move does a kept one. The size is that of kombu's envelope, as it is pushed."""
+        limit = self.config.max_message_size
+        if limit and self.config.reliable_consume:
+            body = message.get("body")
+            # the body alone over the limit: no need to serialize the envelope to know
+            size = len(body) if isinstance(body, (str, bytes)) and len(body) > limit else 0
+            headers = message.get("headers")
+            task_id = headers.get("id") if isinstance(headers, Mapping) else None
+            check_message_size(size or len(dumps(message)), limit, queue, task_id)
 
     def _write(self, write: Callable[[DelayedStore], T]) -> T:
         """Write to the store; an outage of a store at ``delayq_store_url`` backs off

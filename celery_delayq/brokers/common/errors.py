@@ -19,6 +19,29 @@ class InvalidETA(ValueError):
     """
 
 
+class MessageTooLarge(ValueError):
+    """A message is bigger than ``delayq_max_message_size``.
+
+    Raised at publish time, before anything is written: every script call that copies a
+    message holds Redis for all its clients, so a big one would delay every other queue.
+    """
+
+    def __init__(self, size: int, limit: int, queue: str, task_id: object = None) -> None:
+        self.size, self.limit, self.queue, self.task_id = size, limit, queue, task_id
+        task = f" (task {task_id})" if task_id is not None else ""
+        super().__init__(
+            f"message of {size:,} bytes for queue {queue!r}{task} is bigger than "
+            f"delayq_max_message_size ({limit:,} bytes); nothing was stored. Pass a reference "
+            "to the data (a database row, an object store key) instead, or raise the setting"
+        )
+
+
+def check_message_size(size: int, limit: int, queue: str, task_id: object = None) -> None:
+    """Refuse a message of ``size`` bytes above ``limit`` (0: no limit)."""
+    if limit and size > limit:
+        raise MessageTooLarge(size, limit, queue, task_id)
+
+
 class StoreUnavailable(ConnectionError):
     """The Redis at ``delayq_store_url`` cannot be reached to store a delayed message.
 

@@ -48,6 +48,8 @@ CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
 #: URL schemes ``delayq_store_url`` may have (redis-py's ``Redis.from_url``, Sentinel
 #: as kombu writes it, and a cluster).
 STORE_SCHEMES = frozenset({"redis", "rediss", "unix", "sentinel", *CLUSTER_SCHEMES})
+#: The most ``delayq_max_message_size`` may be: Redis's own largest string (proto-max-bulk-len).
+MOST_MESSAGE_SIZE = 512 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,19 @@ class DelayqConfig:
         500,
         "Most messages one atomic move call delivers; bounds how long Redis is busy per call.",
         valid="an integer from 1 to 10000",
+    )
+    max_message_size: int = setting(
+        64 * 1024,
+        (
+            "Largest message (bytes, as stored: kombu's envelope) celery-delayq takes: a "
+            "bigger one is refused at publish with ``MessageTooLarge``, nothing stored. "
+            "Checked for every message kept in the delayed store (countdown, eta, retries, "
+            "keyed and bulk scheduling, periodic occurrences) and, on a Redis broker with "
+            "``delayq_reliable_consume``, for every message, as the consume script copies "
+            "each one; a script call copying a bigger one holds Redis for every other client "
+            "(the default keeps each under a millisecond). 0: no limit."
+        ),
+        valid=f"an integer from 0 to {MOST_MESSAGE_SIZE}",
     )
     move_call_budget: float = setting(
         0.002,
@@ -250,6 +265,7 @@ class DelayqConfig:
             ("max_deliveries", 0, 1_000_000),
             ("store_shards", 1, 1024),
             ("store_wait_replicas", 0, 16),
+            ("max_message_size", 0, MOST_MESSAGE_SIZE),
         ):
             value = getattr(self, name)
             _check(

@@ -112,9 +112,11 @@ class Channel(kombu_redis.Channel):
     # -- publishing --
 
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
-        """Publish, or store until due. Inside a kombu publish batch a delayed message is
+        """Publish, or store until due; either way refused when bigger than
+        ``delayq_max_message_size``. Inside a kombu publish batch a delayed message is
         stored at once rather than at the batch's flush."""
         if not self.diverter.divert(self.outbound(queue, message)):
+            self.diverter.check_immediate(queue, message)
             super()._put(queue, message, **kwargs)
 
     def outbound(self, queue: str, message: dict[str, Any]) -> Outbound:

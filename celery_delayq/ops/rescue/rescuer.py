@@ -14,7 +14,7 @@ from typing import Any
 from kombu.utils.json import dumps
 from redis.commands.core import Script
 
-from ...brokers.common.errors import InvalidETA
+from ...brokers.common.errors import InvalidETA, MessageTooLarge
 from ...brokers.common.message import eta_of, eta_timestamp
 from ...core.lua_scripts import ScheduleCall
 from ...core.store import DelayedStore
@@ -76,8 +76,12 @@ class Rescuer:
         self, queue: str, message: dict[str, Any], payload: bytes, eta: float
     ) -> ScheduleCall:
         """The store call for one message, exactly as a publish through the transport
-        would make it."""
-        return self.store.schedule_call(self.channel.delayed(queue, message, payload, eta))
+        would make it. One bigger than ``delayq_max_message_size`` stays where it is."""
+        try:
+            scheduled = self.channel.delayed(queue, message, payload, eta)
+        except MessageTooLarge as exc:
+            raise UnreadableMessage(str(exc)) from exc
+        return self.store.schedule_call(scheduled)
 
     def bound_queues(self, exchange: str, routing_key: str) -> list[str] | None:
         """Queues a restore would push to (kombu's ``_lookup``), or None for a broadcast.
