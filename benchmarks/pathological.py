@@ -564,7 +564,17 @@ def parse_options() -> argparse.Namespace:
     parser.add_argument(
         "--big-bodies",
         action="store_true",
-        help="bodies of 0.5, 5 and 20 MB scheduled, moved and consumed (pathological_shapes)",
+        help="bodies of 63 kB, 0.5, 5 and 20 MB published, scheduled, moved and consumed "
+        "(pathological_shapes)",
+    )
+    parser.add_argument(
+        "--big-sizes", type=float, nargs="*", help="MB, instead of those of --big-bodies"
+    )
+    parser.add_argument(
+        "--max-message-size",
+        type=int,
+        help="delayq_max_message_size of --big-bodies' publish (0: none; default: the "
+        "transport's default; code without the setting takes no such option)",
     )
     parser.add_argument(
         "--never-firing",
@@ -583,7 +593,13 @@ def main() -> None:
     if options.big_bodies or options.never_firing:
         from . import pathological_shapes  # it imports this module
 
-        report = pathological_shapes.main(options.big_bodies, options.never_firing, False)
+        report = pathological_shapes.main(
+            options.big_bodies,
+            options.never_firing,
+            False,
+            options.big_sizes,
+            options.max_message_size,
+        )
         if options.output:
             options.output.write_text(report)
         return

@@ -1,8 +1,12 @@
 """Two more pathological shapes of ``python -m benchmarks.pathological`` (``--big-bodies``,
 ``--never-firing``; ``--quick`` runs small forms of both after the default shapes).
 
-- **big bodies**: for each size (0.5, 5 and 20 MB), a few real Celery task messages of that
-  size (``consume_big.big_message``) are scheduled (``schedule.lua``), moved when due by one
+- **big bodies**: for each size (by default 63 kB, just under the default limit, 0.5, 5 and
+  20 MB), first one real Celery task of that size is published with a countdown through
+  the transport, with its default settings: a size above ``delayq_max_message_size`` is
+  refused there (``MessageTooLarge``, nothing stored), and the row says so; then real
+  Celery task messages of that size, ``BIG_COUNT`` or as many as make ``BIG_BYTES``
+  (``consume_big.big_message``), are scheduled (``schedule.lua``), moved when due by one
   mover pass (``move_all_due``) together with ``OTHERS`` ordinary messages of another queue
   due at the same instant, then taken by the transport's atomic consume
   (``consume_big.take``). Every script call's Redis time is read from SLOWLOG; the floor of
@@ -43,7 +47,7 @@ from celery_delayq.periodic.entry import PeriodicEntry
 from celery_delayq.periodic.registry import EntryRegistry
 from celery_delayq.testing import RedisServer, build_app
 
-from .consume_big import FLOOR, INDEX, UNACKED, big_message, last_duration, take
+from .consume_big import FLOOR, INDEX, UNACKED, big_message, last_duration, size_of, take
 from .pathological import (
     DEFAULT_BUDGET,
     GOAL_SCRIPT_US,
@@ -57,9 +61,10 @@ from .pathological import (
 )
 from .store_tools import payload, server_time_ms, task_id
 
-SIZES_MB = (0.5, 5.0, 20.0)
-#: Big messages of each size, and the other queue's ordinary messages due with them.
-BIG_COUNT, OTHERS = 3, 20_000
+SIZES_MB = (0.063, 0.5, 5.0, 20.0)
+#: Big messages of each size (at least BIG_COUNT, or as many as make BIG_BYTES: enough that
+#: a move call could carry several), and the other queue's ordinary messages due with them.
+BIG_COUNT, BIG_BYTES, OTHERS = 3, 4_000_000, 20_000
 #: Passes of the other queue alone and beside the big messages, in turn (medians).
 ROUNDS = 3
 #: The SLOWLOG threshold (us): at 0 a pass of 20,000 messages (Redis logs the commands a
@@ -83,8 +88,12 @@ class BigRun:
     """One size: the Redis time (us) of each call, by step, and the lateness."""
 
     size: int
+    count: int = 0
+    #: The publish's error when the transport refused a message of this size, else "".
+    refused: str = ""
     schedule_us: list[int] = field(default_factory=list)
     move_us: int = 0
+    move_big_us: int = 0  # the longest move call on the big messages' own queue
     consume_us: list[int] = field(default_factory=list)
     move_alone_us: int = 0
     #: The least script doing each step's copies (``SCRIPT_FLOORS``), per call.
@@ -95,7 +104,13 @@ class BigRun:
     other_alone_s: float = 0.0
 
 
-def big_bodies(sizes_mb: tuple[float, ...], count: int, others: int) -> tuple[list[BigRun], str]:
+def big_bodies(
+    sizes_mb: tuple[float, ...],
+    count: int,
+    others: int,
+    big_bytes: int = BIG_BYTES,
+    limit: int | None = None,
+) -> tuple[list[BigRun], str]:
     runs = []
     with RedisServer() as server:
         client = redis.Redis.from_url(server.url, socket_timeout=600)
@@ -108,10 +123,38 @@ def big_bodies(sizes_mb: tuple[float, ...], count: int, others: int) -> tuple[li
             consumer = connection.default_channel.consumer
             for mb in sizes_mb:
                 message = big_message(server.url, int(mb * 1_000_000 * 3 / 4))  # base64: 4/3
-                runs.append(one_size(server.url, store, slowlog, consumer, message, count, others))
+                refused = publish_refused(server.url, store, int(mb * 1e6 * 3 / 4), limit)
+                if refused:
+                    runs.append(BigRun(len(message), refused=refused))
+                else:
+                    many = max(count, -(-big_bytes // len(message)))
+                    runs.append(
+                        one_size(server.url, store, slowlog, consumer, message, many, others)
+                    )
                 print(big_row(runs[-1]), flush=True)
         store.close()
     return runs, version
+
+
+def publish_refused(url: str, store: DelayedStore, size: int, limit: int | None) -> str:
+    """Publish one task with a ``size``-byte argument and a countdown through the
+    transport, with its default settings (``limit``: its ``delayq_max_message_size``
+    instead): the error when it is refused, else "" (and the stored message cancelled).
+    Code without a size limit stores it."""
+    settings: dict[str, Any] = {"broker_url": url}
+    if limit is not None:  # code without the setting refuses the name
+        settings["delayq_max_message_size"] = limit
+    app = build_app("bench-publish", settings, current=True)
+    try:
+        app.send_task("bench.big", args=["x" * size], queue=QUEUE, countdown=3600, task_id="p")
+    except Exception as exc:  # noqa: BLE001 - the refusal is the measurement
+        if type(exc).__name__ != "MessageTooLarge":
+            raise
+        if store.pending_counts([QUEUE])[QUEUE]:
+            raise SystemExit(f"a refused message was stored: {exc}") from exc
+        return str(exc)
+    store.cancel("p")
+    return ""
 
 
 def one_size(
@@ -125,10 +168,10 @@ def one_size(
 ) -> BigRun:
     """Passes of the other queue alone and beside ``count`` big messages scheduled, in
     turn; then the big messages of the last pass consumed, and the floor."""
-    client, run = store.client, BigRun(len(message))
+    client, run = store.client, BigRun(len(message), count)
     alone_s, beside_s = [], []
     for _ in range(ROUNDS):
-        seconds, move_us = other_queue_pass(url, store, slowlog, others)
+        seconds, move_us, _ = other_queue_pass(url, store, slowlog, others)
         alone_s.append(seconds)
         run.move_alone_us = max(run.move_alone_us, move_us)
         client.delete(QUEUE)  # the last round's are consumed below
@@ -137,9 +180,10 @@ def one_size(
                 due = now_due(client)
                 store.schedule(Scheduled(QUEUE, f"b{i}", task_id(i), due, QUEUE, message))
                 run.schedule_us.append(last_duration(client, b"EVALSHA"))
-        seconds, move_us = other_queue_pass(url, store, slowlog, others)
+        seconds, move_us, big_us = other_queue_pass(url, store, slowlog, others)
         beside_s.append(seconds)
         run.move_us = max(run.move_us, move_us)
+        run.move_big_us = max(run.move_big_us, big_us)
     run.other_alone_s, run.other_s = statistics.median(alone_s), statistics.median(beside_s)
     if client.llen(QUEUE) != count:
         raise SystemExit(f"lost big messages: {client.llen(QUEUE)} of {count} moved")
@@ -199,9 +243,10 @@ def now_due(client: redis.Redis) -> int:
 
 def other_queue_pass(
     url: str, store: DelayedStore, slowlog: SlowLog, others: int
-) -> tuple[float, int]:
+) -> tuple[float, int, int]:
     """Schedule the other queue's messages due now, run one mover pass: (seconds until
-    the other queue was all delivered, the pass's longest script call, us)."""
+    the other queue was all delivered, the pass's longest script call and longest call
+    on the big messages' queue, us)."""
     due = now_due(store.client)
     store.schedule_many(
         Scheduled(OTHER_QUEUE, f"o{i}", task_id(10_000 + i), due, OTHER_QUEUE, payload(i))
@@ -209,13 +254,22 @@ def other_queue_pass(
     )
     slowlog.drain(Phase())  # the load: not measured here
     seconds = one_pass(url, store, others)[1]
-    moves = Phase()
-    slowlog.drain(moves)
+    longest = {"all": 0, "big": 0}
+    big_tag = b"{" + QUEUE.encode() + b"}"
+    for entry in slowlog.new_entries():
+        words = entry["command"].split()
+        if len(words) > 1 and slowlog.names.get(words[1].decode(), "").endswith(".lua"):
+            duration = int(entry["duration"])
+            longest["all"] = max(longest["all"], duration)
+            if big_tag in entry["command"]:
+                longest["big"] = max(longest["big"], duration)
     store.client.delete(OTHER_QUEUE)
-    return seconds, longest_script_us(moves)
+    return seconds, longest["all"], longest["big"]
 
 
 def big_row(run: BigRun) -> str:
+    if run.refused:
+        return f"| {size_of(run.size)} | 0 | refused at publish: {run.refused} |" + " - |" * 11
     floor = statistics.median(run.lpush_us) + statistics.median(run.rpop_us)
     calls = {
         "schedule": max(run.schedule_us),
@@ -230,9 +284,10 @@ def big_row(run: BigRun) -> str:
     )
     scripts = " / ".join(f"{min(run.floor_us[step]):,}" for step in calls)
     return (
-        f"| {run.size / 1e6:.1f} MB | {calls['schedule']:,} | {run.move_alone_us:,} / "
-        f"{run.move_us:,} | {calls['consume']:,} | {statistics.median(run.lpush_us):,.0f} + "
-        f"{statistics.median(run.rpop_us):,.0f} | {to_floor} | {scripts} | {to_script} | "
+        f"| {size_of(run.size)} | {run.count} | {calls['schedule']:,} | "
+        f"{run.move_alone_us:,} / {run.move_us:,} | {run.move_big_us:,} | {calls['consume']:,} | "
+        f"{statistics.median(run.lpush_us):,.0f} + {statistics.median(run.rpop_us):,.0f} | "
+        f"{to_floor} | {scripts} | {to_script} | "
         f"{run.other_alone_s:.3f} | {run.other_s:.3f} | {lateness:.2f}x | "
         f"{'met' if met else 'NOT met'} |"
     )
@@ -327,7 +382,9 @@ def render(
     """``sizes``: big messages a size, the other queue's messages, periodic entries."""
     count, others, entries = sizes
     lines = [
-        f"Redis {version}; {code_version()}. Big bodies: {count} messages a size in one "
+        f"Redis {version}; {code_version()}. Big bodies: one published with a countdown "
+        f"through the transport with its default settings (refused or not), then {count} "
+        f"messages a size, or as many as make {BIG_BYTES / 1e6:g} MB, in one "
         f"queue, {others:,} ordinary messages of another queue due with them; Redis us per "
         "call (SLOWLOG); the floor is the median LPUSH + RPOP of the same bytes; lateness: "
         "when the other queue was all delivered after the pass began, alone and beside the "
@@ -337,12 +394,13 @@ def render(
         f"SLOWLOG threshold {THRESHOLD_US} us, 0 around a big message's schedule, consume "
         "and floor calls.",
         "",
-        "| size | schedule.lua longest us | move pass longest call us (other queue alone / "
-        "beside big) | consume longest us | floor LPUSH + RPOP us | schedule / move / "
+        "| size | messages | schedule.lua longest us | move pass longest call us (other queue "
+        "alone / beside big) | move calls of the big queue, longest us | consume longest us | "
+        "floor LPUSH + RPOP us | schedule / move / "
         "consume to LPUSH + RPOP | floor scripts us (best) | schedule / move / consume to "
         "floor script | other queue alone s | beside big s | lateness ratio "
         "| goal (5 ms, 1.1x) |",
-        "|---|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|---:|---|",
         *(big_row(run) for run in big),
     ]
     if beats:
@@ -364,13 +422,22 @@ def render(
     return "\n".join(lines) + "\n"
 
 
-def main(big: bool, beat: bool, quick: bool) -> str:
-    """Run the shapes asked for; return their report."""
+def main(
+    big: bool,
+    beat: bool,
+    quick: bool,
+    big_sizes: tuple[float, ...] | None = None,
+    limit: int | None = None,
+) -> str:
+    """Run the shapes asked for (``big_sizes``: MB, default ``SIZES_MB``; ``limit``: the
+    ``delayq_max_message_size`` of the publish, default the transport's); return their
+    report."""
     sizes, count, others = ((0.5,), 1, 2_000) if quick else (SIZES_MB, BIG_COUNT, OTHERS)
+    sizes = tuple(big_sizes) if big_sizes else sizes
     entries, never, passes = (100, 2, 3) if quick else (ENTRIES, NEVER_FIRING, PASSES)
     version, big_runs, beat_runs = "?", [], {}
     if big:
-        big_runs, version = big_bodies(sizes, count, others)
+        big_runs, version = big_bodies(sizes, count, others, 0 if quick else BIG_BYTES, limit)
     if beat:
         beat_runs = never_firing(entries, never, passes)
     report = render(big_runs, beat_runs, version, (count, others, entries))
