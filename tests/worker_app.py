@@ -110,6 +110,14 @@ def retry_once(self: Any, countdown: float) -> None:
         raise self.retry(countdown=countdown)
 
 
+@app.task(bind=True, max_retries=3)
+def retry_bigger(self: Any, payload: str, size: int) -> None:
+    """Record the run; the first retries in a minute with an argument of ``size`` bytes."""
+    record(self.request.id, eta_of(self.request), retries=self.request.retries)
+    if self.request.retries == 0:
+        raise self.retry(args=("x" * size, size), countdown=60)
+
+
 @app.task(
     bind=True, autoretry_for=(ValueError,), retry_backoff=1, retry_jitter=False, max_retries=2
 )

@@ -39,7 +39,7 @@ def small(make_app) -> Celery:
     return make_app(delayq_max_message_size=LIMIT)
 
 
-@pytest.mark.promise("max-message-size-refused")
+@pytest.mark.promise("max-message-size-refused", "max-message-size-immediate")
 @pytest.mark.parametrize(
     "options",
     [{"countdown": 60}, {"eta": datetime.now(timezone.utc) + timedelta(hours=1)}, {}],
@@ -159,14 +159,20 @@ def test_a_periodic_entry_whose_message_is_too_big_is_refused_at_upsert(small, r
     assert pending(small) == 5  # the 5-minute horizon written ahead
 
 
-@pytest.mark.promise("max-message-size-refused")
-def test_on_rabbitmq_a_kept_message_over_the_limit_is_refused(make_amqp_app, redis_client):
-    """RabbitMQ holds a message published at once itself: only kept ones are bounded."""
-    app = make_amqp_app(delayq_max_message_size=LIMIT)
+@pytest.mark.promise("max-message-size-refused", "max-message-size-immediate")
+@pytest.mark.parametrize("broker", ["amqp", "sqs"])
+def test_on_rabbitmq_and_sqs_a_kept_message_over_the_limit_is_refused(
+    request, redis_client, broker
+):
+    """RabbitMQ and SQS hold a message published at once themselves: only kept ones are
+    bounded."""
+    make = request.getfixturevalue(f"make_{broker}_app")
+    app = make(delayq_max_message_size=LIMIT)
     with pytest.raises(MessageTooLarge):
         noop_task(app).apply_async((BIG,), countdown=60)
     assert stored_keys(redis_client) == set()
-    noop_task(app).apply_async((BIG,))  # published to RabbitMQ, not refused
+    noop_task(app).apply_async((BIG,))  # published to the broker, not refused
+    assert stored_keys(redis_client) == set()
 
 
 @pytest.mark.promise("move-call-bytes-bounded")
