@@ -18,8 +18,10 @@ from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.handover import MOVE_BATCH_BYTES
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, Scheduled
+from celery_delayq.ops.rescue import rescue
 
-from ..helpers import noop_task
+from ..helpers import noop_task, remember
+from ..vanilla import apps, in_store
 
 LIMIT = 4096
 BIG = "x" * (2 * LIMIT)  # an argument that makes any task message bigger than LIMIT
@@ -191,3 +193,18 @@ def test_a_move_call_carries_at_most_the_byte_budget_plus_one_message(redis_clie
     assert sum(calls) == count and redis_client.llen("q") == count
     most = -(-MOVE_BATCH_BYTES // len(payload))  # the call that reaches the budget stops
     assert max(calls) == most and len(calls) >= 3
+
+
+@pytest.mark.promise("max-message-size-rescue")
+def test_rescue_leaves_a_vanilla_eta_message_over_the_limit_where_it_is(make_app, redis_client):
+    vanilla, app = apps(make_app, delayq_max_message_size=LIMIT)
+    big = remember(vanilla, BIG, countdown=60)
+    small_one = remember(vanilla, "small", countdown=60)
+    before = redis_client.lrange("default", 0, -1)
+
+    report = rescue(app)
+
+    assert (report.rescued_from_lists, report.errors) == (1, 1)
+    assert "delayq_max_message_size" in report.error_samples[0]
+    assert set(in_store(app)) == {small_one.id}
+    assert redis_client.lrange("default", 0, -1) == [r for r in before if big.id.encode() in r]
