@@ -218,15 +218,13 @@ class Diverter:
         """Refuse a kombu virtual transport's message for ``queue`` that is not kept
         (``divert`` said no) when bigger than ``delayq_max_message_size``: on a Redis
         broker with ``delayq_reliable_consume`` the consume script copies every message,
-        as a move does a kept one. The size is that of kombu's envelope, as it is pushed."""
+        as a move does a kept one. The size is that of kombu's envelope, as it is pushed
+        (ASCII JSON: as many bytes as characters)."""
         limit = self.config.max_message_size
         if limit and self.config.reliable_consume:
-            body = message.get("body")
-            # the body alone over the limit: no need to serialize the envelope to know
-            size = len(body) if isinstance(body, (str, bytes)) and len(body) > limit else 0
             headers = message.get("headers")
             task_id = headers.get("id") if isinstance(headers, Mapping) else None
-            check_message_size(size or len(dumps(message)), limit, queue, task_id)
+            check_message_size(len(dumps(message)), limit, queue, task_id)
 
     def _write(self, write: Callable[[DelayedStore], T]) -> T:
         """Write to the store; an outage of a store at ``delayq_store_url`` backs off
