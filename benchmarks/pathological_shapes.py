@@ -436,7 +436,7 @@ def main(
     """Run the shapes asked for (``big_sizes``: MB, default ``SIZES_MB``; ``limit``: the
     ``delayq_max_message_size`` of the publish, default the transport's); return their
     report."""
-    sizes, count, others = ((0.5,), 1, 2_000) if quick else (SIZES_MB, BIG_COUNT, OTHERS)
+    sizes, count, others = ((0.05,), 1, 2_000) if quick else (SIZES_MB, BIG_COUNT, OTHERS)
     sizes = tuple(big_sizes) if big_sizes else sizes
     entries, never, passes = (100, 2, 3) if quick else (ENTRIES, NEVER_FIRING, PASSES)
     version, big_runs, beat_runs = "?", [], {}
