@@ -150,9 +150,11 @@ def test_the_doctor_page_does_not_read_the_store_on_a_get(client, tie, redis_cli
 
 
 @pytest.mark.promise("web-huge-repr-cut")
-def test_a_huge_argsrepr_is_shown_cut_not_parsed(app, client, redis_client) -> None:
+def test_a_huge_argsrepr_is_shown_cut_not_parsed(make_app, redis_client) -> None:
     """A 2 MB argsrepr took 8.7 s and 971 MB to lay out; now the page shows its start
-    and says how long it is."""
+    and says how long it is (such a message is stored with delayq_max_message_size 0)."""
+    app = make_app(delayq_max_message_size=0)
+    client = create_app(app, access=Access()).test_client()
     huge = ["y" * 100] * 20_000  # a literal list of 2 MB, as a client may send its repr
     task_id = noop_task(app).apply_async((1,), countdown=600, argsrepr=repr(huge)).id
     response = client.get(f"/task/{task_id}")
