@@ -50,12 +50,13 @@ def eta_of(request: Any) -> Any:
 
 
 def record(task_id: str, eta: Any, **extra: Any) -> None:
-    """Note one execution: task id, its ETA as the worker saw it, and the start time."""
+    """Note one execution: task id, its ETA as the worker saw it, and the start time (a
+    value JSON cannot carry, such as the Decimal id of a hostile message, as its repr)."""
     if eta is not None and not isinstance(eta, str):
         eta = eta.isoformat()
     entry = {"id": task_id, "eta": eta, "at": time.time(), **extra}
     with redis.Redis.from_url(os.environ.get("RECORD_URL") or app.conf.broker_url) as client:
-        client.rpush("test:runs", json.dumps(entry))
+        client.rpush("test:runs", json.dumps(entry, default=repr))
 
 
 @app.task(bind=True)

@@ -14,8 +14,9 @@ So, for every broker, the worker's consumer step ``PoisonGuard`` wraps that hand
   (a message that kills its worker outright, by memory or a crash in C, comes back
   after each death, counted by its broker: the ``delayq_redeliveries`` header on Redis,
   SQS's ``ApproximateReceiveCount``, RabbitMQ's ``x-delivery-count`` on quorum queues);
-- a message whose headers Celery would fail on after taking it goes to the dead letters
-  before Celery sees it (``refusal``);
+- a message whose headers Celery would fail on after taking it, or whose properties its
+  transport could not read (``UNREADABLE_HEADER``: brokers/amqp/inbound.py), goes to the
+  dead letters before Celery sees it (``refusal``);
 - any exception from handing a message to Celery sends that message to the dead letters.
 
 A dead letter is written to the delayed store (the broker's Redis, or
@@ -40,7 +41,7 @@ from celery.worker import state
 from kombu.exceptions import DecodeError
 from kombu.utils.encoding import safe_repr
 
-from ..brokers.common.message import Delivered, file_dead_letter
+from ..brokers.common.message import UNREADABLE_HEADER, Delivered, file_dead_letter
 from ..brokers.common.settings import config_of
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ class Guard:
                 f"delivered {count} times (delayq_max_deliveries is {self.max_deliveries}): "
                 "it may stop the worker that takes it"
             )
-        return header_problem(message)
+        return unreadable_problem(message) or header_problem(message)
 
     def dead_letter(self, message: Any, reason: str) -> None:
         """Move ``message`` to the dead letters of its queue, then acknowledge it; if the
@@ -175,6 +176,14 @@ def delivery_count(message: Any) -> int:
     return int(count(message)) if count is not None else 0
 
 
+def unreadable_problem(message: Any) -> str | None:
+    """Why the transport could not read ``message``'s properties, if it says so."""
+    headers = message.headers
+    if isinstance(headers, dict) and UNREADABLE_HEADER in headers:
+        return str(headers[UNREADABLE_HEADER])[:300]
+    return None
+
+
 def header_problem(message: Any) -> str | None:
     """Why Celery would fail on ``message``'s headers after taking it (in the pool's
     callbacks, or holding a pool slot it never gives back), or None."""
@@ -183,8 +192,9 @@ def header_problem(message: Any) -> str | None:
         return None  # Celery's own check refuses it
     if nested_deeper(MAX_DEPTH, headers, message.properties):
         return f"its headers or properties nest deeper than {MAX_DEPTH} levels"
-    if "task" in headers and not isinstance(headers["task"], str):
-        return 'its "task" header is not a name'  # Celery would discard it as unregistered
+    reason = name_problem(headers)
+    if reason:
+        return reason
     try:
         message.decode()  # kept by kombu for Celery; a body Celery cannot decode it discards
     except DecodeError as exc:
@@ -202,6 +212,19 @@ def header_problem(message: Any) -> str | None:
     stamps = headers.get("stamps")
     if stamps is not None and not isinstance(stamps, dict):
         return 'its "stamps" header is not an object'
+    return None
+
+
+def name_problem(headers: dict[str, Any]) -> str | None:
+    """Why the task's name in ``headers`` would make Celery fail, or None."""
+    if "task" in headers and not isinstance(headers["task"], str):
+        return 'its "task" header is not a name'  # Celery would discard it as unregistered
+    shadow = headers.get("shadow")
+    if shadow and not isinstance(shadow, str):
+        # Celery names the request by it, and counts accepted tasks by name when the pool
+        # starts one: a list or object made that callback fail before the message was
+        # acknowledged, so the task ran, and ran again after every restore
+        return 'its "shadow" header is not a name'
     return None
 
 

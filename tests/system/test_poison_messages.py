@@ -9,6 +9,7 @@ back after each death until ``delayq_max_deliveries``, then goes to the dead let
 from __future__ import annotations
 
 import base64
+import json
 import re
 import sys
 import uuid
@@ -49,6 +50,9 @@ POISONS: dict[str, tuple[Any, str]] = {
     "stamped_headers": (5, '"stamped_headers"'),
     # Celery would raise (TypeError, a list as a key), or discard one that is no string
     "task": (["tests.worker_app.remember"], '"task" header is not a name'),
+    # Celery would run it, fail to count it (a list as a name) and never acknowledge it:
+    # it came back to run again after every restore
+    "shadow": (["tests.worker_app.remember"], '"shadow" header is not a name'),
     # Celery would log "Can't decode message body" and delete it
     "body": (None, "its body cannot be decoded"),
 }
@@ -321,3 +325,62 @@ def test_envelopes_kombu_cannot_read_on_sqs_go_to_the_dead_letters_and_the_worke
     attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["All"])["Attributes"]
     assert attributes["ApproximateNumberOfMessages"] == "0"
     assert attributes["ApproximateNumberOfMessagesNotVisible"] == "0"
+
+
+#: What py-amqp could not decode in the worker's event loop ("Unrecoverable error": the
+#: worker exited, and the next one took the message and exited too) -> (extra headers,
+#: extra properties, what the dead letter's reason says). RabbitMQ carries both as sent.
+UNDECODABLE_ON_RABBITMQ = {
+    # a header table nested as deep as fits in a frame: py-amqp decodes one level per
+    # Python call, and 3000 levels raised RecursionError
+    "deep": ({"deep": nested(3000)}, {}, "nest deeper than"),
+    # a short string property that is not UTF-8: UnicodeDecodeError
+    "bytes": ({}, {"correlation_id": b"\xc0\xff"}, "cannot read its properties"),
+}
+
+
+@pytest.mark.parametrize("shape", list(UNDECODABLE_ON_RABBITMQ))
+@pytest.mark.promise("celery-poison-dead-lettered")
+def test_properties_py_amqp_cannot_decode_on_rabbitmq_go_to_the_dead_letters(
+    make_amqp_app: Callable[..., Celery],
+    rabbitmq_url: str,
+    redis_server: Any,
+    redis_client: Any,
+    shape: str,
+) -> None:
+    app = make_amqp_app()
+    queue = app.conf.task_default_queue
+    headers, properties, reason = UNDECODABLE_ON_RABBITMQ[shape]
+    task_id = f"poison-{shape}-{uuid.uuid4().hex[:8]}"
+    message = app.amqp.create_task_message(
+        task_id, "tests.worker_app.remember", (), {"label": task_id}
+    )
+    settings = worker_settings(app)
+    prefork = ("-P", "prefork", "-c", "1")
+    with celery_process(
+        "worker", rabbitmq_url, settings, *prefork, record_url=redis_server.url
+    ) as worker:
+        with deep_recursion(), app.producer_or_acquire() as producer:
+            producer.publish(
+                message.body,
+                exchange="",
+                routing_key=queue,
+                headers={**message.headers, **headers},
+                serializer="json",
+                **{**message.properties, **properties},
+            )
+        good = remember(app, "good")
+        exited = lambda: worker.popen.poll() is not None and worker.output  # noqa: E731
+        wait_until(lambda: runs(redis_client), timeout=30, what="the good task", abort=exited)
+        with open_store(app) as store:
+            (letter,) = wait_until(lambda: store.dead.list(queue), timeout=30, what="the letter")
+        assert worker.popen.poll() is None, worker.output
+        assert "Unrecoverable error" not in worker.output
+    assert [run["id"] for run in runs(redis_client)] == [good.id]
+    assert reason in letter.reason, letter.reason
+    with deep_recursion():
+        kept = json.loads(letter.record.payload)  # the envelope, with the body at least
+    body = kept["body"]
+    if kept["properties"].get("body_encoding") == "base64":
+        body = base64.b64decode(body).decode()
+    assert task_id in body

@@ -33,6 +33,7 @@ from ..common.errors import STORE_OUTAGES
 from ..common.message import Delivered, count_of
 from ..common.settings import DelayqConfig, config_of
 from .envelope import destination, envelope
+from .inbound import deep_frame_handler
 from .publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher, check_publishable
 
 logger = logging.getLogger(__name__)
@@ -129,7 +130,14 @@ class AMQPChannel(pyamqp.Channel):
 
 
 class AMQPConnection(pyamqp.Connection):
+    """py-amqp's connection, whose frames may hold header tables of any depth (inbound.py)."""
+
     Channel = AMQPChannel
+    frame_handler_cls: Callable[..., Any]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.frame_handler_cls = deep_frame_handler(self.frame_handler_cls)
 
 
 class AMQPTransport(pyamqp.Transport):
