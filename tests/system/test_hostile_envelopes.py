@@ -39,14 +39,14 @@ from ..helpers import REMEMBER, celery_process, remember, runs
 from .test_poison_messages import deep_recursion, nested, worker_settings
 
 pytestmark = [
-    pytest.mark.timeout(240),
+    pytest.mark.timeout(300),
     pytest.mark.slow,
     pytest.mark.promise("crafted-input-stops-nothing"),
     pytest.mark.promise("celery-poison-dead-lettered"),
 ]
 
 #: Hostile messages per broker: each between two good tasks, all to one worker.
-BATCH = 400
+BATCH = 1000
 
 HEADERS = (
     "id", "task", "eta", "expires", "timelimit", "retries", "stamped_headers", "stamps",
