@@ -10,6 +10,7 @@ import base64
 import http.client
 import http.server
 import json
+import math
 import threading
 import urllib.parse
 import uuid
@@ -94,6 +95,20 @@ def test_a_delayed_publish_with_a_header_py_amqp_cannot_encode_fails_as_one_made
 
 
 @pytest.mark.promise("unencodable-publish-raises-at-send")
+def test_a_delayed_publish_with_a_header_rabbitmq_cannot_read_fails_rather_than_its_hand_over(
+    make_amqp_app: Callable[..., Celery],
+) -> None:
+    """py-amqp encodes an infinite or NaN float as any double, but RabbitMQ closes the
+    connection on it (541): every hand-over of it failed, with its batch, and was retried
+    for ever. Such a delayed publish is refused at once."""
+    app = make_amqp_app()
+    for value in (math.nan, -math.inf, [1, {"y": math.inf}]):
+        with pytest.raises(FrameSyntaxError, match="RabbitMQ cannot read it"):
+            app.send_task("tests.remember", countdown=1, headers={"x": value})
+    assert celery_delayq.backlog(app) == []
+
+
+@pytest.mark.promise("unencodable-publish-raises-at-send")
 def test_a_delayed_publish_with_headers_over_a_frame_fails_rather_than_its_hand_over(
     make_amqp_app: Callable[..., Celery],
 ) -> None:
@@ -110,8 +125,9 @@ def test_a_delayed_publish_with_headers_over_a_frame_fails_rather_than_its_hand_
     [
         (uuid.uuid4(), "FrameSyntaxError: Table type <class 'uuid.UUID'>"),
         ("y" * 200_000, "FrameError: "),
+        (math.nan, "FrameSyntaxError: Table value NaN or infinity"),
     ],
-    ids=["a type py-amqp cannot encode", "over frame_max"],
+    ids=["a type py-amqp cannot encode", "over frame_max", "a double RabbitMQ cannot read"],
 )
 @pytest.mark.promise(
     "handover-refused-dead-lettered", "handover-refusal-stops-one", "crafted-input-stops-nothing"
