@@ -1,15 +1,18 @@
 """Generated hostile envelopes: hypothesis gives any header, property, delivery info field
 or envelope field of a Celery protocol-2 message a hostile type or depth (lists, dicts,
-nesting 1000 deep, huge ints, 1e400, NaN, None, booleans, bytes, decimals, kombu typed
-values that do not decode), or a body that is not base64 or not JSON. One batch is built
-up front (derandomized: the same batch on every run) and published raw, each between two
-good tasks, to ONE real prefork ``celery worker``: on Redis (a hand-built kombu envelope,
-LPUSHed as any client of the broker's Redis can) and on RabbitMQ (kombu's producer).
+nesting 1000 deep, huge ints, infinities, NaN, None, booleans, bytes, decimals, kombu
+typed values that do not decode), or a body that is not base64 or not JSON. One batch is
+built up front (derandomized: the same batch on every run) and published raw, each
+between two good tasks, to ONE real prefork ``celery worker``: on Redis (a hand-built
+kombu envelope LPUSHed, as any client of the broker's Redis can, or, for every other
+message kombu's producer can make, kombu's producer on celery-delayq's transport) and on
+RabbitMQ (kombu's producer).
 
-The worker lives on, every good task runs once, and every hostile message runs, goes to
-the dead letters with a reason, or, only where Celery discards it by design (a message
-that is no task message, an ``eta`` or ``expires`` that is no date), is logged and
-discarded; none is lost or left in the queue, and no Redis call takes 10 ms or more."""
+The worker lives on, every good task runs once, and every hostile message runs (or its
+own time limit stops it), goes to the dead letters with a reason, or, only where Celery
+discards it by design (a message that is no task message, a task name no worker knows,
+an ``eta`` or ``expires`` that is no date), is logged and discarded; none is left in the
+queue, and no Redis call takes 10 ms or more."""
 
 from __future__ import annotations
 
