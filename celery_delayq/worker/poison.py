@@ -235,21 +235,21 @@ def is_limit(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
+#: What the nesting walk descends into.
+CONTAINERS = (dict, list, tuple)
+
+
 def nested_deeper(limit: int, *values: Any) -> bool:
     """Whether any of ``values`` nests lists, tuples or dicts more than ``limit`` deep
-    (without recursion: it must not fail on what it checks)."""
-    stack = [(value, 1) for value in values]
+    (without recursion: it must not fail on what it checks). Only containers go on the
+    stack: a message's scalars are most of it, and this runs for every message."""
+    stack = [(value, 1) for value in values if isinstance(value, CONTAINERS)]
     while stack:
         value, depth = stack.pop()
-        if isinstance(value, dict):
-            children: Any = value.values()
-        elif isinstance(value, (list, tuple)):
-            children = value
-        else:
-            continue
         if depth > limit:
             return True
-        stack.extend((child, depth + 1) for child in children)
+        children = value.values() if isinstance(value, dict) else value
+        stack.extend((child, depth + 1) for child in children if isinstance(child, CONTAINERS))
     return False
 
 
