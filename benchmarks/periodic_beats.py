@@ -41,12 +41,20 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from celery_delayq.testing import RedisServer, celery_command, exit_on_termination, wait_until
-from chaos.ledger import LedgerWriter
-from chaos.processes import BEAT, WORKER, Slot
+from celery_delayq.testing import (
+    BEAT,
+    WORKER,
+    LedgerWriter,
+    RedisServer,
+    Slot,
+    celery_command,
+    exit_on_termination,
+    wait_until,
+)
 
 from .harness import log
 from .periodic_app import ENTRIES, ENV, QUEUE, READY_KEY, RUNS_KEY
+from .processes import REPO_ROOT
 from .report import environment
 from .standalone import publish
 
@@ -131,7 +139,7 @@ def beat_command(scheduler: Scheduler, directory: Path, slot: str) -> Callable[[
 
 class Side:
     """One scheduler's Redis, worker and beats; the beats' kills and restarts are in the
-    side's ledger (``chaos.ledger``), the processes' logs beside it."""
+    side's ledger (``celery_delayq.testing.ledger``), the processes' logs beside it."""
 
     def __init__(self, scheduler: Scheduler, server: RedisServer, directory: Path) -> None:
         self.scheduler = scheduler
@@ -139,9 +147,17 @@ class Side:
         (directory / "logs").mkdir(parents=True)
         ledger = LedgerWriter(directory, "orchestrator")
         env = {ENV: json.dumps({"scheduler": scheduler.key, "broker_url": server.url})}
-        self.worker = Slot("worker", WORKER, worker_command, env, directory, ledger)
+        self.worker = Slot("worker", WORKER, worker_command, env, directory, ledger, root=REPO_ROOT)
         self.beats = [
-            Slot(name, BEAT, beat_command(scheduler, directory, name), env, directory, ledger)
+            Slot(
+                name,
+                BEAT,
+                beat_command(scheduler, directory, name),
+                env,
+                directory,
+                ledger,
+                root=REPO_ROOT,
+            )
             for name in (f"beat-{n}" for n in range(BEATS))
         ]
         self.kills = 0

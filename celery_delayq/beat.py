@@ -48,7 +48,7 @@ class Scheduler(CeleryScheduler):
         self.mover_thread: MoverThread | None = None
         self.exporter: Any = None
         self.synced = False
-        #: The entries read last pass, by their stored bytes (registry.py reuses them).
+        #: The entries read last pass, by their stored bytes (periodic/registry.py reuses them).
         self.parsed: dict[Stored, Read] = {}
         super().__init__(app, *args, **kwargs)
         # Validate now, so a bad setting or entry fails at start; `celery beat` also

@@ -9,10 +9,11 @@ twice, each case attributed either to Celery's own delivery semantics or to
 celery-delayq (the store and its movers).
 
 Modules, each owning one thing: ``config`` (the run's parameters and the settings its
-processes share), ``ledger`` (append-only event files), ``app``, ``celery_app`` and
-``transport`` (the Celery app every subprocess loads, its recording task, its receipt
-and ack hook), ``producer``, ``processes`` (start, SIGKILL, restart), ``monkey`` (the
-chaos actions), ``book`` (the ledger, indexed), ``aof`` (evidence from Redis's
-append-only file), ``analysis`` (lost and duplicate attribution), ``report``
-(Markdown, verdict) and ``run`` (the orchestrator).
+processes share), ``ledger`` (each process's writer of the append-only event files),
+``app``, ``celery_app`` and ``transport`` (the Celery app every subprocess loads, its
+recording task, its receipt and ack hook), ``producer``, ``processes`` (the slots
+started, SIGKILLed and restarted), ``monkey`` (the chaos actions), ``book`` (the
+ledger, indexed), ``aof`` (evidence from Redis's append-only file), ``analysis`` (lost
+and duplicate attribution), ``report`` (Markdown, verdict) and ``run`` (the
+orchestrator).
 """

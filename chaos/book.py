@@ -13,8 +13,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Protocol
 
+from celery_delayq.testing.ledger import Event
+
 from .aof import Push
-from .ledger import Event
 
 #: A live worker's missing ack is put down to its broker connection only if the monkey
 #: disrupted Redis (restart, client kill, pause, sleep) within this many seconds.

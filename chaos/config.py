@@ -13,7 +13,11 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
+
+#: The checkout chaos runs from: its processes start there and import chaos from it.
+REPO_ROOT = Path(__file__).resolve().parent.parent
 
 ENV_SETTINGS = "CHAOS_SETTINGS"
 #: Which process incarnation (``worker-2.3``: slot 2, third start) wrote a ledger entry.

@@ -19,11 +19,18 @@ from dataclasses import dataclass
 
 import redis
 
-from celery_delayq.testing import RedisServer, WaitAborted, wait_until
+from celery_delayq.testing import (
+    BEAT,
+    MOVER,
+    WORKER,
+    LedgerWriter,
+    RedisServer,
+    WaitAborted,
+    wait_until,
+)
 
 from .config import Minimums
-from .ledger import LedgerWriter
-from .processes import BEAT, MOVER, WORKER, Slot
+from .processes import ChaosSlot
 
 KILL_WORKER, KILL_BEAT, KILL_MOVER = "kill-worker", "kill-beat", "kill-mover"
 REDIS_RESTART, CLIENT_KILL, CLIENT_PAUSE, DEBUG_SLEEP = (
@@ -79,7 +86,7 @@ class Monkey:
     def __init__(
         self,
         steps: list[Step],
-        slots: list[Slot],
+        slots: list[ChaosSlot],
         server: RedisServer,
         ledger: LedgerWriter,
         rng: random.Random,

@@ -1,39 +1,28 @@
-"""The run's processes: start them, SIGKILL them, and start them again.
+"""The run's processes: chaos's slots (``celery_delayq.testing.slots``), the commands
+they run, and the supervisor that starts them again.
 
-A ``Slot`` is one role (worker 2, beat, the standalone mover, a producer) holding at
-most one live process at a time. Each start is a new *incarnation* with an id of its
-own (``worker-2.3``: third start of worker slot 2), passed in the environment and
-written into every ledger entry, so an execution is tied to the exact process lifetime
-it ran in, whatever pids the kernel reuses.
-
-Every process gets a session (process group) of its own: a SIGKILL goes to the whole
-group, a prefork worker's pool children included, as when a machine or container
-dies. A terminal's Ctrl-C reaches only the orchestrator, which stops the groups itself;
-on Linux each group leader also dies with the orchestrator (``PR_SET_PDEATHSIG``).
+Each incarnation's id (``worker-2.3``: third start of worker slot 2) is passed in the
+environment and written into every ledger entry, so an execution is tied to the exact
+process lifetime it ran in, whatever pids the kernel reuses. A terminal's Ctrl-C
+reaches only the orchestrator, which stops the process groups itself; on Linux each
+group leader also dies with the orchestrator (``PR_SET_PDEATHSIG``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import random
-import signal
-import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
-from benchmarks.processes import REPO_ROOT
-from celery_delayq.testing import celery_command, spawn, stop_group
+from celery_delayq.testing import MOVER, PRODUCER, LedgerWriter, Slot, celery_command
 
-from .config import ENV_ACKS_LATE, ENV_INCARNATION, ENV_WORKER_MOVER, QUEUE
-from .ledger import LedgerWriter
+from .config import ENV_ACKS_LATE, ENV_INCARNATION, ENV_WORKER_MOVER, QUEUE, REPO_ROOT
 
-WORKER, BEAT, MOVER, PRODUCER = "worker", "beat", "mover", "producer"
-#: Killed or exited processes come back after a random pause in this range (seconds).
-RESTART_DELAY = (0.5, 2.0)
 #: The standalone mover prints this once it runs (it has no Celery signal to hook).
 MOVER_READY_LINE = b"standalone mover running"
 
@@ -43,8 +32,9 @@ def chaos_celery(*args: str) -> list[str]:
     return celery_command("chaos.celery_app", *args)
 
 
-class Slot:
-    """One supervised role; ``command`` builds the argv of an incarnation from its id."""
+class ChaosSlot(Slot):
+    """A slot whose processes read the run's settings: their incarnation, whether they ack
+    late and run a mover thread come in the environment and go into the spawn entry."""
 
     def __init__(
         self,
@@ -57,52 +47,19 @@ class Slot:
         acks_late: bool = False,
         worker_mover: bool = True,
     ) -> None:
-        self.name = name
-        self.role = role
-        self.command = command
-        self.env = dict(env)
-        self.run_dir = run_dir
-        self.ledger = ledger
+        super().__init__(name, role, command, env, run_dir, ledger, root=REPO_ROOT)
         self.acks_late = acks_late
         self.worker_mover = worker_mover
-        self.generation = 0
-        self.incarnation = ""
-        self.process: subprocess.Popen[bytes] | None = None
-        self.started_at = 0.0
-        self.killed = False
-        self.restart_at: float | None = None
-        self.lock = threading.Lock()
 
-    @property
-    def log_path(self) -> Path:
-        return self.run_dir / "logs" / f"{self.incarnation}.log"
-
-    def start(self) -> None:
-        self.generation += 1
-        self.incarnation = f"{self.name}.{self.generation}"
-        env = {
-            **os.environ,
-            **self.env,
+    def incarnation_env(self) -> dict[str, str]:
+        return {
             ENV_INCARNATION: self.incarnation,
             ENV_ACKS_LATE: "1" if self.acks_late else "0",
             ENV_WORKER_MOVER: "1" if self.worker_mover else "0",
         }
-        self.process = spawn(self.command(self.incarnation), env, self.log_path, root=REPO_ROOT)
-        self.started_at = time.time()
-        self.killed = False
-        self.restart_at = None
-        self.ledger.write(
-            "X",
-            ev="spawn",
-            mover=self.worker_mover,
-            inc=self.incarnation,
-            role=self.role,
-            al=self.acks_late,
-            pid=self.process.pid,
-        )
 
-    def alive(self) -> bool:
-        return self.process is not None and self.process.poll() is None
+    def spawn_notes(self) -> dict[str, Any]:
+        return {"mover": self.worker_mover, "al": self.acks_late}
 
     def ready(self) -> bool:
         """Started up and serving: a ready file (workers, beat) or the mover's banner."""
@@ -113,50 +70,6 @@ class Slot:
                 return MOVER_READY_LINE in self.log_path.read_bytes()
             return False
         return (self.run_dir / "ready" / self.incarnation).exists()
-
-    def kill(self) -> str | None:
-        """SIGKILL the whole process group; the incarnation killed, or None if not running.
-
-        The kill is in the ledger before the signal is sent, so no execution of this
-        incarnation can be recorded after an unrecorded kill.
-        """
-        with self.lock:
-            process = self.process
-            if process is None or process.poll() is not None:
-                return None
-            self.ledger.write("X", ev="kill", inc=self.incarnation, role=self.role)
-            self.killed = True
-            os.killpg(process.pid, signal.SIGKILL)
-            return self.incarnation
-
-    def reap(self, rng: random.Random, restart: bool) -> None:
-        """Note an exit (killed, or on its own) and plan the restart."""
-        with self.lock:
-            process = self.process
-            if process is None or process.poll() is None:
-                return
-            self._ended(process, killed=self.killed)
-            if restart:
-                self.restart_at = time.monotonic() + rng.uniform(*RESTART_DELAY)
-
-    def stop(self, timeout: float = 20.0) -> None:
-        """SIGTERM the group (a warm shutdown), then SIGKILL what is left after ``timeout``."""
-        with self.lock:
-            process, self.restart_at = self.process, None
-            if process is None:
-                return
-            stop_group(process, timeout)
-            self._ended(process, killed=False, stopped=True)
-
-    def _ended(self, process: subprocess.Popen[bytes], **note: bool) -> None:
-        """Note the exit of ``process`` in the ledger, and SIGKILL what is left of its
-        group (orphaned pool children, if any)."""
-        self.ledger.write(
-            "X", ev="exit", inc=self.incarnation, role=self.role, code=process.returncode, **note
-        )
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(process.pid, signal.SIGKILL)
-        self.process = None
 
 
 def worker_command(concurrency: int) -> Callable[[str], list[str]]:
@@ -213,7 +126,7 @@ def producer_command(rate: float, seed: int, last_eta: float) -> Callable[[str],
 class Supervisor:
     """Reaps exited processes and starts them again, in a thread of its own."""
 
-    def __init__(self, slots: list[Slot], rng: random.Random) -> None:
+    def __init__(self, slots: list[ChaosSlot], rng: random.Random) -> None:
         self.slots = slots
         self.rng = rng
         self.restarting = True

@@ -31,23 +31,28 @@ from celery import Celery
 from kombu.exceptions import OperationalError
 
 import celery_delayq
-from benchmarks.processes import REPO_ROOT
 from celery_delayq import periodic
-from celery_delayq.testing import RedisServer, WaitAborted, redis_server_binary, wait_until
+from celery_delayq.testing import (
+    BEAT,
+    MOVER,
+    PRODUCER,
+    WORKER,
+    LedgerReader,
+    LedgerWriter,
+    RedisServer,
+    WaitAborted,
+    redis_server_binary,
+    wait_until,
+)
 
 from . import monkey as chaos_monkey
 from .analysis import Outcome, analyze, running_somewhere
 from .aof import AppendOnlyFile
 from .app import make_app
 from .book import Book
-from .config import ENV_FAULTS, ETA_TAIL, QUEUE, RunOptions, SharedSettings
-from .ledger import LedgerReader, LedgerWriter
+from .config import ENV_FAULTS, ETA_TAIL, QUEUE, REPO_ROOT, RunOptions, SharedSettings
 from .processes import (
-    BEAT,
-    MOVER,
-    PRODUCER,
-    WORKER,
-    Slot,
+    ChaosSlot,
     Supervisor,
     beat_command,
     chaos_celery,
@@ -117,7 +122,7 @@ class Run:
             steps = chaos_monkey.plan(options.duration, options.minimums, self.rng)
             self.context.planned = Counter(step.action for step in steps)
             monkey = chaos_monkey.Monkey(steps, services, server, self.ledger, self.rng)
-            producers: list[Slot] = []
+            producers: list[ChaosSlot] = []
             try:
                 self._start(services)
                 last_eta = time.time() + options.duration + ETA_TAIL
@@ -146,10 +151,12 @@ class Run:
                 outcome = analyze(self.book)
         return outcome, render(outcome, self.book, self.context)
 
-    def _slot(self, name: str, role: str, command: Callable[[str], list[str]], **kw: bool) -> Slot:
-        return Slot(name, role, command, self.env, self.dir, self.ledger, **kw)
+    def _slot(
+        self, name: str, role: str, command: Callable[[str], list[str]], **kw: bool
+    ) -> ChaosSlot:
+        return ChaosSlot(name, role, command, self.env, self.dir, self.ledger, **kw)
 
-    def _services(self) -> list[Slot]:
+    def _services(self) -> list[ChaosSlot]:
         """Workers (acks_late on and off, some with a mover), beat and a standalone mover."""
         options = self.options
         workers = [
@@ -169,7 +176,7 @@ class Run:
             self._slot("mover", MOVER, mover_command),
         ]
 
-    def _producers(self, last_eta: float) -> list[Slot]:
+    def _producers(self, last_eta: float) -> list[ChaosSlot]:
         rate = self.options.rate / self.options.producers
         return [
             self._slot(
@@ -180,7 +187,7 @@ class Run:
             for i in range(self.options.producers)
         ]
 
-    def _start(self, services: list[Slot]) -> None:
+    def _start(self, services: list[ChaosSlot]) -> None:
         began = time.monotonic()
         say(f"run directory {self.dir}; starting {len(services)} processes")
         for service in services:
@@ -205,7 +212,7 @@ class Run:
         self.context.startup_seconds = time.monotonic() - began
 
     def _produce(
-        self, producers: list[Slot], monkey: chaos_monkey.Monkey, server: RedisServer
+        self, producers: list[ChaosSlot], monkey: chaos_monkey.Monkey, server: RedisServer
     ) -> None:
         options = self.options
         say(

@@ -27,7 +27,7 @@ def stop_on_signal() -> Iterator[threading.Event]:
     put back after it."""
     stop = threading.Event()
 
-    def on_signal(signum: int, frame: FrameType | None) -> None:
+    def on_signal(signum: int, _frame: FrameType | None) -> None:
         stop.set()
 
     previous = {sig: signal.signal(sig, on_signal) for sig in STOP_SIGNALS}

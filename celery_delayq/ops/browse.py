@@ -20,7 +20,7 @@ import binascii
 import math
 import re
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
@@ -221,12 +221,3 @@ def count_matching(store: DelayedStore, where: TaskFilter) -> int:
     high = math.inf if where.due_before is None else where.due_before + 0.001
     counts = store.timeline([low, high])  # [low, high): due_before is inclusive
     return sum(n for queue, (n,) in counts.items() if where.queue in (None, queue))
-
-
-def act_on_matching(
-    store: DelayedStore, where: TaskFilter, act: Callable[[list[str]], int], chunk: int = 500
-) -> int:
-    """Apply ``act`` to the ids of every matching task, ``chunk`` at a time (read first,
-    then acted on, so acting never disturbs the scan); the sum of what it returns."""
-    ids = list(dict.fromkeys(task.id for task in matching(store, where)))
-    return sum(act(ids[i : i + chunk]) for i in range(0, len(ids), chunk))

@@ -5,7 +5,7 @@ Each occurrence becomes an ordinary delayed message, due at its time, which the 
 movers deliver even while every beat is down. A beat reads the entry's mark (its version
 and the last occurrence written), builds the messages for the occurrences after it up to
 ``now + horizon`` (at least the next one), and stores them in one call that also moves
-the mark (store/ahead.py): if another beat moved it first, nothing is written and this
+the mark (core/store/ahead.py): if another beat moved it first, nothing is written and this
 beat starts over from the mark it found. So each occurrence is published once, whichever
 beats run, crash or restart, with no leader.
 

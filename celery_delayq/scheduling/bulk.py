@@ -50,7 +50,7 @@ from ..brokers.common.message import due_ms, eta_timestamp
 from ..brokers.common.settings import config_of
 from ..core.store import ChunkPartlyStored, DelayedStore, Scheduled
 
-#: Messages per atomic store call: ~200 schedule.lua runs keep one call near 5 ms.
+#: Messages per atomic store call: ~200 core/lua/schedule.lua runs keep one call near 5 ms.
 DEFAULT_CHUNK_SIZE = 200
 
 #: The options that may differ between calls that share one template.

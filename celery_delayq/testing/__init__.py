@@ -10,6 +10,9 @@
 - Servers: ``redis_server`` (``RedisServer``, ``sentinels``), ``redis_cluster``
   (``RedisClusterServers``), ``rabbitmq`` (``rabbitmq_for_tests``, ``RabbitMQNode``).
 - ``browser``: a headless chromium's flags and binary.
+- ``ledger`` (``LedgerWriter``, ``LedgerReader``) and ``slots`` (``Slot``, and the roles
+  ``WORKER``, ``BEAT``, ``MOVER``, ``PRODUCER``): the chaos harness's and the periodic
+  benchmark's record of events kept outside Redis, and processes killed and started again.
 
 Nothing here imports click or pytest (an import-linter contract forbids click); the
 command-line helpers and fixtures of the tests live with the tests.
@@ -26,6 +29,7 @@ from .delivery import (
     publish,
     schedule_numbered,
 )
+from .ledger import LedgerReader, LedgerWriter
 from .processes import celery_command, exit_on_termination, free_port, spawn, stop_group
 from .rabbitmq import (
     RabbitMQNode,
@@ -36,13 +40,19 @@ from .rabbitmq import (
 )
 from .redis_cluster import SLOTS, RedisClusterServers, SlotMigration, SlotRange, slot_of
 from .redis_server import RedisServer, redis_server_binary, sentinels
+from .slots import BEAT, MOVER, PRODUCER, WORKER, Slot
 from .waiting import Activity, WaitAborted, activity, wait_until, wait_until_quiescent
 
 __all__ = [
     "AMQP_TRANSPORT",
+    "BEAT",
     "CHROMIUM_FLAGS",
+    "LedgerReader",
+    "LedgerWriter",
+    "MOVER",
     "PRIORITY_SEP",
     "PRIORITY_STEPS",
+    "PRODUCER",
     "SQS_TRANSPORT",
     "TRANSPORT",
     "Activity",
@@ -51,8 +61,10 @@ __all__ = [
     "RedisClusterServers",
     "RedisServer",
     "SLOTS",
+    "Slot",
     "SlotMigration",
     "SlotRange",
+    "WORKER",
     "WaitAborted",
     "activity",
     "broker_reachable",

@@ -55,7 +55,7 @@ PAGE_SIZE = 50
 #: Charts shown side by side are drawn narrower, so their text keeps its size.
 HALF_WIDTH = 440
 #: How long, and through how many messages, a page may look for matches of a name, key
-#: or search filter before it shows what it found and offers to search further (browse.py).
+#: or search filter before it shows what it found and offers to search further (ops/browse.py).
 SCAN_SECONDS = 0.1
 SCAN_BUDGET = 100_000
 #: The longest filter field (a queue, task name, search text, delay key, moment) read.

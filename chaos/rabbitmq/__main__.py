@@ -21,8 +21,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from benchmarks.processes import REPO_ROOT
 from celery_delayq.testing import (
+    LedgerReader,
     RabbitMQNode,
     celery_command,
     exit_on_termination,
@@ -30,7 +30,7 @@ from celery_delayq.testing import (
     stop_group,
 )
 
-from ..ledger import LedgerReader
+from ..config import REPO_ROOT
 from .analysis import Outcome, analyze, render
 from .app import ENV, ENV_INCARNATION
 from .stores import schedule_store

@@ -13,9 +13,7 @@ from typing import Any
 
 from celery import Celery
 
-from celery_delayq.testing import AMQP_TRANSPORT, build_app
-
-from ..ledger import LedgerWriter
+from celery_delayq.testing import AMQP_TRANSPORT, LedgerWriter, build_app
 
 ENV = "CHAOS_RMQ"
 ENV_INCARNATION = "CHAOS_INCARNATION"

@@ -356,11 +356,6 @@ class DelayqConfig:
         return 2 * self.mover_max_sleep + 5
 
     @classmethod
-    def setting_names(cls) -> list[str]:
-        """The Celery setting names this object reads."""
-        return [SETTING_PREFIX + f.name for f in dataclasses.fields(cls) if "doc" in f.metadata]
-
-    @classmethod
     def from_app(cls, app: Celery) -> DelayqConfig:
         """Read and validate the ``delayq_*`` settings of ``app``.
 

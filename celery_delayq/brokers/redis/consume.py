@@ -27,7 +27,7 @@ in its socket) loses the message for good. Here:
 - A message the worker cannot read (not kombu's JSON envelope, or one kombu cannot turn
   into a message) never stops the worker and is never dropped: ``consume.lua`` hands an
   unreadable message back to its list and says why, and the consumer moves it to the dead
-  letters of its queue (core/dead_letters.py: ``celery delayq dead``) with the reason,
+  letters of its queue (core/store/dead_letters.py: ``celery delayq dead``) with the reason,
   logged at WARNING. A message kombu can deliver is delivered, as on kombu's own path.
 
 Everything else is kombu's: the same lists, order and prefetch, ``basic_get``, the
@@ -335,7 +335,7 @@ class AtomicConsumer:
         self, queue: str, source: str, taken_from: str, taken: Taken, reason: str
     ) -> None:
         """Move a message this consumer cannot read to the dead letters of its queue,
-        with the reason (core/dead_letters.py); resent, it goes back to ``source``.
+        with the reason (core/store/dead_letters.py); resent, it goes back to ``source``.
 
         The dead letter is written first, then the message leaves the list it is still in
         (only if it is still its last element) or its unacked entry: a consumer killed in

@@ -1,6 +1,6 @@
 """Publishes due messages to a Redis broker whose store is elsewhere (``delayq_store_url``).
 
-One script call (``lua/push_lists.lua``) per batch on the broker pushes every message
+One script call (``core/lua/push_lists.lua``) per batch on the broker pushes every message
 onto its kombu list, so the batch is confirmed as a whole when the call returns; a
 destination key that is not a list refuses its own messages and nothing else.
 """

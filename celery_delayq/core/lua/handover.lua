@@ -1,4 +1,4 @@
--- Shared start of the claim -> publish -> ack scripts, after prelude.lua (scripts.py
+-- Shared start of the claim -> publish -> ack scripts, after prelude.lua (core/lua_scripts.py
 -- puts both in front of claim_due.lua, ack_claimed.lua and release_claimed.lua).
 --
 -- When the queues live in another system (RabbitMQ, another Redis), no script can move

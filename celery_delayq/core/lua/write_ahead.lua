@@ -13,7 +13,7 @@
 -- ARGV[5]  the new mark ('': forget the entry: no mark, nothing ahead)
 -- ARGV[6]  withdraw first the occurrences written ahead that are pending and due after
 --          this time (ms; 0: all of them); '': withdraw none
--- KEYS[7]  P:queues  set  the queue registry (left out on a Redis Cluster: writes.py)
+-- KEYS[7]  P:queues  set  the queue registry (left out on a Redis Cluster: core/store/writes.py)
 -- ARGV[7]  wake-up pubsub channel
 -- ARGV[8]  queue name (member of KEYS[7])
 -- ARGV[9]  n, then n triples (message key, due time, record) as schedule.lua's

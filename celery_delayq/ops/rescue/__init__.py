@@ -7,7 +7,7 @@ runs twice. ``rescue`` finds such messages (an ``eta`` header in the future by t
 host's clock, exactly as the transport decides at publish time) and moves each into the
 delayed store with one atomic Lua call: the message leaves its list (``LREM`` of its
 exact bytes) or the ``unacked`` hash (``HDEL`` and ``ZREM unacked_index``, only if the
-entry is still byte-for-byte what was read) and is scheduled by ``lua/schedule.lua``
+entry is still byte-for-byte what was read) and is scheduled by ``core/lua/schedule.lua``
 itself, in the same call, or nothing happens. When a worker took the message meanwhile,
 ``LREM`` removes nothing and the message is skipped. Everything else (no ETA, a past
 ETA, a broadcast, an unreadable message) is left exactly where it is. An ``unacked``

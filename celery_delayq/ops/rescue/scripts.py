@@ -24,7 +24,8 @@ class RescueScripts:
         return register_all(cls, client, SOURCES)
 
 
-#: Read at import, like ``scripts.SOURCES`` (never lazily in a thread of a forking worker).
+#: Read at import, like ``celery_delayq.core.lua_scripts.SOURCES`` (never lazily in a thread
+#: of a forking worker).
 SOURCES = {
     f.name: SCHEDULE_FUNCTION + read_source("schedule_all") + read_source(f.name)
     for f in dataclasses.fields(RescueScripts)
@@ -32,7 +33,7 @@ SOURCES = {
 
 
 def schedule_all_args(calls: list[ScheduleCall]) -> tuple[list[Any], list[Any]]:
-    """Keys and arguments of ``schedule_all`` (lua/schedule_all.lua) for these calls,
+    """Keys and arguments of ``schedule_all`` (core/lua/schedule_all.lua) for these calls,
     which all have as many keys and as many arguments."""
     keys = [key for call in calls for key in call.keys]
     args = [len(calls), len(calls[0].keys), len(calls[0].args)]
