@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import redis
 from redis.commands.core import Script
@@ -101,8 +101,7 @@ SCRIPT_NAMES = tuple(
 )
 
 
-@dataclass(frozen=True)
-class ScheduleCall:
+class ScheduleCall(NamedTuple):
     """The KEYS and ARGV of one ``schedule.lua`` call."""
 
     keys: list[str]

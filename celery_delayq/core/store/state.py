@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, cast
 
 import redis
 from redis.commands.core import Script
@@ -28,8 +28,7 @@ if TYPE_CHECKING:
 READ_CHUNK = 1000
 
 
-@dataclass(frozen=True)
-class ReplicaWait:
+class ReplicaWait(NamedTuple):
     """How schedules wait for replicas (``WAIT replicas timeout_ms`` after the write)."""
 
     replicas: int
