@@ -8,7 +8,6 @@ into another facet.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple, Optional, cast
 
 import redis
@@ -35,7 +34,6 @@ class ReplicaWait(NamedTuple):
     timeout_ms: int
 
 
-@dataclass
 class StoreState:
     """The client, key names, scripts and settings of one store.
 
@@ -43,18 +41,28 @@ class StoreState:
     another slot (see ``registry_in_scripts``).
     """
 
-    client: redis.Redis
-    keys: KeySpace
-    scripts: StoreScripts
-    #: Makes the hand-over on the first move (``handover``): a process that only
-    #: publishes never imports handover.py.
-    make_handover: Callable[[], HandOver]
-    #: Sizes each move's batch (at most ``move_batch_size``) so that one call keeps
-    #: Redis busy for at most ``move_call_budget`` seconds (0: always the full size).
-    batch: ShardBatches
-    cluster: bool
-    #: Schedules wait for this many replicas (None: they do not wait).
-    wait_for: ReplicaWait | None
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: KeySpace,
+        scripts: StoreScripts,
+        make_handover: Callable[[], HandOver],
+        batch: ShardBatches,
+        cluster: bool,
+        wait_for: ReplicaWait | None,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.scripts = scripts
+        #: Makes the hand-over on the first move (``handover``): a process that only
+        #: publishes never imports handover.py.
+        self.make_handover = make_handover
+        #: Sizes each move's batch (at most ``move_batch_size``) so that one call keeps
+        #: Redis busy for at most ``move_call_budget`` seconds (0: always the full size).
+        self.batch = batch
+        self.cluster = cluster
+        #: Schedules wait for this many replicas (None: they do not wait).
+        self.wait_for = wait_for
 
     @first_use
     def handover(self) -> HandOver:

@@ -219,10 +219,12 @@ class Writes:
                     keys.page_args(),
                     message.queue,
                     self.state.keys.wakeup_channel,
+                    [],
+                    [],
                 )
             record = Record(
                 message.due_ms, message.destination, message.payload, message.expires_ms
             )
-            part.triples += (key, message.due_ms, record.encode(keys.own_list))
+            part.triples.extend((key, message.due_ms, record.encode(keys.own_list)))
             part.indices.append(i)
         return list(parts.values())
