@@ -78,8 +78,7 @@ from __future__ import annotations
 import functools
 import re
 import zlib
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 #: Entries per page of due times; below Redis's default zset-max-listpack-entries (128),
 #: so pages keep the compact encoding.
@@ -98,8 +97,7 @@ def tag_of(queue: str) -> str:
     return "|" + queue.encode("utf-8", "surrogatepass").hex()
 
 
-@dataclass(frozen=True)
-class QueueKeys:
+class QueueKeys(NamedTuple):
     """The keys holding one queue's delayed messages, and the queue's own kombu list."""
 
     queue: str
@@ -172,8 +170,7 @@ class QueueKeys:
         return f"{self.page_prefix}{number}"
 
 
-@dataclass(frozen=True)
-class KeySpace:
+class KeySpace(NamedTuple):
     """Key names for one store; ``global_keyprefix`` is applied here and nowhere else."""
 
     global_keyprefix: str = ""

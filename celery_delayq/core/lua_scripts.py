@@ -17,12 +17,10 @@ only publishes reads the prelude and ``schedule.lua``, nothing else.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import redis
 from redis.commands.core import Script
@@ -101,8 +99,7 @@ SCRIPT_NAMES = tuple(
 )
 
 
-@dataclass(frozen=True)
-class ScheduleCall:
+class ScheduleCall(NamedTuple):
     """The KEYS and ARGV of one ``schedule.lua`` call."""
 
     keys: list[str]
@@ -184,10 +181,10 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-@dataclass
-class ShardChunk:
+class ShardChunk(NamedTuple):
     """The part of a chunk that goes to one queue shard (one group of
-    ``schedule_many.lua``): its keys and shared arguments once, then the messages."""
+    ``schedule_many.lua``): its keys and shared arguments once, then the messages, added
+    to its two lists."""
 
     keys: list[str]  # as schedule.lua takes them
     page_args: list[Any]  # ARGV[1], ARGV[2] of the prelude
@@ -195,9 +192,9 @@ class ShardChunk:
     wakeup_channel: str
     #: (message key, due time, record) of each message, flat: schedule.lua's
     #: ARGV[3], [4], [5].
-    triples: list[Any] = dataclasses.field(default_factory=list)
+    triples: list[Any]
     #: Indices of its messages in the whole chunk (which were lost if it fails).
-    indices: list[int] = dataclasses.field(default_factory=list)
+    indices: list[int]
 
 
 def schedule_many_args(parts: Sequence[ShardChunk]) -> tuple[list[Any], list[Any]]:

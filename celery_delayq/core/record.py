@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from dataclasses import dataclass
+from typing import NamedTuple
 
 UUID_SIZE = 16
 TEXT_ID = b"\x00"
@@ -131,8 +131,7 @@ def task_id_of(key: bytes) -> str:
     return ""
 
 
-@dataclass(frozen=True)
-class Record:
+class Record(NamedTuple):
     """One stored delayed message."""
 
     due_ms: int

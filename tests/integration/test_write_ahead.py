@@ -135,7 +135,7 @@ def test_crafted_bytes_in_the_ahead_list_stop_nothing(redis_client):
 def test_an_occurrence_for_another_queue_is_refused_before_anything_is_written(redis_client):
     store = make_store(redis_client)
     other = occurrence(store.server_time_ms())
-    other = Scheduled(**{**other.__dict__, "queue": "elsewhere"})
+    other = other._replace(queue="elsewhere")
     with pytest.raises(ValueError, match="elsewhere"):
         store.ahead.write(QUEUE, ENTRY, None, "1", [other])
     assert store.ahead.mark(QUEUE, ENTRY) is None

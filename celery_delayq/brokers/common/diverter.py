@@ -16,9 +16,8 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol, TypeVar, cast
 
 from celery import Celery
 from celery._state import _get_active_apps, get_current_app
@@ -60,8 +59,7 @@ def store_retrying_errors(transport: type[Transport]) -> tuple[type[BaseExceptio
     return (*transport.connection_errors, *transport.channel_errors)
 
 
-@dataclass(frozen=True)
-class Outbound:
+class Outbound(NamedTuple):
     """What the diverter needs of a message a channel is about to publish."""
 
     queue: str  # the queue it belongs to (the store groups by it)
@@ -182,7 +180,7 @@ class Diverter:
             return False
         scheduled = self.scheduled(message, seconds)
         if delay_key is not None and delay_key.max_wait_ms:
-            scheduled = replace(scheduled, eta_span=eta_span(scheduled.payload, eta))
+            scheduled = scheduled._replace(eta_span=eta_span(scheduled.payload, eta))
         if self.captured is not None:  # the capturing caller stores it (capture)
             if delay_key is not None:
                 raise InvalidDelayKey("keyed messages cannot be captured (schedule_many)")

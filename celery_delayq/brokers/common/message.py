@@ -9,9 +9,8 @@ import base64
 import math
 import struct
 import uuid
-from dataclasses import dataclass
 from datetime import datetime, tzinfo
-from typing import Any
+from typing import Any, NamedTuple
 
 from celery.utils.time import maybe_iso8601, maybe_make_aware
 from kombu import serialization
@@ -192,8 +191,7 @@ def kombu_message(payload: bytes, channel: Any) -> Message:
     )
 
 
-@dataclass(frozen=True)
-class Delivered:
+class Delivered(NamedTuple):
     """A delivered message, as its dead letter keeps it."""
 
     queue: str  # the queue it was taken from: its dead letters are filed under it

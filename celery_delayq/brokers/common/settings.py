@@ -52,7 +52,7 @@ STORE_SCHEMES = frozenset({"redis", "rediss", "unix", "sentinel", *CLUSTER_SCHEM
 MOST_MESSAGE_SIZE = 512 * 1024 * 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)  # its own __repr__ masks passwords
 class DelayqConfig:
     """celery-delayq's settings; the field name plus ``delayq_`` is the Celery setting."""
 

@@ -14,7 +14,6 @@ unacknowledged messages come back without kombu's mutex (restore.py).
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
@@ -148,7 +147,7 @@ class Channel(kombu_redis.Channel):
     ) -> Scheduled:
         """What the store keeps of a kombu message (ops/rescue moves vanilla ETA
         messages into the store with it): as ``_put`` would store it."""
-        outbound = replace(self.outbound(queue, message), payload=payload)
+        outbound = self.outbound(queue, message)._replace(payload=payload)
         return self.diverter.scheduled(outbound, eta_seconds)
 
     # -- keys --

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any, Optional, cast
 
@@ -83,7 +82,7 @@ class Changes:
         if raw is None:
             return 0
         record = Record.decode(raw, keys.own_list)
-        new = dataclasses.replace(record, due_ms=due_ms, payload=rewrite_payload(record.payload))
+        new = record._replace(due_ms=due_ms, payload=rewrite_payload(record.payload))
         new_raw = new.encode(keys.own_list)
         wakeup = self.state.keys.wakeup_channel
         return int(

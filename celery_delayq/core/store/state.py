@@ -8,8 +8,7 @@ into another facet.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Optional, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, Optional, cast
 
 import redis
 from redis.commands.core import Script
@@ -28,15 +27,13 @@ if TYPE_CHECKING:
 READ_CHUNK = 1000
 
 
-@dataclass(frozen=True)
-class ReplicaWait:
+class ReplicaWait(NamedTuple):
     """How schedules wait for replicas (``WAIT replicas timeout_ms`` after the write)."""
 
     replicas: int
     timeout_ms: int
 
 
-@dataclass
 class StoreState:
     """The client, key names, scripts and settings of one store.
 
@@ -44,18 +41,28 @@ class StoreState:
     another slot (see ``registry_in_scripts``).
     """
 
-    client: redis.Redis
-    keys: KeySpace
-    scripts: StoreScripts
-    #: Makes the hand-over on the first move (``handover``): a process that only
-    #: publishes never imports handover.py.
-    make_handover: Callable[[], HandOver]
-    #: Sizes each move's batch (at most ``move_batch_size``) so that one call keeps
-    #: Redis busy for at most ``move_call_budget`` seconds (0: always the full size).
-    batch: ShardBatches
-    cluster: bool
-    #: Schedules wait for this many replicas (None: they do not wait).
-    wait_for: ReplicaWait | None
+    def __init__(
+        self,
+        client: redis.Redis,
+        keys: KeySpace,
+        scripts: StoreScripts,
+        make_handover: Callable[[], HandOver],
+        batch: ShardBatches,
+        cluster: bool,
+        wait_for: ReplicaWait | None,
+    ) -> None:
+        self.client = client
+        self.keys = keys
+        self.scripts = scripts
+        #: Makes the hand-over on the first move (``handover``): a process that only
+        #: publishes never imports handover.py.
+        self.make_handover = make_handover
+        #: Sizes each move's batch (at most ``move_batch_size``) so that one call keeps
+        #: Redis busy for at most ``move_call_budget`` seconds (0: always the full size).
+        self.batch = batch
+        self.cluster = cluster
+        #: Schedules wait for this many replicas (None: they do not wait).
+        self.wait_for = wait_for
 
     @first_use
     def handover(self) -> HandOver:

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
 from redis.commands.core import Script
@@ -38,8 +37,7 @@ SCHEDULE_CHUNK = 2_000
 REGISTRY_REFRESH = 60.0
 
 
-@dataclass(frozen=True)
-class Scheduled:
+class Scheduled(NamedTuple):
     """One message to keep until it is due."""
 
     queue: str
@@ -221,10 +219,12 @@ class Writes:
                     keys.page_args(),
                     message.queue,
                     self.state.keys.wakeup_channel,
+                    [],
+                    [],
                 )
             record = Record(
                 message.due_ms, message.destination, message.payload, message.expires_ms
             )
-            part.triples += (key, message.due_ms, record.encode(keys.own_list))
+            part.triples.extend((key, message.due_ms, record.encode(keys.own_list)))
             part.indices.append(i)
         return list(parts.values())
