@@ -49,8 +49,8 @@ def together() -> str:
     all of them returned."""
     functions = {
         f"script_{name}": store.read_source(name)
-        for name in store.SOURCES
-        if name not in store.AROUND_SCHEDULE  # assembled around schedule, checked below
+        for name in store.SCRIPT_NAMES
+        if name != "schedule_many"  # assembled around schedule, checked below
     }
     bodies = "".join(f"local function {fn}()\n{body}end\n" for fn, body in functions.items())
     returned = "".join(f"  {fn},\n" for fn in functions)
@@ -60,7 +60,8 @@ def together() -> str:
 def main() -> int:
     alone = luacheck("celery_delayq/core/lua") & luacheck("celery_delayq/brokers/redis/lua")
     print(f"each file alone: {'ok' if alone else 'FAILED'}")
-    sources = {**store.SOURCES, **rescue.SOURCES, **consume.SOURCES}
+    store_sources = {name: store.source(name) for name in store.SCRIPT_NAMES}
+    sources = {**store_sources, **rescue.SOURCES, **consume.SOURCES}
     failed = [
         name for name, src in sources.items() if not luacheck_source(f"assembled/{name}.lua", src)
     ]

@@ -68,3 +68,6 @@ flask.Flask.session_interface
 # Jinja templates (celery_delayq/web/templates): attributes they read.
 browse.Page.budget_spent
 present.Folded.folded
+
+# botocore: a BotoCoreError formats its message from the class's fmt.
+sqs.SQSUnavailable.fmt

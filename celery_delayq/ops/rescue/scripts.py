@@ -24,8 +24,8 @@ class RescueScripts:
         return register_all(cls, client, SOURCES)
 
 
-#: Read at import, like ``celery_delayq.core.lua_scripts.SOURCES`` (never lazily in a thread
-#: of a forking worker).
+#: Read at import (never lazily in a thread of a forking worker): a rescue is no publish
+#: path, so what ``celery_delayq.core.lua_scripts.source`` makes on first use is made here.
 SOURCES = {
     f.name: SCHEDULE_FUNCTION + read_source("schedule_all") + read_source(f.name)
     for f in dataclasses.fields(RescueScripts)
