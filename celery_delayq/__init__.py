@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from .core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from .brokers.common.errors import ConfigurationError, InvalidETA
+    from .brokers.common.errors import ConfigurationError, InvalidETA, MessageTooLarge
     from .brokers.common.key_headers import DelayKeyHeld, InvalidDelayKey
     from .brokers.common.settings import DelayqConfig
     from .core.results import QueueBacklog
@@ -36,6 +36,7 @@ if TYPE_CHECKING:
 _HOMES = {
     "ConfigurationError": ".brokers.common.errors",
     "InvalidETA": ".brokers.common.errors",
+    "MessageTooLarge": ".brokers.common.errors",
     "DelayKeyHeld": ".brokers.common.key_headers",
     "InvalidDelayKey": ".brokers.common.key_headers",
     "DelayqConfig": ".brokers.common.settings",
@@ -65,6 +66,7 @@ __all__ = [
     "InvalidDelayKey",
     "InvalidETA",
     "KeyedResult",
+    "MessageTooLarge",
     "QueueBacklog",
     "__version__",
     "backlog",
