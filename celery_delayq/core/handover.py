@@ -34,9 +34,11 @@ logger = logging.getLogger(__name__)
 #: ``delayq_max_message_size``), so one script call stays short however large the
 #: messages: the time-sized batch (batching.py) is counted in messages and never goes below
 #: ``batching.LEAST``. A script's cost grows faster than its bytes once it allocates fresh
-#: memory: on a 2-core VM a call carrying 256 KiB took 0.4 ms (Redis 6.2) and 1.8 to 4 ms
-#: (7.0), one carrying 1 MiB 5 to 90 ms (6.2) and 26 to 31 ms (7.0).
-MOVE_BATCH_BYTES = 256 * 1024
+#: memory: on a 2-core VM a call carrying 512 KiB of big messages took 0.7 ms (Redis 6.2)
+#: and 3 to 18 ms (7.0), one carrying 1 MiB 5 ms (6.2) and 26 to 31 ms (7.0). 256 KiB
+#: would cut a batch of 500 small tasks (about 870 bytes each) to 300 and the burst move
+#: rate by 13 to 21% (benchmarks/RESULTS-move-bytes.md).
+MOVE_BATCH_BYTES = 512 * 1024
 
 #: A dense instant is moved this long ahead per message in it (us) when that exceeds the
 #: move-ahead: about what a busy solo worker takes to fetch and hold one ETA message, so
