@@ -11,11 +11,12 @@ load py-amqp and boto3).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+from celery import signals
 
 from .brokers.redis import Channel, SentinelChannel, SentinelTransport, Transport
 from .core.lazy import lazy_attributes
-from .worker import hooks
 
 if TYPE_CHECKING:
     from .brokers.amqp import AMQPChannel, AMQPSSLTransport, AMQPTransport
@@ -46,5 +47,13 @@ _LAZY = {
 __getattr__ = lazy_attributes(__name__, _LAZY, __package__)
 
 
+def _on_worker_init(sender: Any, **kwargs: Any) -> None:
+    """worker/hooks.py's handler, imported in a starting worker only: a process that
+    only publishes never loads the worker package."""
+    from .worker.hooks import on_worker_init
+
+    on_worker_init(sender, **kwargs)
+
+
 # A worker that uses one of these transports gets the mover step and the delayed listing.
-hooks.connect()
+signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="celery_delayq.mover")

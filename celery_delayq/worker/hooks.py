@@ -5,8 +5,8 @@ just before it sends ``worker_init`` and builds its blueprint: the one moment a
 settings-only plugin can add bootsteps to the worker (its mover, DueTimers, and the
 consumer's PoisonGuard) and
 choose how its remote-control node answers ``inspect scheduled``. The transports' settings
-path (celery_delayq/transport.py) connects this handler; the broker modules have no
-import-time effects. ``dispatch_uid`` keeps it to one connection.
+path (celery_delayq/transport.py) connects a handler that imports this one on call; the
+broker modules have no import-time effects. ``dispatch_uid`` keeps it to one connection.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from celery import signals
 
 
-def _on_worker_init(sender: Any, **_: Any) -> None:
+def on_worker_init(sender: Any, **_: Any) -> None:
     # Imported here, in a starting worker: a process that only publishes never loads them.
     from ..brokers.common.diverter import check_store_setting, uses_delayq
     from ..core.store import import_facets
@@ -35,7 +35,3 @@ def _on_worker_init(sender: Any, **_: Any) -> None:
             record_periodic_run, weak=False, dispatch_uid="celery_delayq.periodic_runs"
         )
     list_delayed_in_scheduled(sender.app)
-
-
-def connect() -> None:
-    signals.worker_init.connect(_on_worker_init, weak=False, dispatch_uid="celery_delayq.mover")

@@ -52,12 +52,13 @@ def test_the_first_delayed_publish_imports_only_what_a_publish_needs(redis_serve
     assert [key for key in redis_client.keys("*delayq*:msg")], "nothing stored"
     never = {"handover", "heartbeats", "results", "delay_keys", "mover", "store.moves"}
     never |= {f"store.{facet}" for facet in ("listing", "counts", "admin", "dead_letters")}
-    never |= {"store.changes", "store.ahead"}
+    never |= {"store.changes", "store.ahead", "backoff"}
     unneeded = {f"celery_delayq.core.{name}" for name in never}
     unneeded |= {"celery_delayq.ops", "celery_delayq.scheduling", "celery_delayq.periodic"}
     unneeded |= {"celery_delayq.brokers.common.separate_store"}
     unneeded |= {f"celery_delayq.brokers.redis.{name}" for name in ("consume", "landing")}
     unneeded |= {"celery_delayq.brokers.redis.list_publisher", "celery_delayq.core.replicated"}
+    unneeded |= {"celery_delayq.brokers.common.revoke", "celery_delayq.worker"}
     assert unneeded.isdisjoint(loaded), sorted(unneeded.intersection(loaded))
 
 

@@ -26,17 +26,16 @@ from kombu.transport import get_transport_cls
 from kombu.transport.base import Transport
 from kombu.utils.json import dumps
 
-from ...core.backoff import Backoff
 from ...core.store import DelayedStore, Scheduled
 from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable, check_message_size
 from .key_headers import InvalidDelayKey, delay_key_of, report
 from .message import due_ms, eta_span, eta_timestamp
-from .revoke import kombu_message_body, pidbox_exchange, revoked_task_ids
 from .settings import DelayqConfig, check_broker_url, config_of
 
 if TYPE_CHECKING:
     from typing import TypeGuard  # Python 3.10+; only the type checker reads it
 
+    from ...core.backoff import Backoff
     from ...core.handover import Publisher
 
 STORE_URL_NEEDED = (
@@ -230,6 +229,8 @@ class Diverter:
         url = self.config.store_url
         if url is None:  # the broker's own Redis: kombu knows its errors and waits
             return write(self.store)
+        from ...core.backoff import Backoff  # only a separate store's writes back off
+
         backoff = _store_backoffs.setdefault(url, Backoff())
         backoff.wait()
         try:
@@ -245,7 +246,8 @@ class Diverter:
     @cached_property
     def control_exchange(self) -> str:
         """Where Celery's remote-control broadcasts go (read once: every publish asks)."""
-        return pidbox_exchange(self.app.conf.control_exchange)
+        # kombu's Mailbox names it so (and a publish must not import revoke.py for it).
+        return f"{self.app.conf.control_exchange}.pidbox"
 
     def cancel_if_revoke(
         self,
@@ -259,6 +261,8 @@ class Diverter:
         delayed task."""
         if exchange != self.control_exchange:
             return
+        from .revoke import revoked_task_ids  # a broadcast: publishes never import it
+
         for task_id in revoked_task_ids(body, content_type, content_encoding):
             try:
                 self.store.cancel(task_id)
@@ -268,6 +272,8 @@ class Diverter:
     def cancel_if_revoke_in(self, exchange: str, message: Mapping[str, Any]) -> None:
         """``cancel_if_revoke`` for a kombu virtual transport's message."""
         if exchange == self.control_exchange:
+            from .revoke import kombu_message_body
+
             body = kombu_message_body(message)
             content = (message.get("content-type"), message.get("content-encoding"))
             self.cancel_if_revoke(exchange, body, *content)

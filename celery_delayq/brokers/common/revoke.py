@@ -17,11 +17,6 @@ from typing import Any
 from kombu.serialization import loads
 
 
-def pidbox_exchange(control_exchange: str) -> str:
-    """The exchange of Celery's remote-control broadcasts (kombu's ``Mailbox``)."""
-    return f"{control_exchange}.pidbox"
-
-
 def revoked_task_ids(
     body: bytes, content_type: str | None, content_encoding: str | None
 ) -> list[str]:
