@@ -37,7 +37,7 @@ logger = logging.getLogger(__name__)
 #: memory: on a 2-core VM a call carrying 512 KiB of big messages took 0.7 ms (Redis 6.2)
 #: and 3 to 18 ms (7.0), one carrying 1 MiB 5 ms (6.2) and 26 to 31 ms (7.0). 256 KiB
 #: would cut a batch of 500 small tasks (about 870 bytes each) to 300 and the burst move
-#: rate by 13 to 21% (benchmarks/RESULTS-move-bytes.md).
+#: rate by 13 to 21% (benchmarks/RESULTS-pathological-shapes.md).
 MOVE_BATCH_BYTES = 512 * 1024
 
 #: A dense instant is moved this long ahead per message in it (us) when that exceeds the
