@@ -173,28 +173,30 @@ def message_parts(app: Celery, hostile: Hostile) -> tuple[dict[str, Any], dict[s
 def push_envelope(app: Celery, client: Any, hostile: Hostile) -> None:
     """LPUSH kombu's Redis envelope of the message, built by hand, with the hostile value
     where it goes, as any client of the broker's Redis can."""
-    headers, properties, body = message_parts(app, hostile)
-    queue = app.conf.task_default_queue
-    envelope: dict[str, Any] = {
-        "body": dumps(body),
-        "content-encoding": "utf-8",
-        "content-type": "application/json",
-        "headers": headers,
-        "properties": {
-            **properties,
-            "delivery_tag": str(uuid.uuid4()),
-            "body_encoding": "utf-8",
-            "delivery_info": {"exchange": "", "routing_key": queue},
-            "priority": properties.get("priority", 0),
-        },
-    }
-    if hostile.where == "envelope":
-        envelope[hostile.field] = hostile.value
-    elif hostile.where == "property":
-        envelope["properties"][hostile.field] = hostile.value
-    elif hostile.where == "delivery_info":
-        envelope["properties"]["delivery_info"][hostile.field] = hostile.value
+    # The body and the envelope are both encoded with room for a value nested as deep as
+    # the batch holds: the test runner's own frames count against the limit too.
     with deep_recursion():
+        headers, properties, body = message_parts(app, hostile)
+        queue = app.conf.task_default_queue
+        envelope: dict[str, Any] = {
+            "body": dumps(body),
+            "content-encoding": "utf-8",
+            "content-type": "application/json",
+            "headers": headers,
+            "properties": {
+                **properties,
+                "delivery_tag": str(uuid.uuid4()),
+                "body_encoding": "utf-8",
+                "delivery_info": {"exchange": "", "routing_key": queue},
+                "priority": properties.get("priority", 0),
+            },
+        }
+        if hostile.where == "envelope":
+            envelope[hostile.field] = hostile.value
+        elif hostile.where == "property":
+            envelope["properties"][hostile.field] = hostile.value
+        elif hostile.where == "delivery_info":
+            envelope["properties"]["delivery_info"][hostile.field] = hostile.value
         client.lpush(queue, dumps(envelope))
 
 
