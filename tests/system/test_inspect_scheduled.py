@@ -181,6 +181,8 @@ def test_celerys_in_process_test_worker_moves_and_lists_delayed_tasks(
 
     app = make_app(worker_hijack_root_logger=False)
     default_app = _state.default_app  # start_worker makes the app the default for good
+    root = logging.getLogger()
+    root_level = root.level  # and sets the root logger to its log level (ERROR) for good
 
     @app.task(name="tests.in_process.touch")
     def touch(label: str) -> None:
@@ -197,6 +199,7 @@ def test_celerys_in_process_test_worker_moves_and_lists_delayed_tasks(
         wait_until(lambda: not any(thread.is_alive() for thread in movers))
     finally:
         _state.set_default_app(default_app)
+        root.setLevel(root_level)
 
 
 def test_a_queue_is_claimed_once_per_request_under_the_apps_key_prefixes(make_app, redis_client):
