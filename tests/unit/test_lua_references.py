@@ -52,7 +52,8 @@ def python_prose(path: Path) -> str:
 def places(path: Path) -> list[Path]:
     """Where a name written in ``path`` may be, relative to: its folder and each folder
     above it in the package, or their ``lua/`` folders; the repository's root."""
-    folders = [path.parent, *path.parent.parents[: len(path.parent.relative_to(PACKAGE).parts)]]
+    above = list(path.parent.parents)  # a list: Python 3.9's parents take no slice
+    folders = [path.parent, *above[: len(path.parent.relative_to(PACKAGE).parts)]]
     return [*folders, *(folder / "lua" for folder in folders), REPO_ROOT]
 
 
