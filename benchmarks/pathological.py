@@ -71,7 +71,7 @@ from pathlib import Path
 import redis
 
 import celery_delayq
-from celery_delayq.brokers.common.settings import DelayqConfig
+from celery_delayq.config.settings import DelayqConfig
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.lua_scripts import SCRIPT_NAMES, StoreScripts
 from celery_delayq.core.store import DelayedStore, Scheduled

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING
 from .core.lazy import lazy_attributes
 
 if TYPE_CHECKING:
-    from .brokers.common.errors import ConfigurationError, InvalidETA, MessageTooLarge
     from .brokers.common.key_headers import DelayKeyHeld, InvalidDelayKey
-    from .brokers.common.settings import DelayqConfig
+    from .config.errors import ConfigurationError, InvalidETA, MessageTooLarge
+    from .config.settings import DelayqConfig
     from .core.results import QueueBacklog
     from .ops.api import backlog, cancel, promote, reschedule
     from .scheduling.bulk import BulkScheduleError, schedule_many
@@ -34,12 +34,12 @@ if TYPE_CHECKING:
 #: Where each public name lives. A name is imported on first use (PEP 562), so a process
 #: that only publishes through the transport never loads the operations or bulk modules.
 _HOMES = {
-    "ConfigurationError": ".brokers.common.errors",
-    "InvalidETA": ".brokers.common.errors",
-    "MessageTooLarge": ".brokers.common.errors",
+    "ConfigurationError": ".config.errors",
+    "InvalidETA": ".config.errors",
+    "MessageTooLarge": ".config.errors",
     "DelayKeyHeld": ".brokers.common.key_headers",
     "InvalidDelayKey": ".brokers.common.key_headers",
-    "DelayqConfig": ".brokers.common.settings",
+    "DelayqConfig": ".config.settings",
     "QueueBacklog": ".core.results",
     "backlog": ".ops.api",
     "cancel": ".ops.api",

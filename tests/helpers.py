@@ -155,7 +155,7 @@ def scrape(app: Celery, alive_within: float | None = None) -> str:
     """What the delayq collector exposes for ``app`` now (needs prometheus_client)."""
     import prometheus_client
 
-    from celery_delayq.worker.metrics import DelayqCollector
+    from celery_delayq.metrics import DelayqCollector
 
     registry = prometheus_client.CollectorRegistry(auto_describe=False)
     registry.register(DelayqCollector(app, alive_within))

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from celery_delayq.brokers.common.settings import DelayqConfig
+from celery_delayq.config.settings import DelayqConfig
 
 from .. import plots
 from ..harness import Run, log

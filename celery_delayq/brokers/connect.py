@@ -16,6 +16,8 @@ import redis
 from celery import Celery
 from kombu.connection import Connection
 
+from ..config.errors import ConfigurationError
+from ..config.settings import config_of
 from ..core.handover import Publisher
 from ..core.health_checks import OK, server_findings
 from ..core.mover import Mover, MoverThread
@@ -23,9 +25,7 @@ from ..core.store import DelayedStore
 from ..core.topology import redis_location
 from ..core.urls import sanitize_url
 from .common.diverter import check_store_setting, delayq_channel_class, is_delayq_channel
-from .common.errors import ConfigurationError
 from .common.separate_store import separate_store
-from .common.settings import config_of
 
 logger = logging.getLogger(__name__)
 

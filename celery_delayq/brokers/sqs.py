@@ -25,11 +25,11 @@ from kombu.transport import SQS
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
+from ..config.settings import DelayqConfig
 from ..core.handover import Publisher
 from ..core.store import DelayedStore
 from .common.diverter import Diverter, store_for, store_retrying_errors, virtual_outbound
 from .common.message import Delivered, count_of, file_dead_letter
-from .common.settings import DelayqConfig
 from .common.virtual_publisher import VirtualPublisher
 
 logger = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ from typing import Any
 
 import click
 
-from ..brokers.common.errors import ConfigurationError
+from ..config.errors import ConfigurationError
 from ..ops.rescue import RescueProgress, RescueReport, rescue
 from .render import current_app
 

@@ -12,10 +12,10 @@ from typing import Any
 
 import click
 
-from ..brokers.common.errors import ConfigurationError
-from ..brokers.common.settings import config_of
 from ..brokers.connect import log_startup, mover_thread
-from ..worker.metrics import DEFAULT_PORT, start_exporter
+from ..config.errors import ConfigurationError
+from ..config.settings import config_of
+from ..metrics import DEFAULT_PORT, start_exporter
 from .render import current_app
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)

@@ -7,8 +7,8 @@ from typing import Any
 
 import click
 
-from ..brokers.common.settings import config_of
 from ..brokers.connect import open_store
+from ..config.settings import config_of
 from ..core.results import QueueBacklog
 from ..core.store import DelayedStore
 from ..core.store_status import StoreStatus, read_status

@@ -13,8 +13,8 @@ from celery import Celery
 from celery.utils.time import maybe_make_aware
 
 from ..brokers.common.message import due_ms, with_eta
-from ..brokers.common.settings import config_of
 from ..brokers.connect import open_store
+from ..config.settings import config_of
 from ..core.results import DeadLetter, QueueBacklog
 from ..core.store import DelayedStore
 from ..core.store_status import StoreStatus, read_status

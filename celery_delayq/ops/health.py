@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from celery import Celery
 
 from ..brokers.broker_health import broker_findings
-from ..brokers.common.settings import config_of
 from ..brokers.connect import open_store
+from ..config.settings import config_of
 from ..core.consistency import consistency_findings
 from ..core.health_checks import (
     FAIL,

@@ -45,9 +45,9 @@ from kombu.serialization import registry
 from kombu.utils.json import dumps, loads
 
 from ..brokers.common.diverter import DelayqChannel, is_delayq_channel
-from ..brokers.common.errors import ConfigurationError, check_message_size
 from ..brokers.common.message import due_ms, eta_timestamp
-from ..brokers.common.settings import config_of
+from ..config.errors import ConfigurationError, check_message_size
+from ..config.settings import config_of
 from ..core.store import ChunkPartlyStored, DelayedStore, Scheduled
 
 #: Messages per atomic store call: ~200 core/lua/schedule.lua runs keep one call near 5 ms.

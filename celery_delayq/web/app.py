@@ -22,9 +22,9 @@ from kombu.exceptions import OperationalError
 from werkzeug.exceptions import HTTPException
 from werkzeug.serving import BaseWSGIServer, make_server
 
-from ..brokers.common.errors import STORE_OUTAGES, StoreUnavailable
-from ..brokers.common.settings import WebConfig
 from ..brokers.connect import open_store
+from ..config.dashboard import WebConfig
+from ..config.errors import STORE_OUTAGES, StoreUnavailable
 from ..ops.when import ago, iso
 from .access import Access, access_of, check_address
 from .actions import actions

@@ -26,8 +26,8 @@ from flask import (
 )
 
 from ..brokers.common.message import message_headers
-from ..brokers.common.settings import config_of
 from ..brokers.connect import open_store
+from ..config.settings import config_of
 from ..core.store_status import read_status
 from ..ops import api
 from ..ops.browse import Cursor, Task, TaskFilter, browse

@@ -14,10 +14,10 @@ from typing import Any
 
 from celery import bootsteps
 
-from ..brokers.common.settings import config_of
 from ..brokers.connect import log_startup, mover_thread
+from ..config.settings import config_of
 from ..core.mover import MoverThread
-from .metrics import start_configured_exporter
+from ..metrics import start_configured_exporter
 
 WORKER_MOVES = "this worker moves due messages"
 WORKER_DOES_NOT_MOVE = (

@@ -40,7 +40,7 @@ from kombu import pidbox
 
 from ..brokers.common.diverter import DelayqChannel, is_delayq_channel, uses_delayq
 from ..brokers.common.message import kombu_message
-from ..brokers.common.settings import config_of
+from ..config.settings import config_of
 from ..core.results import PendingMessage
 from ..core.store import DelayedStore
 

@@ -42,7 +42,7 @@ from kombu.exceptions import DecodeError
 from kombu.utils.encoding import safe_repr
 
 from ..brokers.common.message import UNREADABLE_HEADER, Delivered, file_dead_letter
-from ..brokers.common.settings import config_of
+from ..config.settings import config_of
 
 logger = logging.getLogger(__name__)
 

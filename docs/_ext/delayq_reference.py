@@ -21,10 +21,6 @@ from sphinx.application import Sphinx
 from sphinx.util.docutils import SphinxDirective
 from sphinx.util.nodes import nested_parse_with_titles
 
-SETTINGS_MODULE = "celery_delayq.brokers.common.settings"
-METRICS_MODULE = "celery_delayq.worker.metrics"
-KEYS_MODULE = "celery_delayq.core.keys"
-
 #: Examples for the settings whose default (None, or a bare default) shows no use.
 SETTING_EXAMPLES: dict[str, Any] = {
     "delayq_metrics_port": 9808,
@@ -99,7 +95,7 @@ def validation_of(cls: type | None, field: str, name: str) -> str:
     value of no sensible type, without the value."""
     if cls is None:
         return "not checked when read (see above)"
-    from celery_delayq.brokers.common.errors import ConfigurationError
+    from celery_delayq.config.errors import ConfigurationError
 
     try:
         cls(**{field: object()})
@@ -118,11 +114,13 @@ def type_name(annotation: Any) -> str:
 def settings() -> list[Setting]:
     """Every setting, from the one registry ``SETTINGS`` (name -> dataclass field, its doc
     in ``metadata["doc"]``, its rule in ``metadata["valid"]``, its variable in ``"env"``)."""
-    import celery_delayq.brokers.common.settings as module
+    from celery_delayq.config.catalog import SETTINGS
+    from celery_delayq.config.dashboard import WebConfig
+    from celery_delayq.config.settings import DelayqConfig
 
-    owners = (module.DelayqConfig, module.WebConfig)
+    owners = (DelayqConfig, WebConfig)
     found = []
-    for name, field in module.SETTINGS.items():
+    for name, field in SETTINGS.items():
         owner = next(c for c in owners if any(f is field for f in dataclasses.fields(c)))
         doc = field.metadata.get("doc")
         if not doc:
@@ -194,7 +192,7 @@ class Metric:
 def metrics() -> list[Metric]:
     """Every metric family the collector can yield: the GAUGES and COUNTERS tables, and
     each ``*MetricFamily("celery_delayq_...", ...)`` call written out in the module."""
-    import celery_delayq.worker.metrics as module
+    import celery_delayq.metrics as module
 
     found = [Metric(name, "gauge", doc, ("queue",)) for name, doc, _ in module.GAUGES]
     found += [Metric(name, "counter", doc, ("queue",)) for name, doc, _ in module.COUNTERS]

@@ -23,9 +23,9 @@ from celery import Celery
 from hypothesis import given
 from hypothesis import strategies as st
 
-from celery_delayq.brokers.common.errors import ConfigurationError
-from celery_delayq.brokers.common.settings import DelayqConfig
 from celery_delayq.cli import delayq
+from celery_delayq.config.errors import ConfigurationError
+from celery_delayq.config.settings import DelayqConfig
 from celery_delayq.core.urls import sanitize_url
 from celery_delayq.testing import RedisServer, free_port, sentinels, wait_until
 
@@ -134,7 +134,7 @@ def test_the_metrics_exporter_listens_on_this_host_only_unless_told_otherwise(
     app_factory: Any,
 ) -> None:
     pytest.importorskip("prometheus_client")
-    from celery_delayq.worker.metrics import start_configured_exporter, start_exporter
+    from celery_delayq.metrics import start_configured_exporter, start_exporter
 
     port = free_port()
     server = start_configured_exporter(app_factory(delayq_metrics_port=port))

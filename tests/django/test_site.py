@@ -13,7 +13,8 @@ from django.test import AsyncClient, Client
 
 import celery_delayq
 from celery_delayq import ConfigurationError
-from celery_delayq.brokers.common.settings import DelayqConfig, WebConfig, config_of
+from celery_delayq.config.dashboard import WebConfig
+from celery_delayq.config.settings import DelayqConfig, config_of
 
 from ..web_links import ACTIONS, Answer, Crawl, Fetch, stocked
 

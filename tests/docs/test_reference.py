@@ -22,7 +22,7 @@ import delayq_reference  # noqa: E402
 
 
 def test_the_metrics_page_lists_what_the_collector_yields(app: Celery) -> None:
-    from celery_delayq.worker.metrics import DelayqCollector
+    from celery_delayq.metrics import DelayqCollector
 
     app.send_task("x.y", countdown=3600, queue="alpha")
     families = {f.name: f.type for f in DelayqCollector(app).collect()}

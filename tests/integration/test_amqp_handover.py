@@ -17,9 +17,9 @@ from kombu import Exchange, Queue
 
 import celery_delayq
 from celery_delayq.brokers.amqp.envelope import ETA_HEADER, destination
-from celery_delayq.brokers.common.errors import ConfigurationError
 from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.brokers.connect import mover_thread, open_store
+from celery_delayq.config.errors import ConfigurationError
 from celery_delayq.core.handover import ClaimPublishAck
 from celery_delayq.core.store import Scheduled
 from celery_delayq.ops.api import deliver_all_due

@@ -13,8 +13,8 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq import ConfigurationError, DelayqConfig, periodic
-from celery_delayq.brokers.common.errors import MessageTooLarge
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.config.errors import MessageTooLarge
 from celery_delayq.core.handover import MOVE_BATCH_BYTES
 from celery_delayq.core.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, Scheduled

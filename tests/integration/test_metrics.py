@@ -18,10 +18,10 @@ from celery import Celery
 import celery_delayq
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.metrics import start_exporter
 from celery_delayq.periodic.history import EntryHistory
 from celery_delayq.periodic.writer import OccurrenceWriter
 from celery_delayq.testing import RedisServer, free_port, wait_until
-from celery_delayq.worker.metrics import start_exporter
 
 from ..helpers import fetch_metrics, invoke, noop_task, parse_metrics, scrape
 

@@ -121,7 +121,7 @@ def test_the_setting_off_gives_kombus_own_restore(make_app, redis_client) -> Non
 
 @pytest.mark.parametrize("value", ["yes", 1])
 def test_the_setting_is_checked(make_app, value: Any) -> None:
-    from celery_delayq.brokers.common.settings import config_of
+    from celery_delayq.config.settings import config_of
 
     with pytest.raises(Exception, match="delayq_reliable_consume must be True or False"):
         config_of(make_app(delayq_reliable_consume=value))

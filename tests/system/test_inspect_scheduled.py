@@ -21,9 +21,9 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq import ConfigurationError
-from celery_delayq.brokers.common.settings import DelayqConfig
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.brokers.redis.channel import Channel
+from celery_delayq.config.settings import DelayqConfig
 from celery_delayq.core.store import LISTING_CLAIM_MS
 from celery_delayq.testing import wait_until
 from celery_delayq.worker.inspect import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import celery_delayq
-from celery_delayq.brokers.common.errors import MessageTooLarge
+from celery_delayq.config.errors import MessageTooLarge
 
 from ..helpers import celery_process, runs
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from celery_delayq.brokers.common.settings import SETTINGS
+from celery_delayq.config.catalog import SETTINGS
 from celery_delayq.testing import free_port, wait_until
 
 from ..helpers import celery_process, runs, standalone_mover

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from celery_delayq.brokers.common.key_headers import KEY_HEADER, MAX_WAIT_HEADER, ON_HELD_HEADER
-from celery_delayq.brokers.common.settings import SETTINGS
 from celery_delayq.brokers.redis.restore import REDELIVERIES_HEADER
+from celery_delayq.config.catalog import SETTINGS
 from celery_delayq.demo import DEMO_QUEUE
 
 from ..helpers import REPO_ROOT

@@ -8,9 +8,9 @@ from collections.abc import Callable
 import pytest
 from celery import Celery
 
-from celery_delayq.brokers.common.errors import ConfigurationError
+from celery_delayq.config.errors import ConfigurationError
+from celery_delayq.metrics import lateness_buckets, start_exporter
 from celery_delayq.testing import free_port
-from celery_delayq.worker.metrics import lateness_buckets, start_exporter
 
 from ..helpers import invoke
 

@@ -12,13 +12,10 @@ import pytest
 from celery import Celery
 
 from celery_delayq import ConfigurationError
-from celery_delayq.brokers.common.settings import (
-    SETTINGS,
-    WEB_PREFIX,
-    WEB_SETTINGS,
-    DelayqConfig,
-    WebConfig,
-)
+from celery_delayq.config.catalog import SETTINGS, WEB_SETTINGS
+from celery_delayq.config.dashboard import WebConfig
+from celery_delayq.config.fields import WEB_PREFIX
+from celery_delayq.config.settings import DelayqConfig
 
 from ..helpers import NOWHERE, noop_task
 

@@ -26,12 +26,12 @@ from celery import Celery
 from celery.app import base as celery_app_base
 from kombu.transport import pyamqp
 
+from ...config.errors import STORE_OUTAGES
+from ...config.settings import DelayqConfig, config_of
 from ...core.handover import Publisher
 from ...core.store import DelayedStore
 from ..common.diverter import Diverter, Outbound, store_for, uses_delayq
-from ..common.errors import STORE_OUTAGES
 from ..common.message import Delivered, count_of
-from ..common.settings import DelayqConfig, config_of
 from .envelope import destination, envelope
 from .inbound import deep_frame_handler
 from .publisher import CONFIRM_TIMEOUT_SECONDS, AMQPPublisher, check_publishable

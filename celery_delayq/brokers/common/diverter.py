@@ -26,11 +26,11 @@ from kombu.transport import get_transport_cls
 from kombu.transport.base import Transport
 from kombu.utils.json import dumps
 
+from ...config.errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable, check_message_size
+from ...config.settings import DelayqConfig, check_broker_url, config_of
 from ...core.store import DelayedStore, Scheduled
-from .errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable, check_message_size
 from .key_headers import InvalidDelayKey, delay_key_of, report
 from .message import due_ms, eta_span, eta_timestamp
-from .settings import DelayqConfig, check_broker_url, config_of
 
 if TYPE_CHECKING:
     from typing import TypeGuard  # Python 3.10+; only the type checker reads it

@@ -17,9 +17,9 @@ from kombu import serialization
 from kombu.message import Message
 from kombu.utils.json import dumps, loads
 
+from ...config.errors import InvalidETA
 from ...core.record import Record, message_key
 from ...core.store import DelayedStore
-from .errors import InvalidETA
 
 #: The only serializer a message body is decoded with for display: reading a task must
 #: never run code (pickle would), whatever the app accepts for its workers.

@@ -17,10 +17,10 @@ import redis
 from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
+from ...config.settings import DelayqConfig
 from ...core.handover import ClaimPublishAck, HandOverPolicy, Publisher
 from ...core.keys import KeySpace
 from ...core.store import DelayedStore
-from .settings import DelayqConfig
 
 _clients: dict[str, redis.Redis] = {}
 _clients_lock = threading.Lock()

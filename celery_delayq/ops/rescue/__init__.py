@@ -56,8 +56,8 @@ from contextlib import contextmanager
 
 from celery import Celery
 
-from ...brokers.common.settings import config_of
 from ...brokers.connect import store_on
+from ...config.settings import config_of
 from .messages import app_exchange_types, app_queue_names
 from .report import Outcome, ProgressCallback, RescueProgress, RescueReport, UnreadableMessage
 from .rescuer import Rescuer

@@ -14,8 +14,8 @@ from typing import Any
 from kombu.utils.json import dumps
 from redis.commands.core import Script
 
-from ...brokers.common.errors import InvalidETA, MessageTooLarge
 from ...brokers.common.message import eta_of, eta_timestamp
+from ...config.errors import InvalidETA, MessageTooLarge
 from ...core.lua_scripts import ScheduleCall
 from ...core.store import DelayedStore
 from .messages import decode_message, decode_unacked, mark_redelivered

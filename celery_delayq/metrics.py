@@ -19,16 +19,16 @@ import redis
 from celery import Celery
 from kombu.exceptions import KombuError
 
-from ..brokers.common.diverter import uses_delayq
-from ..brokers.common.errors import ConfigurationError
-from ..brokers.common.settings import config_of
-from ..brokers.connect import TRANSPORT_HINT, open_store
-from ..core.queue_counters import LATENESS_BUCKETS_MS
-from ..core.results import QueueBacklog
-from ..core.store import DelayedStore
-from ..core.store_status import read_status
-from ..periodic.history import EntryHistory
-from ..periodic.registry import EntryRegistry
+from .brokers.common.diverter import uses_delayq
+from .brokers.connect import TRANSPORT_HINT, open_store
+from .config.errors import ConfigurationError
+from .config.settings import config_of
+from .core.queue_counters import LATENESS_BUCKETS_MS
+from .core.results import QueueBacklog
+from .core.store import DelayedStore
+from .core.store_status import read_status
+from .periodic.history import EntryHistory
+from .periodic.registry import EntryRegistry
 
 if TYPE_CHECKING:
     from wsgiref.simple_server import WSGIServer

@@ -4,17 +4,15 @@ Every option is an ordinary Celery setting named ``delayq_*`` (or ``CELERY_DELAY
 with a Django-style namespace), so users switch behaviour in settings, never in code.
 ``DelayqConfig`` holds the core's (``config_of(app)`` reads and validates them the first
 time and keeps the result with the app, as Celery keeps most of its own settings once
-read), ``WebConfig`` the dashboard's (``delayq_web_*``). ``SETTINGS`` names them all, each
-with its type, default and ``doc`` (the settings reference is generated from it), and
-``DelayqConfig.from_app`` refuses any other ``delayq_*`` name, so a typo fails loudly.
+read); ``config.dashboard.WebConfig`` the dashboard's (``delayq_web_*``). ``config.catalog``
+names them all, each with its type, default and ``doc``, and ``DelayqConfig.from_app``
+refuses any other ``delayq_*`` name, so a typo fails loudly.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import os
 import weakref
-from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import Any
@@ -22,22 +20,10 @@ from urllib.parse import urlparse
 
 from celery import Celery
 
-from ...core.store import ReplicaWait
-from ...core.urls import sanitize_url, url_parts
+from ..core.store import ReplicaWait
+from ..core.urls import sanitize_url, url_parts
 from .errors import ConfigurationError
-
-SETTING_PREFIX = "delayq_"
-WEB_PREFIX = "delayq_web_"
-
-
-def setting(default: Any, doc: str, *, valid: str | None = None, env: str | None = None) -> Any:
-    """A settings field: its default and the ``doc`` the reference shows; what values are
-    ``valid`` (the words of the error that refuses any other), and for a web setting the
-    ``env`` variable that wins over it."""
-    extra = {"valid": valid, "env": env}
-    metadata = {"doc": doc, **{key: value for key, value in extra.items() if value}}
-    return dataclasses.field(default=default, metadata=metadata)
-
+from .fields import SETTING_PREFIX, WEB_PREFIX, setting
 
 #: URL schemes a Redis broker may be given with (``socket`` and ``unix`` are Unix sockets).
 REDIS_SCHEMES = frozenset({"redis", "rediss", "socket", "unix", "redis+socket"})
@@ -363,7 +349,6 @@ class DelayqConfig:
         leave a default in force.
         """
         conf = app.conf
-        known = set(SETTINGS)
         # app.namespace, not conf.prefix: the latter is None until the settings are read.
         namespace = (app.namespace or "").rstrip("_").lower()
         namespace = namespace + "_" if namespace else ""
@@ -371,10 +356,9 @@ class DelayqConfig:
             name = key.lower()
             if namespace and name.startswith(namespace):
                 name = name[len(namespace) :]
-            if name.startswith(SETTING_PREFIX) and name not in known:
-                raise ConfigurationError(
-                    f"unknown celery-delayq setting {key!r}; known: {', '.join(sorted(known))}"
-                )
+            if name.startswith(SETTING_PREFIX) and not is_setting(name):
+                known = ", ".join(sorted(setting_names()))
+                raise ConfigurationError(f"unknown celery-delayq setting {key!r}; known: {known}")
         values: dict[str, Any] = {}
         for field in dataclasses.fields(cls):
             if "doc" not in field.metadata:
@@ -385,75 +369,26 @@ class DelayqConfig:
         return cls(timezone=app.timezone, **values)
 
 
-@dataclass(frozen=True)
-class WebConfig:
-    """The web dashboard's settings; the field name plus ``delayq_web_`` is the Celery
-    setting, and an environment variable of that name in capitals wins over it."""
+def setting_names() -> list[str]:
+    """Every celery-delayq setting's name (the error for a typo lists them)."""
+    from .dashboard import WebConfig
 
-    username: str | None = setting(
-        None,
-        "User name of the dashboard's HTTP basic auth, set with ``delayq_web_password``.",
-        env="DELAYQ_WEB_USERNAME",
-    )
-    password: str | None = setting(
-        None,
-        "Password of the dashboard's HTTP basic auth, set with ``delayq_web_username``. "
-        "Served beyond loopback it needs at least 16 characters, 8 of them different.",
-        env="DELAYQ_WEB_PASSWORD",
-    )
-    token: str | None = setting(
-        None,
-        "A token for the dashboard, sent as ``Authorization: Bearer <token>`` or typed once "
-        "into its login page (the session then keeps only an HMAC of it). Served beyond "
-        "loopback it needs at least 16 characters, 8 of them different.",
-        env="DELAYQ_WEB_TOKEN",
-    )
-    secret_key: str | None = setting(
-        None,
-        "Key that signs the dashboard's session cookie (CSRF tokens, a token login). "
-        "None: a random key per process, so a restart ends every session.",
-        env="DELAYQ_WEB_SECRET_KEY",
-    )
-    secure_cookies: bool = setting(
-        False,
-        "Send the session cookie as ``Secure`` even when the request came over plain HTTP: "
-        "for a proxy that ends TLS in front of the dashboard (over HTTPS it always is).",
-    )
-    allowed_hosts: Sequence[str] = setting(
-        (),
-        "Host names the dashboard answers besides loopback and its own address (against "
-        "DNS rebinding): a list, or a comma-separated string. ``*`` allows any host, for an "
-        "app that mounts the dashboard and checks the Host header itself.",
-        env="DELAYQ_WEB_ALLOWED_HOSTS",
-    )
-
-    @classmethod
-    def from_app(cls, app: Celery, environ: Mapping[str, str] | None = None) -> WebConfig:
-        """The ``delayq_web_*`` settings of ``app`` (plain or namespaced), each overridden
-        by its environment variable in ``environ`` (default: ``os.environ``)."""
-        environ = os.environ if environ is None else environ
-        values: dict[str, Any] = {}
-        for field in dataclasses.fields(cls):
-            env = field.metadata.get("env")
-            value = (environ.get(env) if env else None) or app.conf.get(WEB_PREFIX + field.name)
-            if value is not None:
-                values[field.name] = value
-        return cls(**values)
+    core = [
+        SETTING_PREFIX + f.name for f in dataclasses.fields(DelayqConfig) if "doc" in f.metadata
+    ]
+    return core + [WEB_PREFIX + f.name for f in dataclasses.fields(WebConfig)]
 
 
-#: Every celery-delayq setting, by its Celery name: the field that defines it: its
-#: ``type`` (a string), ``default`` and ``metadata["doc"]``; where values are checked,
-#: ``metadata["valid"]``; for a web setting, ``metadata["env"]``.
-SETTINGS: dict[str, dataclasses.Field[Any]] = {
-    **{
-        SETTING_PREFIX + field.name: field
-        for field in dataclasses.fields(DelayqConfig)
-        if "doc" in field.metadata
-    },
-    **{WEB_PREFIX + field.name: field for field in dataclasses.fields(WebConfig)},
-}
-#: The web dashboard's setting names (celery_delayq/web reads them through WebConfig).
-WEB_SETTINGS = frozenset(name for name in SETTINGS if name.startswith(WEB_PREFIX))
+def is_setting(name: str) -> bool:
+    """Whether ``name`` (lower case, no namespace) is a celery-delayq setting. The web
+    module is imported only for a ``delayq_web_*`` name, so a publishing process never
+    builds the dashboard's settings."""
+    if name.startswith(WEB_PREFIX):
+        from .dashboard import WebConfig
+
+        return name[len(WEB_PREFIX) :] in WebConfig.__dataclass_fields__
+    field = DelayqConfig.__dataclass_fields__.get(name[len(SETTING_PREFIX) :])
+    return field is not None and "doc" in field.metadata
 
 
 _configs: weakref.WeakKeyDictionary[Celery, DelayqConfig] = weakref.WeakKeyDictionary()
