@@ -22,10 +22,10 @@ from typing import Any, Protocol
 
 import redis
 
-from .keys import QueueKeys
+from .layout.keys import QueueKeys
 from .lua_scripts import StoreScripts
-from .queue_counters import LATENESS_BUCKETS_MS
-from .record import Record, task_id_of
+from .layout.queue_counters import LATENESS_BUCKETS_MS
+from .layout.record import Record, task_id_of
 from .results import MoveResult
 
 logger = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .record import Record, task_id_of
+from .layout.record import Record, task_id_of
 
 
 @dataclass(frozen=True)

@@ -26,15 +26,15 @@ from ..brokers.connect import open_store
 from ..config.dashboard import WebConfig
 from ..config.errors import STORE_OUTAGES, StoreUnavailable
 from ..ops.when import ago, iso
-from .access import Access, access_of, check_address
+from .guard.access import Access, access_of, check_address
 from .actions import actions
 from .context import WebContext, context, problem
-from .headers import secure_headers
-from .hosts import HostCheck, allowed_hosts_of
+from .guard.headers import secure_headers
+from .guard.hosts import HostCheck, allowed_hosts_of
 from .links import this_page
 from .present import clipped, utc
 from .sampler import CounterSampler, Totals
-from .throttle import FailedLogins
+from .guard.throttle import FailedLogins
 from .views import pages
 
 logger = logging.getLogger(__name__)

@@ -10,10 +10,10 @@ from typing import Any
 from celery import Celery
 from flask import current_app, render_template
 
-from .access import Access
-from .hosts import HostCheck
+from .guard.access import Access
+from .guard.hosts import HostCheck
 from .sampler import CounterSampler
-from .throttle import FailedLogins
+from .guard.throttle import FailedLogins
 
 
 @dataclass

@@ -10,7 +10,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core.queue_counters import lateness_quantile_ms
+from ..core.layout.queue_counters import lateness_quantile_ms
 
 #: Counters summed over every queue: moved, late_count, late_sum_ms, late_le_<bound>.
 Totals = dict[str, int]

@@ -28,7 +28,7 @@ from flask import (
 from ..brokers.common.message import message_headers
 from ..brokers.connect import open_store
 from ..config.settings import config_of
-from ..core.store_status import read_status
+from ..core.health.store_status import read_status
 from ..ops import api
 from ..ops.browse import Cursor, Task, TaskFilter, browse
 from ..ops.health import doctor as run_doctor

@@ -22,20 +22,13 @@ from celery import Celery
 from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 
-from ...core.keys import KeySpace
+from ...config.settings import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig
+from ...core.layout.keys import KeySpace
 from ...core.lazy import first_use
 from ...core.store import DelayedStore, Scheduled
 from ..common.diverter import Diverter, Outbound, store_for, virtual_outbound
 from ..common.message import Delivered
-from ..common.settings import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig
 from .polling import WAIT_TYPE, CheckedMessage
-from .restore import (
-    REDELIVERED_KEY,
-    LockFreeQoS,
-    count_redelivery,
-    dead_letter_unroutable,
-    routed_queues,
-)
 
 if TYPE_CHECKING:
     from ...core.handover import HandOver, Publisher
@@ -47,7 +40,6 @@ class Channel(kombu_redis.Channel):
 
     #: kombu builds the messages it delivers with this class.
     Message = CheckedMessage
-    QoS = LockFreeQoS
     keeps_own_store = True
     #: Broker URL schemes this channel serves.
     url_schemes: frozenset[str] = REDIS_SCHEMES
@@ -186,7 +178,19 @@ class Channel(kombu_redis.Channel):
         super()._delete(queue, *args, **kwargs)
         self.diverter.store.purge(queue)
 
-    # -- restoring --
+    # -- restoring (restore.py, imported on the first need: a publisher never restores) --
+
+    @property
+    def qos(self) -> Any:
+        """The lock-free QoS (restore.py), or kombu's plain one without ack emulation."""
+        if self._qos is None:
+            if self.ack_emulation:
+                from .restore import LockFreeQoS
+
+                self._qos = LockFreeQoS(self)
+            else:
+                self._qos = self.QoS(self)
+        return self._qos
 
     def _do_restore_message(
         self,
@@ -201,6 +205,13 @@ class Channel(kombu_redis.Channel):
         message its exchange routes to no queue goes to the dead letters (kombu's restore
         would drop it)."""
         if self.diverter.config.reliable_consume:
+            from .restore import (
+                REDELIVERED_KEY,
+                count_redelivery,
+                dead_letter_unroutable,
+                routed_queues,
+            )
+
             count_redelivery(payload)
             queues = routed_queues(self, exchange, routing_key)
             if not queues:
@@ -214,6 +225,8 @@ class Channel(kombu_redis.Channel):
         """How many messages were put back on each queue since the count began: restored
         after their lease ran out, requeued by a reject, or given back by a closing
         channel."""
+        from .restore import REDELIVERED_KEY
+
         client = redis.Redis(connection_pool=self.pool)
         counts = client.hgetall(self.real_key(REDELIVERED_KEY))
         return {bytes_to_str(queue): int(n) for queue, n in counts.items()}

@@ -6,12 +6,11 @@ that only publishes never loads it.
 
 from __future__ import annotations
 
+from contextlib import suppress
 from typing import Any
 
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
-
-from .restore import LeasingPoller
 
 #: The poller's event type of a landing wait (landing.py), followed by its kombu list.
 WAIT_TYPE = "BLMOVE "
@@ -32,10 +31,20 @@ class CheckedMessage(virtual.Message):
             raise UnreadableMessage(f"kombu cannot read it: {exc!r}"[:300]) from exc
 
 
-class ConsumingPoller(LeasingPoller):
-    """kombu's poller, which also reads the landing waits (even when the channel has no
-    room: a landed message is then given back, not left in the socket) and drops a wait
-    whose connection went silent."""
+class ConsumingPoller(kombu_redis.MultiChannelPoller):
+    """kombu's poller, which also renews every channel's leases before each restore
+    (restore.py), reads the landing waits (even when the channel has no room: a landed
+    message is then given back, not left in the socket) and drops a wait whose connection
+    went silent."""
+
+    def maybe_restore_messages(self) -> Any:
+        for channel in list(self._channels):
+            renew = getattr(channel.qos, "renew_leases", None)
+            if renew is None:
+                continue
+            with suppress(channel.connection_errors):  # the next round renews again
+                renew()
+        return super().maybe_restore_messages()
 
     def on_readable(self, fileno: int) -> Any:
         chan_type = self._fd_to_chan.get(fileno)

@@ -45,7 +45,6 @@ the per-message transaction keeps each restore single.
 from __future__ import annotations
 
 import logging
-from contextlib import suppress
 from time import monotonic, time
 from typing import Any
 
@@ -162,19 +161,6 @@ def _newest_first(client: Any, key: str, ceil: float, start: int, num: int) -> A
             key, ceil, 0, desc=True, byscore=True, offset=start, num=num, withscores=True
         )
     return client.zrevrangebyscore(key, ceil, 0, start=start, num=num, withscores=True)
-
-
-class LeasingPoller(kombu_redis.MultiChannelPoller):
-    """kombu's poller, renewing every channel's leases before each restore."""
-
-    def maybe_restore_messages(self) -> Any:
-        for channel in list(self._channels):
-            renew = getattr(channel.qos, "renew_leases", None)
-            if renew is None:
-                continue
-            with suppress(channel.connection_errors):  # the next round renews again
-                renew()
-        return super().maybe_restore_messages()
 
 
 def routed_queues(channel: Any, exchange: Any, routing_key: Any) -> list[str]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import redis
 
 from ..batching import ShardBatches
-from ..keys import KeySpace, QueueKeys
+from ..layout.keys import KeySpace, QueueKeys
 from ..lazy import first_use, lazy_attributes
 from ..lua_scripts import ScheduleCall, StoreScripts
 from .state import ReplicaWait, StoreState
@@ -29,7 +29,7 @@ from .writes import ChunkPartlyStored, Scheduled, Writes
 if TYPE_CHECKING:
     from redis.client import PubSub
 
-    from ..delay_keys import DelayKey, KeyedOutcome
+    from ..layout.delay_keys import DelayKey, KeyedOutcome
     from ..handover import HandOver
     from ..heartbeats import MoverRegistry
     from ..results import MoveResult, PendingMessage, Position, QueueBacklog

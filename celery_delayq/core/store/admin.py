@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..keys import QueueKeys
+from ..layout.keys import QueueKeys
 from .state import StoreState
 
 #: Most entries one read of a page returns (page_entries).

@@ -16,8 +16,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..keys import QueueKeys
-from ..record import Record, message_key
+from ..layout.keys import QueueKeys
+from ..layout.record import Record, message_key
 from .state import StoreState
 from .writes import Scheduled, Writes
 

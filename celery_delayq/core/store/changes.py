@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, Optional, cast
 
-from ..keys import QueueKeys
+from ..layout.keys import QueueKeys
 from ..lua_scripts import ScriptCall, run_pipelined
-from ..record import Record, task_key
+from ..layout.record import Record, task_key
 from .state import StoreState
 
 #: Most extra messages of a task (sharing its task id) one cancel call removes: about a

@@ -7,9 +7,9 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from ..keys import QueueKeys
+from ..layout.keys import QueueKeys
 from ..lua_scripts import ScriptCall, run_pipelined
-from ..queue_counters import counters
+from ..layout.queue_counters import counters
 from ..results import QueueBacklog
 from .state import StoreState
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..record import Record
+from ..layout.record import Record
 from ..results import DeadLetter
 from .state import StoreState
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from ..keys import QueueKeys
-from ..record import Record
+from ..layout.keys import QueueKeys
+from ..layout.record import Record
 from ..results import PendingMessage, Position
 from .state import READ_CHUNK, StoreState
 

@@ -15,10 +15,10 @@ from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
 from ..batching import ShardBatches
-from ..keys import KeySpace, QueueKeys
+from ..layout.keys import KeySpace, QueueKeys
 from ..lazy import first_use
 from ..lua_scripts import StoreScripts
-from ..record import duplicate_key, extra_prefix, task_key
+from ..layout.record import duplicate_key, extra_prefix, task_key
 
 if TYPE_CHECKING:
     from ..handover import HandOver

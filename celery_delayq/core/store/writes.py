@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import redis
 from redis.commands.core import Script
 
-from ..keys import QueueKeys
+from ..layout.keys import QueueKeys
 from ..lua_scripts import (
     ScheduleCall,
     ScriptCall,
@@ -23,11 +23,11 @@ from ..lua_scripts import (
     run_pipelined,
     schedule_many_args,
 )
-from ..record import Record, key_index_field, message_key
+from ..layout.record import Record, key_index_field, message_key
 from .state import StoreState
 
 if TYPE_CHECKING:
-    from ..delay_keys import DelayKey, KeyedOutcome
+    from ..layout.delay_keys import DelayKey, KeyedOutcome
 
 #: Schedule calls per pipeline round trip in ``schedule_many``: large enough to hide the
 #: round trip, small enough that one reply stays small.
@@ -106,7 +106,7 @@ class Writes:
         holding its key (delay_keys.py)."""
         self.register_off_shard(message.queue)
         reply = self._run_schedule(self.state.scripts.schedule_keyed, message, delay_key)
-        from ..delay_keys import KeyedOutcome  # keyed publishes only
+        from ..layout.delay_keys import KeyedOutcome  # keyed publishes only
 
         return KeyedOutcome.from_reply(reply, message.task_id or "")
 

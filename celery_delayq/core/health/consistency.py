@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..layout.keys import QueueKeys
+from ..layout.record import Record, duplicate_key, is_duplicate, is_key_index, split_extra
+from ..store import DelayedStore
 from .health_checks import OK, WARN, Finding
-from .keys import QueueKeys
-from .record import Record, duplicate_key, is_duplicate, is_key_index, split_extra
-from .store import DelayedStore
 
 #: Records read per HSCAN round trip.
 SCAN_CHUNK = 1000

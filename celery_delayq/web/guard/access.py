@@ -23,7 +23,7 @@ from typing import Any
 
 from celery import Celery
 
-from ..config.dashboard import WebConfig
+from ...config.dashboard import WebConfig
 
 MIN_SECRET_LENGTH = 16
 MIN_DISTINCT = 8

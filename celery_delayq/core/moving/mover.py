@@ -24,8 +24,8 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from .results import MoveResult
-from .store import DelayedStore
+from ..results import MoveResult
+from ..store import DelayedStore
 
 logger = logging.getLogger(__name__)
 

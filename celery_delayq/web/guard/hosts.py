@@ -22,7 +22,7 @@ from typing import Any
 
 from celery import Celery
 
-from ..config.dashboard import WebConfig
+from ...config.dashboard import WebConfig
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 #: host, [IPv6] host, then an optional port: nothing else is a Host header.
