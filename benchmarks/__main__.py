@@ -139,7 +139,7 @@ and does not fail the run; a crashed scenario does. Plots are PNGs in `plots/`.
 4. **Burst and Redis blocking (3c/4)**, celery-delayq only (vanilla has no move):
    after one unmeasured warm-up burst, the store is filled with pipelined
    `schedule.lua` calls, all due at one instant about 2 s after filling ends; one
-   `celery_delayq.core.mover.Mover` in its own process (as a worker runs it) delivers
+   `celery_delayq.core.moving.mover.Mover` in its own process (as a worker runs it) delivers
    them. The orchestrator polls `LLEN` and `TIME` every millisecond: "due instant
    -> every message in its list" is by the Redis clock; the move rate is messages
    over first-to-last delivery. The longest script

@@ -10,7 +10,7 @@ messages a call, by:
   (a record, a page entry and a list push per message);
 - ``move_due.lua`` (``DelayedStore.move_all_due``), with its destination checks,
   ``x-expires``, delay keys, duplicates and lateness histogram, on the usual records: JSON
-  envelopes, stored inline and pushed whole (core/record.py);
+  envelopes, stored inline and pushed whole (core/layout/record.py);
 - ``move_due.lua`` on prefixed records, whose prefix it cuts off before the push: what
   every move cost before records were inline, and still costs for a record that names a
   priority sub-list, a queue expiry or a delay key, or whose payload is not a JSON object

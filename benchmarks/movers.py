@@ -18,7 +18,7 @@ from typing import Any
 
 import redis
 
-from celery_delayq.core.mover import Mover
+from celery_delayq.core.moving.mover import Mover
 from celery_delayq.testing import wait_until
 
 from .store_tools import make_store
@@ -39,7 +39,7 @@ def _run_mover(url: str, batch_size: int, call_budget: float) -> None:
 
 
 def start_mover(url: str, batch_size: int, call_budget: float = 0.0) -> BaseProcess:
-    """A ``celery_delayq.core.mover.Mover`` in its own process; stop it with ``stop``.
+    """A ``celery_delayq.core.moving.mover.Mover`` in its own process; stop it with ``stop``.
     ``call_budget``: ``delayq_move_call_budget`` (0: batches of exactly ``batch_size``)."""
     process = _SPAWN.Process(target=_run_mover, args=(url, batch_size, call_budget), daemon=True)
     process.start()

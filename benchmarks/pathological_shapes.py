@@ -41,7 +41,7 @@ from celery.schedules import crontab
 
 from celery_delayq.beat import Scheduler
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.periodic.entry import PeriodicEntry
 from celery_delayq.periodic.registry import EntryRegistry

@@ -20,7 +20,7 @@ key), and what the store adds over the same message in a kombu list. Then what t
 adds at payload sizes from 96 to 216 B, 8 B apart (jemalloc rounds every allocation up to a
 size class, 16 B apart there, so one size can cost a class more or less than the next; the
 mean is what a mix of sizes costs), for inline records (JSON envelopes, the usual case) and
-prefixed ones (core/record.py; here the same envelope after one space). Writes
+prefixed ones (core/layout/record.py; here the same envelope after one space). Writes
 benchmarks/RESULTS-schedule.md on a full run.
 """
 

@@ -15,8 +15,8 @@ import uuid
 
 import redis
 
-from celery_delayq.core.keys import KeySpace
-from celery_delayq.core.queue_counters import lateness_quantile_ms
+from celery_delayq.core.layout.keys import KeySpace
+from celery_delayq.core.layout.queue_counters import lateness_quantile_ms
 from celery_delayq.core.store import DelayedStore, Scheduled
 
 #: Filler that brings a synthetic payload to about the size of a real ``bench.record``

@@ -27,7 +27,7 @@ from celery.schedules import crontab
 from .brokers.common.diverter import check_store_setting
 from .brokers.connect import log_startup, mover_thread, open_store
 from .config.settings import config_of
-from .core.mover import MoverThread
+from .core.moving.mover import MoverThread
 from .metrics import start_configured_exporter
 from .periodic.manage import settings_entry, sync_settings
 from .periodic.registry import EntryRegistry, Read, Stored

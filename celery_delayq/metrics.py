@@ -23,10 +23,10 @@ from .brokers.common.diverter import uses_delayq
 from .brokers.connect import TRANSPORT_HINT, open_store
 from .config.errors import ConfigurationError
 from .config.settings import config_of
-from .core.queue_counters import LATENESS_BUCKETS_MS
+from .core.health.store_status import read_status
+from .core.layout.queue_counters import LATENESS_BUCKETS_MS
 from .core.results import QueueBacklog
 from .core.store import DelayedStore
-from .core.store_status import read_status
 from .periodic.history import EntryHistory
 from .periodic.registry import EntryRegistry
 

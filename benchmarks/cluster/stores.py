@@ -10,7 +10,7 @@ import redis
 
 from celery_delayq.brokers.common.separate_store import store_client
 from celery_delayq.core.handover import ClaimPublishAck, Publisher
-from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, ReplicaWait
 from celery_delayq.testing import RedisServer
 from celery_delayq.testing.redis_cluster import RedisClusterServers

@@ -3,7 +3,7 @@
 celery-delayq only; vanilla has no counterpart (its workers already hold every
 message, so nothing is moved; executing them is bounded by worker throughput on
 both sides). The store is filled with pipelined ``schedule.lua`` calls, all due at
-one instant a little ahead; one ``celery_delayq.core.mover.Mover`` in its own process
+one instant a little ahead; one ``celery_delayq.core.moving.mover.Mover`` in its own process
 sleeps until then, as in a worker. Measured: the time from the due instant until
 every message is in its queue list (LLEN polled every millisecond), the move rate,
 the store's move-lateness histogram, and the longest single script call Redis ran

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from celery import Celery
 
-from ..core.health_checks import FAIL, OK, WARN, Finding
+from ..core.health.health_checks import FAIL, OK, WARN, Finding
 from ..core.urls import sanitize_url
 
 CONFIRMS_FIX = "set broker_transport_options = {'confirm_publish': True}"

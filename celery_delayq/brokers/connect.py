@@ -19,8 +19,8 @@ from kombu.connection import Connection
 from ..config.errors import ConfigurationError
 from ..config.settings import config_of
 from ..core.handover import Publisher
-from ..core.health_checks import OK, server_findings
-from ..core.mover import Mover, MoverThread
+from ..core.health.health_checks import OK, server_findings
+from ..core.moving.mover import Mover, MoverThread
 from ..core.store import DelayedStore
 from ..core.topology import redis_location
 from ..core.urls import sanitize_url

@@ -6,7 +6,7 @@ import dataclasses
 
 import click
 
-from ..core.health_checks import FAIL, OK, WARN, Finding
+from ..core.health.health_checks import FAIL, OK, WARN, Finding
 from ..ops.health import doctor as run_doctor
 from .render import current_app, emit, json_option
 

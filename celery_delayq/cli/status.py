@@ -9,9 +9,9 @@ import click
 
 from ..brokers.connect import open_store
 from ..config.settings import config_of
+from ..core.health.store_status import StoreStatus, read_status
 from ..core.results import QueueBacklog
 from ..core.store import DelayedStore
-from ..core.store_status import StoreStatus, read_status
 from ..core.topology import redis_location
 from ..ops.when import ago, due_in, iso
 from ..periodic.history import EntryHistory

@@ -25,8 +25,8 @@ DEFAULT_PORT = 5557
 def web(port: int, address: str, read_only: bool) -> None:
     """Serve the web dashboard until SIGTERM or SIGINT."""
     try:
-        from ..web.access import AddressRefused
         from ..web.app import make_web_server
+        from ..web.guard.access import AddressRefused
     except ImportError as exc:
         raise click.ClickException(
             f"the web dashboard needs Flask ({exc}): pip install 'celery-delayq[web]'"

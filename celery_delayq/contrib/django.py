@@ -26,8 +26,8 @@ from django.urls import URLPattern, re_path
 from django.utils.crypto import salted_hmac
 from django.views.decorators.csrf import csrf_exempt
 
-from ..web.access import Access
 from ..web.app import create_app
+from ..web.guard.access import Access
 
 View = Callable[..., HttpResponse]
 #: The WSGI keys a request served by Django under ASGI lacks.

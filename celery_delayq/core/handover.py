@@ -23,9 +23,9 @@ from typing import Any, Protocol
 import redis
 
 from .layout.keys import QueueKeys
-from .lua_scripts import StoreScripts
 from .layout.queue_counters import LATENESS_BUCKETS_MS
 from .layout.record import Record, task_id_of
+from .lua_scripts import StoreScripts
 from .results import MoveResult
 
 logger = logging.getLogger(__name__)

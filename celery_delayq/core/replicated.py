@@ -19,8 +19,8 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AskError, NoScriptError, TryAgainError
 
-from .topology import redis_location, reread_layout
 from .lua_scripts import ScriptCall
+from .topology import redis_location, reread_layout
 
 logger = logging.getLogger(__name__)
 

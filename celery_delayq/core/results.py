@@ -66,7 +66,7 @@ class PendingMessage:
     """One pending delayed message, as listed by ``DelayedStore.pending``."""
 
     queue: str
-    key: bytes  # its message key (record.py)
+    key: bytes  # its message key (layout/record.py)
     due: float  # epoch seconds
     record: Record
 

@@ -1,6 +1,6 @@
 """Where a Redis client points: the servers behind it, its cluster layout, its URL.
 
-The store, the replica waits (replicated.py) and the doctor's checks (health_checks.py)
+The store, the replica waits (replicated.py) and the doctor's checks (health/health_checks.py)
 all need these, and none of them should import another for it.
 """
 

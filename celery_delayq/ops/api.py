@@ -15,9 +15,9 @@ from celery.utils.time import maybe_make_aware
 from ..brokers.common.message import due_ms, with_eta
 from ..brokers.connect import open_store
 from ..config.settings import config_of
+from ..core.health.store_status import StoreStatus, read_status
 from ..core.results import DeadLetter, QueueBacklog
 from ..core.store import DelayedStore
-from ..core.store_status import StoreStatus, read_status
 
 
 def cancel(app: Celery, task_id: str) -> int:

@@ -9,8 +9,8 @@ from celery import Celery
 from ..brokers.broker_health import broker_findings
 from ..brokers.connect import open_store
 from ..config.settings import config_of
-from ..core.consistency import consistency_findings
-from ..core.health_checks import (
+from ..core.health.consistency import consistency_findings
+from ..core.health.health_checks import (
     FAIL,
     Finding,
     clock_finding,
@@ -18,7 +18,7 @@ from ..core.health_checks import (
     mover_finding,
     server_findings,
 )
-from ..core.store_status import read_status
+from ..core.health.store_status import read_status
 from ..core.topology import redis_location
 
 

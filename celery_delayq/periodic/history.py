@@ -21,7 +21,7 @@ from datetime import datetime
 
 import redis
 
-from ..core.keys import KeySpace
+from ..core.layout.keys import KeySpace
 from .entry import from_ms, to_ms
 
 __all__ = ["EntryHistory", "History"]

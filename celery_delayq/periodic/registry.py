@@ -17,7 +17,7 @@ from typing import Union
 import redis
 from redis.cluster import RedisCluster
 
-from ..core.keys import KeySpace
+from ..core.layout.keys import KeySpace
 from .entry import MAX_NAME_LENGTH, PeriodicEntry, error_text
 
 logger = logging.getLogger(__name__)

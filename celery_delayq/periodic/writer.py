@@ -35,10 +35,10 @@ from ..brokers.common.diverter import is_delayq_channel
 from ..config.errors import STORE_OUTAGES, ConfigurationError
 from ..config.settings import config_of
 from ..core.store import DelayedStore
-from .registry import Versioned, read_version
 from .entry import PeriodicEntry, error_text, from_ms, to_ms
 from .history import EntryHistory
 from .occurrences import Occurrences
+from .registry import Versioned, read_version
 
 __all__ = ["OCCURRENCE_HEADER", "Advance", "Mark", "OccurrenceWriter"]
 

@@ -12,7 +12,7 @@ from celery import Task
 from celery.result import AsyncResult
 
 from ..brokers.common.key_headers import KEY_HEADER, MAX_WAIT_HEADER, ON_HELD_HEADER, listening
-from ..core.delay_keys import DelayKey, KeyedOutcome
+from ..core.layout.delay_keys import DelayKey, KeyedOutcome
 
 
 class KeyedResult(AsyncResult):

@@ -26,15 +26,15 @@ from ..brokers.connect import open_store
 from ..config.dashboard import WebConfig
 from ..config.errors import STORE_OUTAGES, StoreUnavailable
 from ..ops.when import ago, iso
-from .guard.access import Access, access_of, check_address
 from .actions import actions
 from .context import WebContext, context, problem
+from .guard.access import Access, access_of, check_address
 from .guard.headers import secure_headers
 from .guard.hosts import HostCheck, allowed_hosts_of
+from .guard.throttle import FailedLogins
 from .links import this_page
 from .present import clipped, utc
 from .sampler import CounterSampler, Totals
-from .guard.throttle import FailedLogins
 from .views import pages
 
 logger = logging.getLogger(__name__)
@@ -67,10 +67,10 @@ def create_app(
 ) -> Flask:
     """The web pages of ``celery_app``'s delayed store.
 
-    ``access`` defaults to the app's settings (web/access.py). ``secret_key`` signs the
+    ``access`` defaults to the app's settings (web/guard/access.py). ``secret_key`` signs the
     session cookie (CSRF tokens, a token login); by default the ``delayq_web_secret_key``
     setting or ``DELAYQ_WEB_SECRET_KEY``, else a random key, good for this process only.
-    ``allowed_hosts``: the Host names it answers besides loopback (hosts.py); by default
+    ``allowed_hosts``: the Host names it answers besides loopback (guard/hosts.py); by default
     the ``delayq_web_allowed_hosts`` setting. Without credentials it logs a warning:
     mounted in another app it is open to whoever reaches that app.
     """

@@ -12,8 +12,8 @@ from flask import current_app, render_template
 
 from .guard.access import Access
 from .guard.hosts import HostCheck
-from .sampler import CounterSampler
 from .guard.throttle import FailedLogins
+from .sampler import CounterSampler
 
 
 @dataclass

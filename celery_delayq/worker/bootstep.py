@@ -16,7 +16,7 @@ from celery import bootsteps
 
 from ..brokers.connect import log_startup, mover_thread
 from ..config.settings import config_of
-from ..core.mover import MoverThread
+from ..core.moving.mover import MoverThread
 from ..metrics import start_configured_exporter
 
 WORKER_MOVES = "this worker moves due messages"

@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery_delayq.brokers.common.separate_store import store_client
-from celery_delayq.core.keys import KeySpace
-from celery_delayq.core.record import task_key
+from celery_delayq.core.layout.keys import KeySpace
+from celery_delayq.core.layout.record import task_key
 
 from .app import QUEUE
 

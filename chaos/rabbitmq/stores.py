@@ -10,7 +10,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any
 
-from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.testing import RedisServer
 from celery_delayq.testing.redis_cluster import RedisClusterServers, slot_of
 

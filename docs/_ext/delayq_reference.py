@@ -267,7 +267,7 @@ _LAYOUT_ROW = re.compile(r"^    (P:\S+)\s+(SET|HASH|PUBSUB|ZSET|STRING)\s+(.*)$"
 
 def key_layout() -> list[tuple[str, str, str]]:
     """The layout table of keys.py's docstring, as (key, type, content) rows."""
-    import celery_delayq.core.keys as keys
+    import celery_delayq.core.layout.keys as keys
 
     rows: list[list[str]] = []
     for line in (keys.__doc__ or "").splitlines():
@@ -281,7 +281,7 @@ def key_layout() -> list[tuple[str, str, str]]:
 
 def keyspace_keys() -> set[str]:
     """Every key name ``KeySpace`` forms, with ``P`` as the prefix and ``Q`` as the queue."""
-    from celery_delayq.core.keys import KeySpace
+    from celery_delayq.core.layout.keys import KeySpace
 
     space = KeySpace(key_prefix="P")
     queue = space.for_queue("Q")

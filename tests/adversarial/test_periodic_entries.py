@@ -128,7 +128,7 @@ def dashboard(app: Celery) -> Any:
     """The web dashboard of ``app``, through Flask's test client."""
     pytest.importorskip("flask")
     from celery_delayq.web import create_app
-    from celery_delayq.web.access import Access
+    from celery_delayq.web.guard.access import Access
 
     return create_app(app, access=Access()).test_client()
 

@@ -11,7 +11,7 @@ import pytest
 from celery import Celery
 
 from celery_delayq.web import create_app
-from celery_delayq.web.access import Access
+from celery_delayq.web.guard.access import Access
 
 from .test_web import STRONG, csrf_token, login, session_cookie
 

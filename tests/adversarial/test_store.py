@@ -15,17 +15,17 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from celery_delayq.core.consistency import consistency_findings
 from celery_delayq.core.handover import (
     ClaimPublishAck,
     ConfirmedOnReturn,
     Outgoing,
     PublishReport,
 )
-from celery_delayq.core.health_checks import OK
-from celery_delayq.core.keys import PAGE_SIZE, KeySpace, QueueKeys
+from celery_delayq.core.health.consistency import consistency_findings
+from celery_delayq.core.health.health_checks import OK
+from celery_delayq.core.layout.keys import PAGE_SIZE, KeySpace, QueueKeys
+from celery_delayq.core.layout.record import INLINE_PREFIX, Record, task_key
 from celery_delayq.core.lua_scripts import HELPERS, PRELUDE
-from celery_delayq.core.record import INLINE_PREFIX, Record, task_key
 from celery_delayq.core.store import DelayedStore, Scheduled
 
 HOUR_MS = 3_600_000

@@ -236,7 +236,7 @@ def every_process_starts(
     ):
         pass
     from celery_delayq.web import create_app
-    from celery_delayq.web.access import Access
+    from celery_delayq.web.guard.access import Access
 
     page = create_app(app, access=Access()).test_client().get("/")
     assert page.status_code == 200, page.get_data(as_text=True)
@@ -467,7 +467,7 @@ def page_outputs(app: Celery, task_id: str) -> dict[str, str]:
     """Every page of the dashboard, rendered for real (Flask's test client)."""
     pytest.importorskip("flask")
     from celery_delayq.web import create_app
-    from celery_delayq.web.access import Access
+    from celery_delayq.web.guard.access import Access
 
     client = create_app(app, access=Access()).test_client()
     shown = {}

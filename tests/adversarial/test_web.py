@@ -29,8 +29,8 @@ from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.ops import browse
 from celery_delayq.web import create_app, views
-from celery_delayq.web.access import Access, AddressRefused, check_address
 from celery_delayq.web.app import make_web_server
+from celery_delayq.web.guard.access import Access, AddressRefused, check_address
 
 from ..helpers import invoke, noop_task
 
@@ -387,7 +387,7 @@ def test_failed_logins_are_rate_limited_per_address(app) -> None:
 
 
 def test_the_rate_limit_forgets_and_its_memory_is_bounded() -> None:
-    from celery_delayq.web.throttle import FailedLogins
+    from celery_delayq.web.guard.throttle import FailedLogins
 
     now = [0.0]
     limit = FailedLogins(limit=3, window=60, addresses=100, clock=lambda: now[0])

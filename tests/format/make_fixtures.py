@@ -40,7 +40,7 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.core.handover import ConfirmedOnReturn
-from celery_delayq.core.mover import Mover
+from celery_delayq.core.moving.mover import Mover
 from celery_delayq.testing import RedisServer, publish, rabbitmq_for_tests, wait_until
 
 from .apps import BLOCKED, MISSING_EXCHANGE, TASK, make_app, queues

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 import redis
 
-from celery_delayq.core.consistency import consistency_findings
+from celery_delayq.core.health.consistency import consistency_findings
 from celery_delayq.core.store import DelayedStore
 
 

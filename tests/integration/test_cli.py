@@ -7,8 +7,8 @@ import json
 import pytest
 
 import celery_delayq
-from celery_delayq.core.keys import KeySpace
-from celery_delayq.core.record import Record, task_key
+from celery_delayq.core.layout.keys import KeySpace
+from celery_delayq.core.layout.record import Record, task_key
 from celery_delayq.testing import RedisServer
 
 from ..helpers import REMEMBER, invoke, remember, run_celery

@@ -20,8 +20,8 @@ from kombu import Queue
 import celery_delayq
 from celery_delayq.brokers.amqp.envelope import destination, envelope
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.core.keys import QueueKeys
-from celery_delayq.core.record import key_index_field, task_key
+from celery_delayq.core.layout.keys import QueueKeys
+from celery_delayq.core.layout.record import key_index_field, task_key
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing.redis_cluster import RedisClusterServers, slot_of

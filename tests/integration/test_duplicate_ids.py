@@ -14,9 +14,9 @@ import redis
 
 from celery_delayq.core.batching import FIRST
 from celery_delayq.core.handover import MOVE_BATCH_BYTES, SameRedisMove
-from celery_delayq.core.keys import KeySpace, QueueKeys
-from celery_delayq.core.queue_counters import LATENESS_BUCKETS_MS
-from celery_delayq.core.record import task_key
+from celery_delayq.core.layout.keys import KeySpace, QueueKeys
+from celery_delayq.core.layout.queue_counters import LATENESS_BUCKETS_MS
+from celery_delayq.core.layout.record import task_key
 from celery_delayq.core.results import MoveResult
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import delivered_numbers, wait_until

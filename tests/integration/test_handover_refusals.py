@@ -28,7 +28,7 @@ import celery_delayq
 from celery_delayq.brokers.amqp.envelope import destination, envelope
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.brokers.sqs import SQSUnavailable
-from celery_delayq.core.record import Record, task_key
+from celery_delayq.core.layout.record import Record, task_key
 from celery_delayq.core.results import DeadLetter
 from celery_delayq.core.store import Scheduled
 from celery_delayq.ops.api import deliver_all_due

@@ -16,7 +16,7 @@ from celery_delayq import ConfigurationError, DelayqConfig, periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.config.errors import MessageTooLarge
 from celery_delayq.core.handover import MOVE_BATCH_BYTES
-from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.ops.rescue import rescue
 

@@ -34,8 +34,8 @@ from kombu.utils.json import dumps, loads
 
 import celery_delayq
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.core.delay_keys import DelayKey
-from celery_delayq.core.record import key_index_field, message_key, task_key
+from celery_delayq.core.layout.delay_keys import DelayKey
+from celery_delayq.core.layout.record import key_index_field, message_key, task_key
 from celery_delayq.core.results import MoveResult
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import PRIORITY_STEPS, kombu_lists

@@ -17,8 +17,8 @@ import redis
 
 from celery_delayq.core.batching import FIRST, LEAST
 from celery_delayq.core.handover import BURST_FETCH_US, SameRedisMove
-from celery_delayq.core.keys import KeySpace
-from celery_delayq.core.mover import MIN_PASS_SECONDS, Mover, MoverThread
+from celery_delayq.core.layout.keys import KeySpace
+from celery_delayq.core.moving.mover import MIN_PASS_SECONDS, Mover, MoverThread
 from celery_delayq.core.results import MoveResult
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import RedisServer, delivered_numbers, schedule_numbered, wait_until
@@ -145,7 +145,7 @@ def store_on(port: int, batch: int = 500) -> DelayedStore:
 
 @pytest.mark.slow
 def test_redis_down_while_moving_is_logged_retried_and_loses_nothing(caplog):
-    caplog.set_level(logging.DEBUG, logger="celery_delayq.core.mover")
+    caplog.set_level(logging.DEBUG, logger="celery_delayq.core.moving.mover")
     with RedisServer("--appendfsync", "always", appendonly=True) as server:
         store = store_on(server.port)
         due_ms = store.server_time_ms() + 1500
@@ -172,7 +172,7 @@ def test_redis_down_while_moving_is_logged_retried_and_loses_nothing(caplog):
 
 
 def test_a_mover_warns_when_it_delivers_far_behind_the_due_time(redis_server, redis_client, caplog):
-    caplog.set_level(logging.DEBUG, logger="celery_delayq.core.mover")
+    caplog.set_level(logging.DEBUG, logger="celery_delayq.core.moving.mover")
     store = store_on(redis_server.port)
     schedule_numbered(store, "q", 3, store.server_time_ms() - 6000)  # no mover ran for 6 s
     mover = Mover(lambda: store_on(redis_server.port), max_sleep=0.5, retry_max=1)

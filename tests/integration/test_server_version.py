@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from celery_delayq.core.health_checks import FAIL, OK, SUPPORTED_SERVERS, _version, server_findings
+from celery_delayq.core.health.health_checks import (
+    FAIL,
+    OK,
+    SUPPORTED_SERVERS,
+    _version,
+    server_findings,
+)
 
 
 def test_the_server_the_suite_runs_on_is_supported_and_named(redis_client):

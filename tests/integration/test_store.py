@@ -10,9 +10,9 @@ import pytest
 import redis
 
 from celery_delayq.core.handover import MOVE_BATCH_BYTES
-from celery_delayq.core.keys import PAGE_SIZE, KeySpace
-from celery_delayq.core.queue_counters import LATENESS_BUCKETS_MS
-from celery_delayq.core.record import task_key
+from celery_delayq.core.layout.keys import PAGE_SIZE, KeySpace
+from celery_delayq.core.layout.queue_counters import LATENESS_BUCKETS_MS
+from celery_delayq.core.layout.record import task_key
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import wait_until
 
@@ -200,7 +200,7 @@ def test_reschedule_changes_due_time_and_rewrites_the_payload(redis_client):
 
     assert changed == 1
     assert store.move_all_due().moved == 1
-    # an envelope is delivered with the store's due-time key first (core/record.py)
+    # an envelope is delivered with the store's due-time key first (core/layout/record.py)
     assert redis_client.lrange("q", 0, -1) == [b'{"delayq":%d,"n": 0} rewritten' % (now - 1)]
     assert store.reschedule("t0", now, lambda payload: payload) == 0
 

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import redis
 
-from celery_delayq.core.delay_keys import DelayKey
-from celery_delayq.core.keys import KeySpace
-from celery_delayq.core.record import key_index_field, task_key
+from celery_delayq.core.layout.delay_keys import DelayKey
+from celery_delayq.core.layout.keys import KeySpace
+from celery_delayq.core.layout.record import key_index_field, task_key
 from celery_delayq.core.store import DelayedStore, Scheduled
 
 SHARDS = 8

@@ -21,7 +21,7 @@ from kombu.utils.json import dumps
 import celery_delayq
 from celery_delayq import InvalidETA
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.core.record import Record, task_id_of, task_key
+from celery_delayq.core.layout.record import Record, task_id_of, task_key
 from celery_delayq.testing import RedisServer
 
 from ..helpers import noop_task, remember

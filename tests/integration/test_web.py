@@ -19,7 +19,7 @@ import celery_delayq
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.web import create_app, views
-from celery_delayq.web.access import Access, AddressRefused, access_of, check_address
+from celery_delayq.web.guard.access import Access, AddressRefused, access_of, check_address
 
 from ..helpers import invoke, noop_task
 from .test_amqp_operations import dead_lettered, orphans

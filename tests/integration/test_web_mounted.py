@@ -13,7 +13,7 @@ import pytest
 from celery import Celery
 
 from celery_delayq.web import create_app
-from celery_delayq.web.access import Access
+from celery_delayq.web.guard.access import Access
 
 from ..web_links import ACTIONS, Answer, Crawl, stocked
 

@@ -27,7 +27,7 @@ from celery_delayq.periodic.history import EntryHistory
 from celery_delayq.periodic.registry import EntryRegistry
 from celery_delayq.periodic.writer import OCCURRENCE_HEADER
 from celery_delayq.web import create_app
-from celery_delayq.web.access import Access
+from celery_delayq.web.guard.access import Access
 from celery_delayq.web.present import utc
 
 from ..helpers import NOWHERE

@@ -9,7 +9,7 @@ import threading
 import pytest
 import redis
 
-from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, Scheduled
 
 QUEUE = "periodic-q"

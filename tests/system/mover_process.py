@@ -7,8 +7,8 @@ import threading
 
 import redis
 
-from celery_delayq.core.keys import KeySpace
-from celery_delayq.core.mover import Mover
+from celery_delayq.core.layout.keys import KeySpace
+from celery_delayq.core.moving.mover import Mover
 from celery_delayq.core.store import DelayedStore
 
 

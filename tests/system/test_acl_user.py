@@ -18,7 +18,7 @@ from celery import Celery
 from celery_delayq import periodic
 from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.web import create_app
-from celery_delayq.web.access import Access
+from celery_delayq.web.guard.access import Access
 from tools.acl_rules import NOT_GRANTED
 
 from ..acl import acl_redis

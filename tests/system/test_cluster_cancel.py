@@ -14,7 +14,7 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.core.record import task_key
+from celery_delayq.core.layout.record import task_key
 from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.testing.redis_cluster import RedisClusterServers, slot_of
 

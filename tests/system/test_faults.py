@@ -9,7 +9,7 @@ import sys
 import pytest
 
 import celery_delayq
-from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.store import DelayedStore
 from celery_delayq.testing import (
     RedisServer,

@@ -21,7 +21,7 @@ from celery import Celery
 
 import celery_delayq
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.core.health_checks import server_findings
+from celery_delayq.core.health.health_checks import server_findings
 from celery_delayq.testing import (
     RedisServer,
     free_port,

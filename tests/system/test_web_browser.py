@@ -25,7 +25,7 @@ from celery_delayq.testing import (
     wait_until,
     wait_until_quiescent,
 )
-from celery_delayq.web.access import Access
+from celery_delayq.web.guard.access import Access
 
 from ..helpers import REMEMBER, celery_process, chromium, runs
 

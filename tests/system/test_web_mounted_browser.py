@@ -20,7 +20,7 @@ from celery import Celery
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import wait_until
-from celery_delayq.web.access import Access
+from celery_delayq.web.guard.access import Access
 
 from ..helpers import celery_process, chromium, runs
 from ..web_links import dead_letter

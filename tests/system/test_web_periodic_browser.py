@@ -12,7 +12,7 @@ from celery.schedules import crontab
 
 from celery_delayq import periodic
 from celery_delayq.testing import wait_until
-from celery_delayq.web.access import Access
+from celery_delayq.web.guard.access import Access
 
 from ..helpers import celery_process, chromium, runs
 from .test_web_browser import confirm, dashboard

@@ -10,7 +10,7 @@ import pytest
 
 import celery_delayq
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.core.keys import KeySpace
+from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.store import DelayedStore
 from celery_delayq.testing import schedule_numbered, wait_until, wait_until_quiescent
 

@@ -26,7 +26,7 @@ from ..helpers import REPO_ROOT
 PACKAGE = Path(celery_delayq.__file__).parent
 #: A file name (``record.py``, ``lua/prelude.lua``, ``core/store/dead_letters.py``).
 FILE_NAME = re.compile(r"(?<![\w/.{-])((?:[\w-]+/)*\w+\.(?:py|lua))\b")
-#: A dotted module path inside the package (``celery_delayq.core.record``).
+#: A dotted module path inside the package (``celery_delayq.core.layout.record``).
 MODULE_PATH = re.compile(r"\bcelery_delayq(?:\.\w+)+")
 
 
@@ -94,12 +94,12 @@ def test_names_only_files_that_exist(path: Path) -> None:
 def test_the_scan_finds_stale_names() -> None:
     """The scan itself: names that exist pass, a stale one of each kind is reported."""
     lua = PACKAGE / "core" / "lua" / "prelude.lua"
-    text = "-- core/lua_scripts.py puts it first; record.py; lua/helpers.lua, helpers.lua\n"
+    text = "-- core/lua_scripts.py puts it first; layout/record.py; lua/helpers.lua, helpers.lua\n"
     assert missing(lua, text) == []
     stale = "-- scripts.py puts it first (keyed.py, lua/gone.lua, core/dead_letters.py)\n"
     assert missing(lua, stale) == ["scripts.py", "keyed.py", "lua/gone.lua", "core/dead_letters.py"]
     module = PACKAGE / "brokers" / "redis" / "consume.py"
-    assert missing(module, "see celery_delayq.core.record.task_key") == []
+    assert missing(module, "see celery_delayq.core.layout.record.task_key") == []
     assert missing(module, "see celery_delayq.core.recorder") == ["celery_delayq.core.recorder"]
     nowhere = "celery_delayq.core.nowhere.thing"
     assert missing(module, nowhere) == [nowhere]

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from celery_delayq.core.record import (
+from celery_delayq.core.layout.record import (
     Record,
     is_duplicate,
     is_key_index,

@@ -3,7 +3,7 @@ intervals between two samples of the store's totals."""
 
 from __future__ import annotations
 
-from celery_delayq.core.queue_counters import LATENESS_BUCKETS_MS, lateness_quantile_ms
+from celery_delayq.core.layout.queue_counters import LATENESS_BUCKETS_MS, lateness_quantile_ms
 from celery_delayq.web.sampler import CounterSampler, interval
 
 

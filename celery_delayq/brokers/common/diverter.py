@@ -35,8 +35,8 @@ from .message import due_ms, eta_span, eta_timestamp
 if TYPE_CHECKING:
     from typing import TypeGuard  # Python 3.10+; only the type checker reads it
 
-    from ...core.backoff import Backoff
     from ...core.handover import Publisher
+    from ...core.moving.backoff import Backoff
 
 STORE_URL_NEEDED = (
     "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
@@ -229,7 +229,7 @@ class Diverter:
         url = self.config.store_url
         if url is None:  # the broker's own Redis: kombu knows its errors and waits
             return write(self.store)
-        from ...core.backoff import Backoff  # only a separate store's writes back off
+        from ...core.moving.backoff import Backoff  # only a separate store's writes back off
 
         backoff = _store_backoffs.setdefault(url, Backoff())
         backoff.wait()

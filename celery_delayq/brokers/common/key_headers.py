@@ -5,7 +5,7 @@ signature) can set::
 
     reindex.apply_async((42,), countdown=30, headers={
         "delayq_key": "user:42",        # one pending message per key and queue
-        "delayq_on_held": "replace",    # or "keep", "reject" (core/delay_keys.py)
+        "delayq_on_held": "replace",    # or "keep", "reject" (core/layout/delay_keys.py)
         "delayq_max_wait": 300,         # seconds; replace only
     })
 
@@ -23,7 +23,7 @@ from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from ...core.delay_keys import DelayKey, KeyedOutcome
+    from ...core.layout.delay_keys import DelayKey, KeyedOutcome
 
 KEY_HEADER = "delayq_key"
 ON_HELD_HEADER = "delayq_on_held"
@@ -63,7 +63,7 @@ def delay_key_of(headers: Mapping[str, Any]) -> DelayKey | None:
         raise InvalidDelayKey(
             f"{MAX_WAIT_HEADER} must be a number of seconds, got {max_wait!r}"
         ) from exc
-    from ...core.delay_keys import DelayKey  # a keyed message's publish only
+    from ...core.layout.delay_keys import DelayKey  # a keyed message's publish only
 
     try:
         on_held = headers.get(ON_HELD_HEADER) or "replace"

@@ -18,7 +18,7 @@ from kombu.message import Message
 from kombu.utils.json import dumps, loads
 
 from ...config.errors import InvalidETA
-from ...core.record import Record, message_key
+from ...core.layout.record import Record, message_key
 from ...core.store import DelayedStore
 
 #: The only serializer a message body is decoded with for display: reading a task must

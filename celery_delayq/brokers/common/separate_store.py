@@ -19,7 +19,7 @@ from redis.sentinel import Sentinel
 
 from ...config.settings import DelayqConfig
 from ...core.handover import ClaimPublishAck, HandOverPolicy, Publisher
-from ...core.keys import KeySpace
+from ...core.layout.keys import KeySpace
 from ...core.store import DelayedStore
 
 _clients: dict[str, redis.Redis] = {}

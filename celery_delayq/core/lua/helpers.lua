@@ -2,7 +2,7 @@
 -- messages, duplicates, delay keys, and collecting due messages. core/lua_scripts.py puts it
 -- after prelude.lua in every store script but schedule.lua and schedule_many.lua.
 
--- Records are read by one grammar, here and in record.py alike (tests/adversarial
+-- Records are read by one grammar, here and in layout/record.py alike (tests/adversarial
 -- compares the two): every number is 1 to MAX_DIGITS ASCII digits (no sign, exponent,
 -- hex or space; at most 15 digits, so Lua's doubles hold it exactly), a counted field's
 -- bytes lie within the record, and a destination is never empty.
@@ -24,7 +24,7 @@ local function counted(record, pos)
   return string.sub(record, colon + 1, last), last + 1
 end
 
--- How an inline record starts, before its due time (record.py's INLINE_PREFIX), and the
+-- How an inline record starts, before its due time (layout/record.py's INLINE_PREFIX), and the
 -- pattern capturing that due time.
 local INLINE = '{"delayq":'
 local INLINE_DUE = '^' .. INLINE .. '(%d+),'  -- none of INLINE's characters is magic
@@ -53,7 +53,7 @@ end
 -- A record's due time, destination (nil: the queue's own list), the index of the first
 -- byte to deliver (1: an inline record is delivered whole), the queue's x-expires in ms
 -- (nil: none) and its delay key (nil: none); nil and the reason for a record this store
--- did not write. Records (record.py): inline '{"delayq":<due>,<rest of the envelope>',
+-- did not write. Records (layout/record.py): inline '{"delayq":<due>,<rest of the envelope>',
 -- or prefixed "<due>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>".
 local function parse(record)
   local inline_due = string.match(record, INLINE_DUE)

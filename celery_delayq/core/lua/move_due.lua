@@ -4,7 +4,7 @@
 -- "Due" is judged by the Redis server's clock, so movers on hosts with different clocks
 -- agree. Several movers may run this at once without a lock: each call is atomic, so
 -- every message is delivered by exactly one of them. Payloads are pushed byte-for-byte
--- as stored (an inline record whole, its due-time key included; record.py); they are
+-- as stored (an inline record whole, its due-time key included; layout/record.py); they are
 -- never decoded here.
 --
 -- KEYS[5]  P:{Q}:dead      hash  message key -> record: an unreadable record goes there

@@ -5,7 +5,7 @@
 --
 -- One queue's delayed messages live in a record hash and in small "pages" of due times:
 --
--- KEYS[1]  P:{Q}:msg    hash  message key -> record (record.py), either inline
+-- KEYS[1]  P:{Q}:msg    hash  message key -> record (layout/record.py), either inline
 --                             '{"delayq":<due ms>,<rest of the kombu envelope>' or
 --                             prefixed "<due ms>[d<len>:<destination>][x<expires ms>]
 --                             [k<len>:<delay key>]:<payload>" (the destination is left out
@@ -46,7 +46,7 @@
 --    is split when it passes PAGE_MAX, moving its smaller side. So no call copies more
 --    than PAGE_MAX / 2 entries, whatever the store's size or one instant's.
 
--- Message key: the task id packed by record.py (16 bytes for a uuid, and only then), or,
+-- Message key: the task id packed by layout/record.py (16 bytes for a uuid, and only then), or,
 -- for a second message of the same task id, "\255<seq>:<task key>" (prefixed with "\2"
 -- if that is 16 bytes long), listed under the task key in KEYS[3].
 

@@ -7,7 +7,7 @@
 --                         with all of its messages.
 -- ARGV[3]  task key (a second message of the same task is kept as a duplicate)
 -- ARGV[4]  due time, integer milliseconds since the epoch
--- ARGV[5]  the record (record.py), due at ARGV[4]
+-- ARGV[5]  the record (layout/record.py), due at ARGV[4]
 -- ARGV[6]  queue name (member of KEYS[5])
 -- ARGV[7]  wake-up pubsub channel
 -- Returns  1 when the message became the earliest of its queue (movers were woken), else 0.

@@ -1,6 +1,6 @@
 -- Store one delayed message under a delay key (after prelude.lua): while a message with
 -- the same key is pending in this queue (shard), the new one replaces it, is dropped, or
--- is refused, in this one atomic call (core/delay_keys.py explains the modes).
+-- is refused, in this one atomic call (core/layout/delay_keys.py explains the modes).
 --
 -- KEYS[5]  P:queues  set  as in schedule.lua (left out on a Redis Cluster)
 -- ARGV[3]  task key

@@ -1,7 +1,7 @@
 """The delayed store: every read and write of delayed messages in Redis goes through here.
 
-Each queue keeps its messages as records (record.py) in one hash, and their due times in
-small pages (lua/prelude.lua explains the layout, keys.py names the keys). Every change
+Each queue keeps its messages as records (layout/record.py) in one hash, and their due times in
+small pages (lua/prelude.lua explains the layout, layout/keys.py names the keys). Every change
 is one atomic Lua script, so movers, producers and operators never need a lock. Due
 messages leave through the store's ``HandOver`` (handover.py).
 
@@ -29,9 +29,9 @@ from .writes import ChunkPartlyStored, Scheduled, Writes
 if TYPE_CHECKING:
     from redis.client import PubSub
 
-    from ..layout.delay_keys import DelayKey, KeyedOutcome
     from ..handover import HandOver
     from ..heartbeats import MoverRegistry
+    from ..layout.delay_keys import DelayKey, KeyedOutcome
     from ..results import MoveResult, PendingMessage, Position, QueueBacklog
     from .admin import Admin
     from .ahead import AheadOutcome, WriteAhead

@@ -13,7 +13,7 @@ PAGE_READ = 10_000
 
 
 class Admin:
-    """Purges and repairs queues (consistency.py finds what to repair)."""
+    """Purges and repairs queues (health/consistency.py finds what to repair)."""
 
     def __init__(self, state: StoreState) -> None:
         self.state = state

@@ -8,8 +8,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..layout.keys import QueueKeys
-from ..lua_scripts import ScriptCall, run_pipelined
 from ..layout.queue_counters import counters
+from ..lua_scripts import ScriptCall, run_pipelined
 from ..results import QueueBacklog
 from .state import StoreState
 

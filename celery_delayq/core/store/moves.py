@@ -10,9 +10,9 @@ from collections.abc import Callable
 import redis
 from redis.client import PubSub
 
-from ..topology import reread_layout
 from ..layout.keys import QueueKeys
 from ..results import MoveResult
+from ..topology import reread_layout
 from .state import StoreState
 
 logger = logging.getLogger(__name__)

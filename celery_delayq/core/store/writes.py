@@ -16,6 +16,7 @@ import redis
 from redis.commands.core import Script
 
 from ..layout.keys import QueueKeys
+from ..layout.record import Record, key_index_field, message_key
 from ..lua_scripts import (
     ScheduleCall,
     ScriptCall,
@@ -23,7 +24,6 @@ from ..lua_scripts import (
     run_pipelined,
     schedule_many_args,
 )
-from ..layout.record import Record, key_index_field, message_key
 from .state import StoreState
 
 if TYPE_CHECKING:
@@ -103,7 +103,7 @@ class Writes:
 
     def schedule_keyed(self, message: Scheduled, delay_key: DelayKey) -> KeyedOutcome:
         """Store a keyed message, or replace, keep or refuse against the pending message
-        holding its key (delay_keys.py)."""
+        holding its key (layout/delay_keys.py)."""
         self.register_off_shard(message.queue)
         reply = self._run_schedule(self.state.scripts.schedule_keyed, message, delay_key)
         from ..layout.delay_keys import KeyedOutcome  # keyed publishes only
