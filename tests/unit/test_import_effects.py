@@ -35,3 +35,31 @@ def test_the_amqp_transport_patches_celery_when_first_built() -> None:
         "assert base.detect_quorum_queues.keeps_delayq_apps_away\n"
     )
     subprocess.run([sys.executable, "-c", check], check=True)
+
+
+FACETS = """
+import sys
+import redis
+from celery_delayq.core.layout.keys import KeySpace
+from celery_delayq.core.lazy import first_use
+from celery_delayq.core.store import DelayedStore, import_facets
+
+import_facets()
+before = {name for name in sys.modules if name.startswith("celery_delayq")}
+store = DelayedStore(redis.Redis(), KeySpace())  # no I/O: nothing here connects
+facets = [name for name, value in vars(DelayedStore).items() if isinstance(value, first_use)]
+assert len(facets) >= 8, facets  # the scan sees the facets
+for name in facets:
+    getattr(store, name)
+store.handover
+after = {name for name in sys.modules if name.startswith("celery_delayq")}
+assert after == before, sorted(after - before)
+"""
+
+
+def test_import_facets_imports_every_facet_the_store_makes_on_first_use() -> None:
+    # A worker calls import_facets() before its pool forks, so that no thread imports a
+    # module later (a fork while a thread holds an import lock leaves it held in the
+    # child): every facet the store makes on first use, and the hand-over, must already
+    # be imported by then. A fresh interpreter, so that nothing was imported before.
+    subprocess.run([sys.executable, "-c", FACETS], check=True)
