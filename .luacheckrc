@@ -1,5 +1,5 @@
--- luacheck settings for the store's Lua (celery_delayq/core/lua) and the Redis broker's
--- (celery_delayq/brokers/redis/lua). `python .ci/lint_lua.py`
+-- luacheck settings for the store's Lua (celery_delayq/core/lua), the Redis broker's
+-- (celery_delayq/brokers/redis/lua) and the rescue's (celery_delayq/ops/rescue/lua). `python .ci/lint_lua.py`
 -- checks each file alone and each script as Redis runs it; see there.
 
 -- Redis runs a script as Lua 5.1 with these globals; only what the scripts use is
@@ -14,8 +14,8 @@ std = "lua51+redis"
 not_globals = {"io", "os", "package", "require", "module", "dofile", "loadfile"}
 max_line_length = 100
 
--- The locals prelude.lua defines for the code that follows it (scripts.py puts the prelude
--- in front of every store script).
+-- The locals prelude.lua defines for the code that follows it (every store script includes
+-- it first: `--! include prelude.lua`).
 local prelude_exports = {
   "MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX", "add_entry", "duplicate_key", "store_message",
   "BY_TASK", "extra_prefix",
@@ -101,17 +101,21 @@ files[lua .. "schedule_keyed.lua"] = reads({"MSG", "DUP", "STATS", "parse", "sto
                                             "head", "server_now", "key_holder", "index_field",
                                             "remove_message", "forget_duplicate", "with_due"},
                                            "prelude.lua and helpers.lua")
--- The chunk and rescue scripts: schedule (prelude.lua + schedule.lua in a function), then
--- schedule_many.lua, or schedule_all.lua and rescue_list.lua or rescue_unacked.lua
--- (core/scripts.py).
-files[lua .. "schedule_all.lua"] = reads({"schedule"}, "core/scripts.py")
-files[lua .. "schedule_many.lua"] = reads({"schedule_shard"}, "core/scripts.py")
-files[lua .. "rescue_list.lua"] = reads({"schedule_all"}, "schedule_all.lua")
-files[lua .. "rescue_unacked.lua"] = reads({"schedule_all"}, "schedule_all.lua")
+-- The chunk and rescue scripts: schedule_many.lua includes schedule_shard.lua (prelude.lua
+-- in a function); the rescue scripts include schedule_function.lua (prelude.lua and
+-- schedule.lua in a function), then schedule_all.lua.
+local rescue = "celery_delayq/ops/rescue/lua/"
+files[lua .. "schedule_shard.lua"] = reads({"store_message"}, "prelude.lua")
+files[lua .. "schedule_shard.lua"].ignore = {"211/schedule_shard", "212/KEYS", "212/ARGV"}
+files[lua .. "schedule_function.lua"] = {ignore = {"211/schedule", "212/KEYS", "212/ARGV"}}
+files[lua .. "schedule_many.lua"] = reads({"schedule_shard"}, "schedule_shard.lua")
+files[rescue .. "schedule_all.lua"] = reads({"schedule"}, "schedule_function.lua")
+files[rescue .. "rescue_list.lua"] = reads({"schedule_all"}, "schedule_all.lua")
+files[rescue .. "rescue_unacked.lua"] = reads({"schedule_all"}, "schedule_all.lua")
 
 -- What a file defines for those after it is no warning when unused in the file alone,
 -- nor in an assembled script (lint_lua.py passes those on stdin as assembled/<name>.lua).
 -- lint_lua.py reports a prelude export that no script uses.
 files[lua .. "prelude.lua"] = {ignore = unused_exports}
-files[lua .. "schedule_all.lua"].ignore = {"211/schedule_all"}
+files[rescue .. "schedule_all.lua"].ignore = {"211/schedule_all"}
 files["assembled"] = {ignore = unused_exports}

@@ -1,10 +1,11 @@
 """luacheck the store's Lua scripts and the Redis broker's (settings: .luacheckrc), three
 ways:
 
-1. each file of celery_delayq/core/lua and celery_delayq/brokers/redis/lua alone; the names a
-   file takes from the code put in front of it are declared per file in .luacheckrc;
-2. each script exactly as Redis runs it (``scripts.SOURCES`` and
-   ``ops.rescue.scripts.SOURCES``): the prelude's names are real locals there, so a
+1. each file of celery_delayq/core/lua, celery_delayq/brokers/redis/lua and
+   celery_delayq/ops/rescue/lua alone; the names a file takes from the files it includes
+   are declared per file in .luacheckrc;
+2. each script exactly as Redis runs it (its ``--! include`` lines in place:
+   ``lua_scripts.script_source``): the prelude's names are real locals there, so a
    misspelled name or an unused local in the program Redis runs is reported (line
    numbers count from the prelude's first line);
 3. the prelude and helpers.lua followed by every store script, each as a function of its
@@ -26,6 +27,11 @@ from celery_delayq.ops.rescue import scripts as rescue
 
 ROOT = Path(__file__).resolve().parent.parent
 LUACHECK = ["luacheck", "--codes", "--no-color", "--quiet"]
+LUA_FOLDERS = [
+    "celery_delayq/core/lua",
+    "celery_delayq/brokers/redis/lua",
+    "celery_delayq/ops/rescue/lua",
+]
 
 
 def luacheck(*args: str, source: str | None = None) -> bool:
@@ -58,10 +64,13 @@ def together() -> str:
 
 
 def main() -> int:
-    alone = luacheck("celery_delayq/core/lua") & luacheck("celery_delayq/brokers/redis/lua")
+    alone = all(luacheck(folder) for folder in LUA_FOLDERS)
     print(f"each file alone: {'ok' if alone else 'FAILED'}")
-    store_sources = {name: store.source(name) for name in store.SCRIPT_NAMES}
-    sources = {**store_sources, **rescue.SOURCES, **consume.SOURCES}
+    store_sources = {
+        name: store.script_source(store.CORE_PACKAGE, name) for name in store.SCRIPT_NAMES
+    }
+    push = store.script_source("celery_delayq.brokers.redis", "push_lists")
+    sources = {**store_sources, **rescue.SOURCES, **consume.SOURCES, "push_lists": push}
     failed = [
         name for name, src in sources.items() if not luacheck_source(f"assembled/{name}.lua", src)
     ]

@@ -1,10 +1,14 @@
-"""The Lua scripts of the delayed store, loaded from ``lua/*.lua`` as redis-py Scripts.
+"""The Lua scripts, loaded from ``lua/*.lua`` beside their users as redis-py Scripts.
 
-Each script is ``lua/prelude.lua`` (the page layout's keys, and adding a message), then
-``lua/helpers.lua`` (the rest of the shared code; not for the two schedule scripts, see
-PRELUDE_ONLY), then the script's own file; the claim -> publish -> ack scripts have
-``lua/handover.lua`` before their own. ``schedule_many`` runs the prelude once per queue
-shard of a chunk.
+A script names what it includes, in its header: each line ``--! include <file>.lua`` is
+replaced by that file's text, itself assembled the same way (``script_source``). A file
+is looked for in the including file's own ``lua/`` folder, then in the store's
+(``core/lua``), where the shared code lives: ``prelude.lua`` (the page layout's keys, and
+adding a message), ``helpers.lua`` (the rest of the shared code), ``handover.lua`` (the
+claim -> publish -> ack scripts' start), and two wrappers that run shared code as a
+function (``schedule_shard.lua`` for ``schedule_many``, ``schedule_function.lua`` for the
+rescue scripts). The two schedule scripts include the prelude alone: every function the
+Lua defines costs Redis time on each call (helpers.lua would add ~1 us to ~12).
 
 redis-py's ``Script`` computes the SHA locally, runs EVALSHA and reloads the script
 after NOSCRIPT (a restarted or flushed Redis, or on a Redis Cluster a node that has not
@@ -17,23 +21,18 @@ only publishes reads the prelude and ``schedule.lua``, nothing else.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Sequence
 from functools import cache
 from importlib import resources
-from typing import Any, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
 import redis
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError
 
-
-def read_lua(package: str, name: str) -> str:
-    """The text of ``<package>/lua/<name>.lua``."""
-    # Works from a zipped install on Python 3.9 too, where __package__ is still None while
-    # zipimport runs a module, and Traversable.joinpath takes one step at a time (several
-    # only from 3.11).
-    lua = resources.files(package).joinpath("lua")
-    return lua.joinpath(f"{name}.lua").read_text("utf-8")
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 
 ScriptSetT = TypeVar("ScriptSetT")
@@ -46,14 +45,52 @@ def register_all(
     return cls(**{name: client.register_script(source) for name, source in sources.items()})
 
 
-#: ``lua/`` beside this module, found at import: a first read in a thread (a mover's)
-#: then imports nothing, and so never holds an import lock while a prefork pool forks.
-_LUA = resources.files(__name__.rpartition(".")[0]).joinpath("lua")
+#: The store's ``lua/`` folder, found at import: a first read in a thread (a mover's) then
+#: imports nothing, and so never holds an import lock while a prefork pool forks.
+CORE_PACKAGE = __name__.rpartition(".")[0]
+_CORE_LUA = resources.files(CORE_PACKAGE).joinpath("lua")
+#: ``--! include <file>.lua``, a whole line, with its line end.
+INCLUDE = re.compile(r"^--! include ([\w-]+\.lua)[ \t]*(?:\n|$)", re.M)
+
+
+def lua_folder(package: str) -> Traversable:
+    """``<package>/lua``. Works from a zipped install on Python 3.9 too, where
+    ``Traversable.joinpath`` takes one step at a time (several only from 3.11)."""
+    return _CORE_LUA if package == CORE_PACKAGE else resources.files(package).joinpath("lua")
+
+
+def includes(text: str) -> list[str]:
+    """The files a script's text includes, in order."""
+    return INCLUDE.findall(text)
+
+
+def find_lua(package: str, file: str) -> tuple[str, str]:
+    """The package whose ``lua/`` holds ``file`` (``package``'s own, else the store's),
+    and the file's text."""
+    for home in dict.fromkeys((package, CORE_PACKAGE)):
+        found = lua_folder(home).joinpath(file)
+        if found.is_file():
+            return home, found.read_text("utf-8")
+    raise FileNotFoundError(f"{file}: in neither {package}/lua nor {CORE_PACKAGE}/lua")
+
+
+@cache
+def script_source(package: str, name: str) -> str:
+    """The whole text of the script ``<package>/lua/<name>.lua``, its includes in place."""
+    return _assemble(package, f"{name}.lua", ())
+
+
+def _assemble(package: str, file: str, including: tuple[str, ...]) -> str:
+    if file in including:
+        raise ValueError(f"Lua include cycle: {' -> '.join((*including, file))}")
+    home, text = find_lua(package, file)
+    inner = (*including, file)
+    return INCLUDE.sub(lambda match: _assemble(home, match.group(1), inner), text)
 
 
 def read_source(name: str) -> str:
-    """The text of one of the store's scripts (``lua/<name>.lua`` beside this module)."""
-    return _LUA.joinpath(f"{name}.lua").read_text("utf-8")
+    """The text of one of the store's files (``core/lua/<name>.lua``), as written."""
+    return _CORE_LUA.joinpath(f"{name}.lua").read_text("utf-8")
 
 
 class StoreScripts:
@@ -89,7 +126,7 @@ class StoreScripts:
         """A script not used yet (one used is in the instance's ``__dict__``)."""
         if name not in SCRIPT_NAMES:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
-        script = self.client.register_script(source(name))
+        script = self.client.register_script(script_source(CORE_PACKAGE, name))
         return self.__dict__.setdefault(name, script)  # type: ignore[no-any-return]
 
 
@@ -135,49 +172,14 @@ def run_pipelined(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[Any]
     return list(replies)
 
 
-#: Scripts with the prelude alone: a publish runs them, and every function the Lua
-#: defines costs Redis time on each call (helpers.lua would add ~1 us to ~12).
-PRELUDE_ONLY = frozenset({"schedule", "schedule_many"})
-HANDOVER_SCRIPTS = frozenset({"claim_due", "ack_claimed", "release_claimed", "resend_dead"})
-
-
-@cache
-def source(name: str) -> str:
-    """The whole text of a script: ``name`` is one of SCRIPT_NAMES, or one of the
-    assembled texts ``SCHEDULE_FUNCTION``, ``SCHEDULE_SHARD``; or a file's
-    (``PRELUDE``, ``HELPERS``, ``HANDOVER``, ``PUSH_LISTS``: ``lua/<lower-case name>``)."""
-    if name == "SCHEDULE_FUNCTION":
-        # The store's own schedule script as a Lua function, so a rescue (ops/rescue)
-        # schedules each message with the very code (and arguments) a publish uses.
-        return f"local function schedule(KEYS, ARGV)\n{source('schedule')}\nend\n"
-    if name == "SCHEDULE_SHARD":
-        # prelude.lua for one queue shard, as a function: ``each(store_message)`` then
-        # stores many messages of the shard with it (schedule_many.lua).
-        return (
-            "local function schedule_shard(KEYS, ARGV, each)\n"
-            f"{source('PRELUDE')}return each(store_message)\nend\n"
-        )
-    if name.isupper():
-        return read_source(name.lower())
-    if name == "schedule_many":
-        return source("SCHEDULE_SHARD") + read_source(name)
-    return (
-        source("PRELUDE")
-        + ("" if name in PRELUDE_ONLY else source("HELPERS"))
-        + (source("HANDOVER") if name in HANDOVER_SCRIPTS else "")
-        + read_source(name)
-    )
-
-
-#: The texts ``source`` makes, as module attributes made on first use (PEP 562).
-_TEXTS = frozenset(
-    {"PRELUDE", "HELPERS", "HANDOVER", "PUSH_LISTS", "SCHEDULE_FUNCTION", "SCHEDULE_SHARD"}
-)
+#: The shared files as written, as module attributes read on first use (PEP 562): the
+#: tests and the Lua lint put them in front of code of their own.
+_TEXTS = frozenset({"PRELUDE", "HELPERS", "HANDOVER"})
 
 
 def __getattr__(name: str) -> Any:
     if name in _TEXTS:
-        return source(name)
+        return read_source(name.lower())
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -51,10 +51,12 @@ def python_prose(path: Path) -> str:
 
 def places(path: Path) -> list[Path]:
     """Where a name written in ``path`` may be, relative to: its folder and each folder
-    above it in the package, or their ``lua/`` folders; the repository's root."""
+    above it in the package, or their ``lua/`` folders; the store's ``lua/``; the
+    repository's root."""
     above = list(path.parent.parents)  # a list: Python 3.9's parents take no slice
     folders = [path.parent, *above[: len(path.parent.relative_to(PACKAGE).parts)]]
-    return [*folders, *(folder / "lua" for folder in folders), REPO_ROOT]
+    # core/lua too: a script's includes are looked for there after its own folder
+    return [*folders, *(folder / "lua" for folder in folders), PACKAGE / "core" / "lua", REPO_ROOT]
 
 
 def module_exists(dotted: str) -> bool:

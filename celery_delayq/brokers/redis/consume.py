@@ -53,7 +53,7 @@ from kombu.utils.json import dumps, loads
 from redis.commands.core import Script
 from redis.exceptions import NoScriptError, ResponseError
 
-from ...core.lua_scripts import read_lua, register_all
+from ...core.lua_scripts import register_all, script_source
 from ..common.message import Delivered, count_of, file_dead_letter
 from .landing import LandingWait, LandingWaits
 from .polling import UnreadableMessage
@@ -77,7 +77,7 @@ class ConsumeScripts:
 
 #: Read at import, like the store's scripts.
 SOURCES = {
-    f.name: read_lua(__name__.rpartition(".")[0], f.name)
+    f.name: script_source(__name__.rpartition(".")[0], f.name)
     for f in dataclasses.fields(ConsumeScripts)
 }
 

@@ -1,6 +1,6 @@
 """Publishes due messages to a Redis broker whose store is elsewhere (``delayq_store_url``).
 
-One script call (``core/lua/push_lists.lua``) per batch on the broker pushes every message
+One script call (``lua/push_lists.lua``) per batch on the broker pushes every message
 onto its kombu list, so the batch is confirmed as a whole when the call returns; a
 destination key that is not a list refuses its own messages and nothing else.
 """
@@ -15,7 +15,7 @@ import redis
 from kombu.connection import Connection
 
 from ...core.handover import ConfirmedOnReturn, Outgoing, PublishReport
-from ...core.lua_scripts import source
+from ...core.lua_scripts import script_source
 from ..common.message import STABLE_ID_HEADER, UNREADABLE, with_header
 
 
@@ -66,7 +66,9 @@ class RedisListPublisher(ConfirmedOnReturn):
             self._connection = self.connect()
             channel: Any = self._connection.default_channel  # a Redis channel: it has a pool
             pool = channel.pool
-            self._push = redis.Redis(connection_pool=pool).register_script(source("PUSH_LISTS"))
+            self._push = redis.Redis(connection_pool=pool).register_script(
+                script_source(__name__.rpartition(".")[0], "push_lists")
+            )
         return self._push
 
     def close(self) -> None:

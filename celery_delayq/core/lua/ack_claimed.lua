@@ -1,3 +1,6 @@
+--! include prelude.lua
+--! include helpers.lua
+--! include handover.lua
 -- The broker confirmed these claimed messages: forget them (after prelude.lua and
 -- handover.lua). A claim that is no longer ours (it expired and another mover took the
 -- message) is left alone: that mover acks or gives it back.

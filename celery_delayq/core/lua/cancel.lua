@@ -1,3 +1,5 @@
+--! include prelude.lua
+--! include helpers.lua
 -- Remove the pending messages of one Celery task (after prelude.lua and helpers.lua): its
 -- first message and at most ARGV[4] of its extra messages (duplicates) a call, so that no
 -- call's work grows with how many messages share the task id. The caller calls again,

@@ -1,3 +1,6 @@
+--! include prelude.lua
+--! include helpers.lua
+--! include handover.lua
 -- Claim a bounded batch of due messages for one mover pass (after prelude.lua and
 -- handover.lua, which explains the protocol), first giving back expired claims.
 --

@@ -1,3 +1,5 @@
+--! include prelude.lua
+--! include helpers.lua
 -- Count pending messages per due-time window (after prelude.lua); for backlog and
 -- `status --timeline`. A page lying wholly inside a window is counted with ZCARD. One
 -- call reads at most ARGV[4] pages, so its work does not grow with the store: the caller

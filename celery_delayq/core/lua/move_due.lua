@@ -1,3 +1,5 @@
+--! include prelude.lua
+--! include helpers.lua
 -- Deliver a bounded batch of due messages to their kombu queue lists, atomically
 -- (after prelude.lua).
 --

@@ -1,3 +1,5 @@
+--! include prelude.lua
+--! include helpers.lua
 -- List pending messages by due time, in one atomic snapshot (after prelude.lua).
 --
 -- ARGV[3]  lowest due time (ms, or '-inf')   ARGV[4] highest due time (ms, or '+inf')

@@ -1,3 +1,5 @@
+--! include prelude.lua
+--! include helpers.lua
 -- Delete every pending message of one queue shard at once, and with it the messages of
 -- the queue's kombu lists named after the registry (kombu's own purge); counters stay.
 -- The periodic occurrences written ahead (write_ahead.lua) stay: their entries' marks say

@@ -1,3 +1,6 @@
+--! include prelude.lua
+--! include helpers.lua
+--! include handover.lua
 -- Give claimed messages back to the schedule (after prelude.lua and handover.lua): the
 -- broker refused them, or the publish failed before they were confirmed. Claims that
 -- are no longer ours are left alone.

@@ -1,3 +1,5 @@
+--! include prelude.lua
+--! include helpers.lua
 -- Make one message's schedule entry and duplicate listing agree with its record, checked
 -- inside the script so a concurrent move, cancel or schedule is never undone (used by
 -- `doctor --repair`; after prelude.lua).

@@ -1,3 +1,5 @@
+--! include prelude.lua
+--! include helpers.lua
 -- Give one pending message a new due time and record, only if it is unchanged since the
 -- caller read it (compare-and-set, so a concurrent move or cancel wins cleanly).
 -- After prelude.lua.

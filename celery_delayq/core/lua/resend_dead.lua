@@ -1,3 +1,6 @@
+--! include prelude.lua
+--! include helpers.lua
+--! include handover.lua
 -- Schedule dead letters again, due now (after prelude.lua and handover.lua): an
 -- operator fixed what made them fail (a missing binding, say). Their tries start over.
 --

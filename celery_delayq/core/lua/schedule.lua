@@ -1,3 +1,4 @@
+--! include prelude.lua
 -- Store one delayed message until it is due (after prelude.lua).
 --
 -- KEYS[5]  P:queues  set  queue names the movers visit (left out on a Redis Cluster, where

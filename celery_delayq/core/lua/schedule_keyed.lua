@@ -1,3 +1,5 @@
+--! include prelude.lua
+--! include helpers.lua
 -- Store one delayed message under a delay key (after prelude.lua): while a message with
 -- the same key is pending in this queue (shard), the new one replaces it, is dropped, or
 -- is refused, in this one atomic call (core/layout/delay_keys.py explains the modes).

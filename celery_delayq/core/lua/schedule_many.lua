@@ -1,5 +1,6 @@
+--! include schedule_shard.lua
 -- Store a chunk of delayed messages in one atomic call: all of them or none
--- (DelayedStore.schedule_chunk). Assembled by core/lua_scripts.py after `schedule_shard(KEYS, ARGV,
+-- (DelayedStore.schedule_chunk). schedule_shard.lua defines `schedule_shard(KEYS, ARGV,
 -- each)`, which runs prelude.lua for one queue shard and calls `each(store_message)`: each
 -- message is kept by the code a single publish uses (schedule.lua); the counter, and the
 -- registry and wake-up when the shard got a new earliest message, once per shard.

@@ -1,3 +1,5 @@
+--! include prelude.lua
+--! include helpers.lua
 -- Write a periodic entry's next occurrences ahead, as delayed messages, if the entry's
 -- mark is still the one the caller read (after prelude.lua and helpers.lua): the
 -- compare-and-set that lets any number of beats write each occurrence once. The same call

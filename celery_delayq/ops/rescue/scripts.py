@@ -9,7 +9,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from ...core.lua_scripts import SCHEDULE_FUNCTION, ScheduleCall, read_source, register_all
+from ...core.lua_scripts import ScheduleCall, register_all, script_source
 
 
 @dataclass(frozen=True)
@@ -24,16 +24,17 @@ class RescueScripts:
         return register_all(cls, client, SOURCES)
 
 
-#: Read at import (never lazily in a thread of a forking worker): a rescue is no publish
-#: path, so what ``celery_delayq.core.lua_scripts.source`` makes on first use is made here.
+#: Assembled at import (never lazily in a thread of a forking worker): a rescue is no
+#: publish path. Each script (ops/rescue/lua) includes the store's schedule script as a
+#: function, then schedule_all.lua.
 SOURCES = {
-    f.name: SCHEDULE_FUNCTION + read_source("schedule_all") + read_source(f.name)
+    f.name: script_source(__name__.rpartition(".")[0], f.name)
     for f in dataclasses.fields(RescueScripts)
 }
 
 
 def schedule_all_args(calls: list[ScheduleCall]) -> tuple[list[Any], list[Any]]:
-    """Keys and arguments of ``schedule_all`` (core/lua/schedule_all.lua) for these calls,
+    """Keys and arguments of ``schedule_all`` (lua/schedule_all.lua) for these calls,
     which all have as many keys and as many arguments."""
     keys = [key for call in calls for key in call.keys]
     args = [len(calls), len(calls[0].keys), len(calls[0].args)]

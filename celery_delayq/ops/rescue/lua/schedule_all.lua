@@ -1,8 +1,6 @@
--- Shared part of the rescue scripts; ops/rescue/scripts.py assembles each as
---
---   local function schedule(KEYS, ARGV)  <lua/prelude.lua + lua/schedule.lua, unchanged>  end
---   <this file>
---   <lua/rescue_list.lua or lua/rescue_unacked.lua>
+-- Shared part of the rescue scripts, which include, in order, schedule_function.lua
+-- (`local function schedule(KEYS, ARGV)`: core/lua's prelude.lua and schedule.lua,
+-- unchanged), this file, then their own code.
 --
 -- Inside `schedule`, KEYS and ARGV are parameters that shadow the script's own, so the
 -- store's schedule script runs byte-for-byte as it does at publish time, on the slice of

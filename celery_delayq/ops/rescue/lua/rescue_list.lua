@@ -1,3 +1,5 @@
+--! include schedule_function.lua
+--! include schedule_all.lua
 -- Move one vanilla ETA message from a kombu queue list into the delayed store.
 --
 -- KEYS[1]   the kombu list holding the message (global_keyprefix applied)

@@ -1,3 +1,5 @@
+--! include schedule_function.lua
+--! include schedule_all.lua
 -- Move one orphaned vanilla ETA message from kombu's `unacked` hash into the delayed store.
 --
 -- KEYS[1]   unacked         hash  delivery tag -> JSON [message, exchange, routing key]
