@@ -32,7 +32,7 @@ from kombu import Connection, Queue
 from celery_delayq.brokers.amqp.envelope import destination, envelope
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.cli import delayq
-from celery_delayq.core.handover import Outgoing
+from celery_delayq.core.handover.publishing import Outgoing
 from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import (
     CHROMIUM_FLAGS,

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 import redis
 
 from celery_delayq.brokers.common.separate_store import store_client
-from celery_delayq.core.handover import ClaimPublishAck, Publisher
+from celery_delayq.core.handover.claims import ClaimPublishAck
+from celery_delayq.core.handover.publishing import Publisher
 from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, ReplicaWait
 from celery_delayq.testing import RedisServer

@@ -18,7 +18,7 @@ from kombu.connection import Connection
 
 from ..config.errors import ConfigurationError
 from ..config.settings import config_of
-from ..core.handover import Publisher
+from ..core.handover.publishing import Publisher
 from ..core.health.health_checks import OK, server_findings
 from ..core.moving.mover import Mover, MoverThread
 from ..core.store import DelayedStore

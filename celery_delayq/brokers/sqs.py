@@ -26,7 +26,7 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
 from ..config.settings import DelayqConfig
-from ..core.handover import Publisher
+from ..core.handover.publishing import Publisher
 from ..core.store import DelayedStore
 from .common.diverter import Diverter, store_for, store_retrying_errors, virtual_outbound
 from .common.message import Delivered, count_of, file_dead_letter

@@ -15,12 +15,8 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from celery_delayq.core.handover import (
-    ClaimPublishAck,
-    ConfirmedOnReturn,
-    Outgoing,
-    PublishReport,
-)
+from celery_delayq.core.handover.claims import ClaimPublishAck
+from celery_delayq.core.handover.publishing import ConfirmedOnReturn, Outgoing, PublishReport
 from celery_delayq.core.health.consistency import consistency_findings
 from celery_delayq.core.health.health_checks import OK
 from celery_delayq.core.layout.keys import PAGE_SIZE, KeySpace, QueueKeys

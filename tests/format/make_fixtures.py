@@ -39,7 +39,7 @@ import redis
 from celery import Celery
 
 import celery_delayq
-from celery_delayq.core.handover import ConfirmedOnReturn
+from celery_delayq.core.handover.publishing import ConfirmedOnReturn
 from celery_delayq.core.moving.mover import Mover
 from celery_delayq.testing import RedisServer, publish, rabbitmq_for_tests, wait_until
 

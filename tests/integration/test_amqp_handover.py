@@ -20,7 +20,7 @@ from celery_delayq.brokers.amqp.envelope import ETA_HEADER, destination
 from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.brokers.connect import mover_thread, open_store
 from celery_delayq.config.errors import ConfigurationError
-from celery_delayq.core.handover import ClaimPublishAck
+from celery_delayq.core.handover.claims import ClaimPublishAck
 from celery_delayq.core.store import Scheduled
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import wait_until
@@ -382,7 +382,7 @@ def test_one_batch_asked_for_is_one_batch_sent_and_nothing_stays_in_flight(
 
 
 @pytest.mark.promise("handover-settles-every-batch")
-def test_closing_a_store_settles_the_batch_it_sent_ahead(
+def test_closing_a_store_settles_its_pipelined_batch(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
     """A mover stopped with a batch sent ahead (its pass cut short) waits for that

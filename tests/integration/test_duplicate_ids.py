@@ -13,7 +13,8 @@ import pytest
 import redis
 
 from celery_delayq.core.batching import FIRST
-from celery_delayq.core.handover import MOVE_BATCH_BYTES, SameRedisMove
+from celery_delayq.core.handover import MOVE_BATCH_BYTES
+from celery_delayq.core.handover.same_redis import SameRedisMove
 from celery_delayq.core.layout.keys import KeySpace, QueueKeys
 from celery_delayq.core.layout.queue_counters import LATENESS_BUCKETS_MS
 from celery_delayq.core.layout.record import task_key

@@ -16,7 +16,7 @@ import pytest
 import redis
 
 from celery_delayq.core.batching import FIRST, LEAST
-from celery_delayq.core.handover import BURST_FETCH_US, SameRedisMove
+from celery_delayq.core.handover.same_redis import BURST_FETCH_US, SameRedisMove
 from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.moving.mover import MIN_PASS_SECONDS, Mover, MoverThread
 from celery_delayq.core.results import MoveResult

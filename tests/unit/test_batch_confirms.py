@@ -7,7 +7,7 @@ from collections import defaultdict
 from typing import Any
 
 from celery_delayq.brokers.amqp.publisher import BatchConfirms
-from celery_delayq.core.handover import Outgoing, PublishReport
+from celery_delayq.core.handover.publishing import Outgoing, PublishReport
 
 
 class ListenedChannel:

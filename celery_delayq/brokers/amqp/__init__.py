@@ -11,7 +11,7 @@ A message whose ``eta`` header lies ahead is written to the delayed store at
 (what py-amqp cannot encode fails the publish now, as it fails a publish made at once);
 everything else is published exactly as kombu's pyamqp transport publishes it. Movers
 publish due messages to the exchange and routing key the producer chose, with confirms
-(core/handover.py).
+(core/handover/claims.py).
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from kombu.transport import pyamqp
 
 from ...config.errors import STORE_OUTAGES
 from ...config.settings import DelayqConfig, config_of
-from ...core.handover import Publisher
+from ...core.handover.publishing import Publisher
 from ...core.store import DelayedStore
 from ..common.diverter import Diverter, Outbound, store_for, uses_delayq
 from ..common.message import Delivered, count_of

@@ -28,7 +28,7 @@ from typing import Any
 from amqp.exceptions import ChannelError, RecoverableConnectionError
 from kombu.connection import Connection
 
-from ...core.handover import Outgoing, PublishReport, Sent
+from ...core.handover.publishing import Outgoing, PublishReport, Sent
 from ..common.message import STABLE_ID_HEADER, UNREADABLE
 from .envelope import due_content, exchange_and_routing_key
 from .frames import PublishFrames
@@ -48,7 +48,7 @@ class ConfirmTimeout(ConnectionError):
 
 
 class AMQPPublisher:
-    """A ``Publisher`` (core/handover.py) on a kombu connection of its own."""
+    """A ``Publisher`` (core/handover/publishing.py) on a kombu connection of its own."""
 
     #: ``send`` writes the batch and returns; ``settle`` waits for its confirms.
     pipelines = True

@@ -35,7 +35,7 @@ from .message import due_ms, eta_span, eta_timestamp
 if TYPE_CHECKING:
     from typing import TypeGuard  # Python 3.10+; only the type checker reads it
 
-    from ...core.handover import Publisher
+    from ...core.handover.publishing import Publisher
     from ...core.moving.backoff import Backoff
 
 STORE_URL_NEEDED = (

@@ -28,7 +28,7 @@ DISPLAY_ACCEPT = ["application/json"]
 PREVIEW_BYTES = 64
 
 #: The header every delayed message carries when a mover hands it to another broker: the
-#: same for each publish of it (core/handover.py ``Outgoing.stable_id``).
+#: same for each publish of it (core/handover/publishing.py ``Outgoing.stable_id``).
 STABLE_ID_HEADER = "x-delayq-id"
 #: The one header of a message whose properties its transport could not read, saying why
 #: (brokers/amqp/inbound.py): the worker's poison guard moves it to the dead letters.

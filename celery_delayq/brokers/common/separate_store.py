@@ -2,7 +2,7 @@
 
 A broker that is not Redis (RabbitMQ, ...), or a Redis broker whose schedule should live
 elsewhere, keeps its queues; delayed messages wait in this Redis and reach the broker
-through the claim -> publish -> ack hand-over (core/handover.py), whose publisher opens
+through the claim -> publish -> ack hand-over (core/handover/claims.py), whose publisher opens
 its broker connection on first use only.
 """
 
@@ -18,7 +18,8 @@ from redis.cluster import ClusterNode, RedisCluster
 from redis.sentinel import Sentinel
 
 from ...config.settings import DelayqConfig
-from ...core.handover import ClaimPublishAck, HandOverPolicy, Publisher
+from ...core.handover.claims import ClaimPublishAck, HandOverPolicy
+from ...core.handover.publishing import Publisher
 from ...core.layout.keys import KeySpace
 from ...core.store import DelayedStore
 

@@ -17,12 +17,12 @@ from typing import Any
 from kombu.connection import Connection
 from kombu.utils.json import loads
 
-from ...core.handover import ConfirmedOnReturn, Outgoing, PublishReport
+from ...core.handover.publishing import ConfirmedOnReturn, Outgoing, PublishReport
 from .message import STABLE_ID_HEADER, UNREADABLE, with_header
 
 
 class VirtualPublisher(ConfirmedOnReturn):
-    """A ``Publisher`` (core/handover.py) on a kombu connection of its own."""
+    """A ``Publisher`` (core/handover/publishing.py) on a kombu connection of its own."""
 
     def __init__(self, connect: Callable[[], Connection]) -> None:
         self.connect = connect

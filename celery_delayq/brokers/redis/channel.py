@@ -31,7 +31,8 @@ from ..common.message import Delivered
 from .polling import WAIT_TYPE, CheckedMessage
 
 if TYPE_CHECKING:
-    from ...core.handover import HandOver, Publisher
+    from ...core.handover import HandOver
+    from ...core.handover.publishing import Publisher
     from .consume import AtomicConsumer
 
 
@@ -82,7 +83,7 @@ class Channel(kombu_redis.Channel):
         keys = KeySpace(self.global_keyprefix, config.key_prefix, config.store_shards)
 
         def handover() -> HandOver:  # on the first move: a publisher never imports it
-            from ...core.handover import SameRedisMove
+            from ...core.handover.same_redis import SameRedisMove
 
             return SameRedisMove(
                 client,

@@ -14,13 +14,13 @@ from typing import Any
 import redis
 from kombu.connection import Connection
 
-from ...core.handover import ConfirmedOnReturn, Outgoing, PublishReport
+from ...core.handover.publishing import ConfirmedOnReturn, Outgoing, PublishReport
 from ...core.lua_scripts import script_source
 from ..common.message import STABLE_ID_HEADER, UNREADABLE, with_header
 
 
 class RedisListPublisher(ConfirmedOnReturn):
-    """A ``Publisher`` (core/handover.py) on a kombu Redis connection of its own."""
+    """A ``Publisher`` (core/handover/publishing.py) on a kombu Redis connection of its own."""
 
     def __init__(self, connect: Callable[[], Connection]) -> None:
         self.connect = connect

@@ -3,7 +3,7 @@
 Each queue keeps its messages as records (layout/record.py) in one hash, and their due times in
 small pages (lua/prelude.lua explains the layout, layout/keys.py names the keys). Every change
 is one atomic Lua script, so movers, producers and operators never need a lock. Due
-messages leave through the store's ``HandOver`` (handover.py).
+messages leave through the store's ``HandOver`` (handover/).
 
 ``DelayedStore`` is the front its callers hold. The work is done by its facets, one
 module each, which share one ``StoreState`` (state.py): writes, changes (cancel,
@@ -285,11 +285,11 @@ def _handover_maker(
     handover: HandOver | Callable[[], HandOver] | None, client: redis.Redis, scripts: StoreScripts
 ) -> Callable[[], HandOver]:
     """What makes the store's hand-over on its first move: ``handover`` itself, the one
-    given, or the same-Redis move (handover.py is imported only then)."""
+    given, or the same-Redis move (handover/same_redis.py is imported only then)."""
     if handover is None:
 
         def same_redis() -> HandOver:
-            from ..handover import SameRedisMove
+            from ..handover.same_redis import SameRedisMove
 
             return SameRedisMove(client, scripts)
 
@@ -303,5 +303,6 @@ def import_facets() -> None:
     """Import now what the store otherwise imports on first use: a process about to run
     threads (a worker, before its pool forks) calls it, since a thread importing a module
     while a prefork pool forks can leave that module's import lock held in the child."""
-    from .. import handover, heartbeats  # noqa: F401
+    from .. import heartbeats  # noqa: F401
+    from ..handover import claims, same_redis  # noqa: F401
     from . import admin, ahead, changes, counts, dead_letters, listing, moves  # noqa: F401

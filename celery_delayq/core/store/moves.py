@@ -1,4 +1,4 @@
-"""Moving due messages out of the store, through its hand-over (handover.py), and the
+"""Moving due messages out of the store, through its hand-over (handover/), and the
 wake-ups that tell movers a message became its queue's earliest."""
 
 from __future__ import annotations
@@ -64,8 +64,8 @@ class Moves:
                 active = [shard for shard, result in results if result and result.more_due]
         finally:
             # Only a shard whose move failed can leave a batch sent ahead (hand-overs
-            # that pipeline, handover.py); nothing stays in flight after a pass.
-            for result in self.state.handover.settle_ahead():
+            # that pipeline, handover/claims.py); nothing stays in flight after a pass.
+            for result in self.state.handover.settle_pipelined():
                 total.add(result)
         return total.result(lambda: self.state.server_time_ms() + self.state.handover.ahead_ms)
 

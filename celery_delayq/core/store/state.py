@@ -55,7 +55,7 @@ class StoreState:
         self.keys = keys
         self.scripts = scripts
         #: Makes the hand-over on the first move (``handover``): a process that only
-        #: publishes never imports handover.py.
+        #: publishes never imports the handover/ package.
         self.make_handover = make_handover
         #: Sizes each move's batch (at most ``move_batch_size``) so that one call keeps
         #: Redis busy for at most ``move_call_budget`` seconds (0: always the full size).
