@@ -205,7 +205,7 @@ def dead_letter(app: Celery, task_id: str) -> None:
     with open_store(app) as store:
         (message,) = store.find(task_id)
         store.cancel(task_id)
-        store.dead.add(message.queue, message.key, message.record, "refused (a test)")
+        store.add_dead_letter(message.queue, message.key, message.record, "refused (a test)")
 
 
 def stocked(app: Celery, task: str) -> None:

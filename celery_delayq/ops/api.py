@@ -110,7 +110,7 @@ def dead_letters(app: Celery, queue: str | None = None) -> list[DeadLetter]:
     """Messages that kept failing to reach the broker (unroutable, refused, or whose
     claims kept expiring), oldest first, each with its reason."""
     with open_store(app) as store:
-        return store.dead.list(queue)
+        return store.dead_letters(queue)
 
 
 def resend_dead(app: Celery, task_ids: Iterable[str] | None = None) -> int:
@@ -119,7 +119,7 @@ def resend_dead(app: Celery, task_ids: Iterable[str] | None = None) -> int:
     refuses come back as dead letters after their tries."""
     with open_store(app) as store:
         resent = sum(
-            store.dead.resend(queue, keys) for queue, keys in _dead_keys(store, task_ids).items()
+            store.resend_dead(queue, keys) for queue, keys in _dead_keys(store, task_ids).items()
         )
         if resent:
             store.move_all_due()
@@ -130,7 +130,7 @@ def drop_dead(app: Celery, task_ids: Iterable[str] | None = None) -> int:
     """Delete dead letters for good (every one when ``task_ids`` is None); how many."""
     with open_store(app) as store:
         return sum(
-            store.dead.drop(queue, keys) for queue, keys in _dead_keys(store, task_ids).items()
+            store.drop_dead(queue, keys) for queue, keys in _dead_keys(store, task_ids).items()
         )
 
 
@@ -138,7 +138,7 @@ def _dead_keys(store: DelayedStore, task_ids: Iterable[str] | None) -> dict[str,
     """The message keys of the wanted dead letters, per queue."""
     wanted = None if task_ids is None else set(task_ids)
     found: dict[str, list[bytes]] = {}
-    for letter in store.dead.list():
+    for letter in store.dead_letters():
         if wanted is None or letter.task_id in wanted:
             found.setdefault(letter.queue, []).append(letter.key)
     return found

@@ -189,7 +189,7 @@ class OccurrenceWriter:
         queues = self._queues
         with self.app.producer_or_acquire() as producer:
             store = _store_of(producer.channel)
-            marks = store.ahead.marks(
+            marks = store.ahead_marks(
                 [(queues[e.entry.name, e.version], e.entry.name) for e in routed]
             )
         done: dict[str, Advance] = {}
@@ -263,7 +263,7 @@ class OccurrenceWriter:
             channel = producer.channel
             store = _store_of(channel)
             for _ in range(MOST_RETRIES):
-                read = store.ahead.mark(queue, entry.name)
+                read = store.ahead_mark(queue, entry.name)
                 plan = self._plan(entry, version, Mark.parse(read), now)
                 if plan is None or plan.mark is None:
                     return Advance(conflicts=conflicts, ended=plan is not None)
@@ -271,7 +271,7 @@ class OccurrenceWriter:
                     for occurrence, due in plan.runs:
                         self._send(entry, occurrence, due, producer)
                 withdraw_after = to_ms(now + self.settle) if plan.withdraw else None
-                outcome = store.ahead.write(
+                outcome = store.write_ahead(
                     queue, entry.name, read, plan.mark.text(), captured, withdraw_after
                 )
                 if outcome.written:
@@ -297,8 +297,8 @@ class OccurrenceWriter:
         with self.app.producer_or_acquire() as producer:
             store = _store_of(producer.channel)
             for conflicts in range(MOST_RETRIES):
-                read = store.ahead.mark(queue, entry.name)
-                outcome = store.ahead.write(
+                read = store.ahead_mark(queue, entry.name)
+                outcome = store.write_ahead(
                     queue, entry.name, read, None, (), to_ms(now + self.settle)
                 )
                 if outcome.written:

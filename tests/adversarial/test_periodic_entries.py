@@ -135,7 +135,7 @@ def dashboard(app: Celery) -> Any:
 
 def mark_of(app: Celery, name: str) -> Mark | None:
     with open_store(app) as store:
-        return Mark.parse(store.ahead.mark(app.conf.task_default_queue, name))
+        return Mark.parse(store.ahead_mark(app.conf.task_default_queue, name))
 
 
 def periodic_keys(app: Celery) -> list[bytes]:

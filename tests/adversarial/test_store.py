@@ -269,7 +269,7 @@ def test_an_unreadable_record_goes_to_the_dead_letters_with_a_warning(redis_clie
     assert (result.moved, result.missing) == (1, 1)
     assert redis_client.exists("") == 0
     assert redis_client.hget(keys.messages, key) is None
-    (letter,) = store.dead.list("q")
+    (letter,) = store.dead_letters("q")
     assert letter.key == key and letter.reason == "unreadable record: bad destination"
     assert "1 due message(s) of queue 'q' had a missing or unreadable record" in caplog.text
     check_pages(redis_client, keys)
@@ -305,7 +305,7 @@ def test_a_move_delivers_every_readable_record_and_dead_letters_the_rest(redis_c
     store.move_all_due()
 
     assert redis_client.hlen(keys.messages) == 1
-    assert len(store.dead.list("q")) == unreadable
+    assert len(store.dead_letters("q")) == unreadable
     for destination, payloads in expected.items():
         assert redis_client.lrange(destination, 0, -1) == payloads
 
@@ -338,7 +338,7 @@ def test_the_claim_path_dead_letters_an_unreadable_record_too(redis_client, capl
         store.move_all_due()
 
     assert [m.payload for m in publisher.published] == [b'{"n": 1}']
-    (letter,) = store.dead.list("q")
+    (letter,) = store.dead_letters("q")
     assert (letter.key, letter.reason) == (key, "unreadable record: bad delay key")
     assert "had a missing or unreadable record" in caplog.text
     assert redis_client.hlen(keys.messages) == 0
@@ -356,7 +356,7 @@ def test_doctor_repair_moves_unreadable_records_to_the_dead_letters(redis_client
     consistency_findings(store, repair=True)
 
     assert [f.level for f in consistency_findings(store)] == [OK]
-    (letter,) = store.dead.list("q")
+    (letter,) = store.dead_letters("q")
     assert (letter.key, letter.reason) == (key, "unreadable record: bad x-expires")
     assert store.pending_counts(["q"]) == {"q": 1}
     check_pages(redis_client, keys)

@@ -255,7 +255,7 @@ def refuse_until_dead(
 
         def died() -> bool:
             store.move_due(stored_as)
-            return any(letter.queue == stored_as for letter in store.dead.list())
+            return any(letter.queue == stored_as for letter in store.dead_letters())
 
         wait_until(died, what=f"the broker refused {label}")
     fixture.expect(kind, label, "dead letter (the broker refused it)", task_id(label), dead=True)

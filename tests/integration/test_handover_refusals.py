@@ -63,7 +63,7 @@ def dead_after_passes(app: Celery, wanted: int) -> list[DeadLetter]:
 
         def dead() -> list[DeadLetter]:
             store.move_all_due()
-            return store.dead.list()
+            return store.dead_letters()
 
         return wait_until(lambda: len(letters := dead()) >= wanted and letters, timeout=30)
 
@@ -403,10 +403,12 @@ def test_dead_resend_counts_what_left_the_dead_letters_and_names_what_did_not(
         overdue(app, broken, fine)
         redis_client.hset(keys.messages, task_key(broken.id), b"12x:not a record")
         store.move_all_due()  # buries the unreadable record, delivers the other
-        (buried,) = store.dead.list()
+        (buried,) = store.dead_letters()
         (payload,) = redis_client.lrange(queue, 0, -1)
         redis_client.delete(queue)
-        store.dead.add(queue, task_key(fine.id), Record(0, keys.own_list, payload), "refused")
+        store.add_dead_letter(
+            queue, task_key(fine.id), Record(0, keys.own_list, payload), "refused"
+        )
 
     result = invoke(app, "dead", "resend", "--all")
 
@@ -419,7 +421,7 @@ def test_dead_resend_counts_what_left_the_dead_letters_and_names_what_did_not(
     delivered = [json.loads(raw)["headers"]["id"] for raw in redis_client.lrange(queue, 0, -1)]
     assert delivered == [fine.id]
     with open_store(app) as store:
-        (still,) = store.dead.list()
+        (still,) = store.dead_letters()
     assert (still.task_id, still.dead_at) == (broken.id, buried.dead_at)
     again = invoke(app, "dead", "resend", "--all", "--json")
     assert again.exit_code == 1

@@ -57,6 +57,6 @@ def test_a_message_a_stock_kombu_consumer_took_goes_to_the_dead_letters(
         ours.qos.restore_visible(num=10, interval=1)
     assert queued(redis_client, queue) == [] and redis_client.hlen("unacked") == 0
     with open_store(app) as store:
-        (letter,) = store.dead.list("gone-key")
+        (letter,) = store.dead_letters("gone-key")
     assert "routes 'gone-key' to no queue" in letter.reason
     assert json.loads(letter.record.payload)["body"]

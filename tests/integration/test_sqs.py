@@ -91,6 +91,6 @@ def test_a_crafted_message_is_refused_alone_and_dead_lettered_with_the_reason(
         due = store.server_time_ms() - 1
         store.schedule_many([Scheduled(queue, "crafted", "crafted", due, queue, b"not json")])
         assert store.move_all_due().moved == 1
-        (dead,) = store.dead.list(queue)
+        (dead,) = store.dead_letters(queue)
     assert dead.key.endswith(b"crafted") and dead.reason.startswith("unreadable message")
     assert [m["headers"]["id"] for m in sqs_messages(app, queue)] == [fine.id]

@@ -253,7 +253,7 @@ def test_an_unreadable_record_does_not_block_the_queue_and_is_dead_lettered(redi
     assert (result.moved, result.missing) == (1, 2)
     assert redis_client.lrange("q", 0, -1) == [b'{"delayq":%d,"n": 1}' % (now - 1)]
     assert redis_client.hget(keys.messages, task_key("t0")) is None
-    (letter,) = store.dead.list("q")
+    (letter,) = store.dead_letters("q")
     assert (letter.key, letter.record.payload) == (task_key("t0"), b"not a record")
     assert letter.reason == "unreadable record: bad due time"
 

@@ -40,14 +40,14 @@ def pending_dues(store: DelayedStore) -> list[int]:
 def test_a_writer_holding_a_stale_mark_writes_nothing(redis_client):
     store = make_store(redis_client)
     base = store.server_time_ms() + 3_600 * SECOND
-    first = store.ahead.write(QUEUE, ENTRY, None, f"1:{base}", [occurrence(base)])
+    first = store.write_ahead(QUEUE, ENTRY, None, f"1:{base}", [occurrence(base)])
     assert (first.written, first.stored, first.mark) == (True, 1, f"1:{base}")
 
     # a second beat read "no mark" too, and would write the same occurrence
-    second = store.ahead.write(QUEUE, ENTRY, None, f"1:{base}", [occurrence(base)])
+    second = store.write_ahead(QUEUE, ENTRY, None, f"1:{base}", [occurrence(base)])
     assert (second.written, second.mark) == (False, f"1:{base}")
     assert pending_dues(store) == [base]
-    assert store.ahead.mark(QUEUE, ENTRY) == f"1:{base}"
+    assert store.ahead_mark(QUEUE, ENTRY) == f"1:{base}"
 
 
 @pytest.mark.parametrize("shards", [1, 3])
@@ -61,13 +61,13 @@ def test_racing_writers_write_each_occurrence_once(redis_server, redis_client, s
 
     def beat(client: redis.Redis) -> None:
         store = make_store(client, shards)
-        mark = store.ahead.mark(QUEUE, ENTRY)
+        mark = store.ahead_mark(QUEUE, ENTRY)
         while True:
             up_to = int(mark) if mark else base - SECOND
             if up_to >= last:
                 return
             due = up_to + SECOND
-            outcome = store.ahead.write(QUEUE, ENTRY, mark, str(due), [occurrence(due)])
+            outcome = store.write_ahead(QUEUE, ENTRY, mark, str(due), [occurrence(due)])
             if outcome.written:
                 wins.append(due)
             mark = outcome.mark
@@ -88,19 +88,19 @@ def test_a_change_withdraws_what_was_written_ahead_and_writes_the_new(redis_clie
     store = make_store(redis_client)
     base = store.server_time_ms() + 3_600 * SECOND
     old = [occurrence(base + n * 60 * SECOND) for n in range(3)]
-    store.ahead.write(QUEUE, ENTRY, None, "1", old)
+    store.write_ahead(QUEUE, ENTRY, None, "1", old)
 
     new = [occurrence(base + n * 30 * SECOND, version=2) for n in range(1, 3)]
-    changed = store.ahead.write(QUEUE, ENTRY, "1", "2", new, withdraw_after_ms=0)
+    changed = store.write_ahead(QUEUE, ENTRY, "1", "2", new, withdraw_after_ms=0)
     assert (changed.written, changed.withdrawn, changed.stored) == (True, 3, 2)
     listed = store.pending(queue=QUEUE, limit=10)
     assert sorted(m.task_id for m in listed) == sorted(m.task_id for m in new)
     assert int(redis_client.hget(store.keys.for_queue(QUEUE).stats, "cancelled")) == 3
 
-    paused = store.ahead.write(QUEUE, ENTRY, "2", "2 paused", [], withdraw_after_ms=0)
+    paused = store.write_ahead(QUEUE, ENTRY, "2", "2 paused", [], withdraw_after_ms=0)
     assert (paused.withdrawn, pending_dues(store)) == (2, [])
-    removed = store.ahead.write(QUEUE, ENTRY, "2 paused", None, [], withdraw_after_ms=0)
-    assert removed.written and store.ahead.mark(QUEUE, ENTRY) is None
+    removed = store.write_ahead(QUEUE, ENTRY, "2 paused", None, [], withdraw_after_ms=0)
+    assert removed.written and store.ahead_mark(QUEUE, ENTRY) is None
     keys = store.keys.for_queue(QUEUE)
     assert not redis_client.exists(keys.periodic_marks, keys.periodic_ahead)
 
@@ -109,11 +109,11 @@ def test_occurrences_are_moved_when_due_and_then_no_longer_withdrawn(redis_clien
     store = make_store(redis_client)
     now = store.server_time_ms()
     due, later = occurrence(now - SECOND), occurrence(now + 3_600 * SECOND)
-    store.ahead.write(QUEUE, ENTRY, None, "1", [due, later])
+    store.write_ahead(QUEUE, ENTRY, None, "1", [due, later])
 
     assert store.move_all_due().moved == 1
     assert redis_client.llen(QUEUE) == 1
-    changed = store.ahead.write(QUEUE, ENTRY, "1", "2", [], withdraw_after_ms=0)
+    changed = store.write_ahead(QUEUE, ENTRY, "1", "2", [], withdraw_after_ms=0)
     assert changed.withdrawn == 1  # the one still pending; the moved one ran
     assert redis_client.llen(QUEUE) == 1
 
@@ -126,9 +126,9 @@ def test_crafted_bytes_in_the_ahead_list_stop_nothing(redis_client):
     for crafted in [b"garbage", b"999999999999999999:x", b"5:ab", b"\xff" * 40, b"3:abc7:"]:
         redis_client.hset(keys.periodic_ahead, ENTRY, crafted)
         redis_client.hset(keys.periodic_marks, ENTRY, "m")
-        outcome = store.ahead.write(QUEUE, ENTRY, "m", "m", [occurrence(base)], withdraw_after_ms=0)
+        outcome = store.write_ahead(QUEUE, ENTRY, "m", "m", [occurrence(base)], withdraw_after_ms=0)
         assert outcome.written
-        store.ahead.write(QUEUE, ENTRY, "m", "m", [], withdraw_after_ms=0)  # withdraws it again
+        store.write_ahead(QUEUE, ENTRY, "m", "m", [], withdraw_after_ms=0)  # withdraws it again
     assert pending_dues(store) == []
 
 
@@ -137,8 +137,8 @@ def test_an_occurrence_for_another_queue_is_refused_before_anything_is_written(r
     other = occurrence(store.server_time_ms())
     other = other._replace(queue="elsewhere")
     with pytest.raises(ValueError, match="elsewhere"):
-        store.ahead.write(QUEUE, ENTRY, None, "1", [other])
-    assert store.ahead.mark(QUEUE, ENTRY) is None
+        store.write_ahead(QUEUE, ENTRY, None, "1", [other])
+    assert store.ahead_mark(QUEUE, ENTRY) is None
 
 
 def test_entries_on_a_redis_cluster_write_once_each_in_one_slot(
@@ -151,9 +151,9 @@ def test_entries_on_a_redis_cluster_write_once_each_in_one_slot(
     base = store.server_time_ms() + 3_600 * SECOND
     names = [f"entry {n}" for n in range(12)]
     for name in names:
-        store.ahead.write(QUEUE, name, None, "1", [occurrence(base)])
-        assert not store.ahead.write(QUEUE, name, None, "1", [occurrence(base)]).written
-    shards = {store.ahead.keys_of(QUEUE, name).shard for name in names}
+        store.write_ahead(QUEUE, name, None, "1", [occurrence(base)])
+        assert not store.write_ahead(QUEUE, name, None, "1", [occurrence(base)]).written
+    shards = {store.keys.shard_of(QUEUE, name.encode()).shard for name in names}
     assert len(shards) > 1
     assert len(store.pending(queue=QUEUE, limit=100)) == len(names)
     client.close()

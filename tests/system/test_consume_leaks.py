@@ -104,13 +104,14 @@ def test_messages_never_handed_to_celery_leak_no_slot_and_good_tasks_run_after_t
         with open_store(app) as store:
             wait_until(  # a slot kept per message: the worker stops after the first few
                 lambda: (
-                    len(runs(redis_client)) >= len(good) and len(store.dead.list(queue)) >= poisons
+                    len(runs(redis_client)) >= len(good)
+                    and len(store.dead_letters(queue)) >= poisons
                 ),
                 timeout=60,
                 what="every good task run and every other message dead-lettered",
                 abort=worker.exited,
             )
-            letters = store.dead.list(queue)
+            letters = store.dead_letters(queue)
         assert worker.popen.poll() is None, worker.output
 
     assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in good)

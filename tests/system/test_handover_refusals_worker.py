@@ -50,7 +50,7 @@ def every_task_runs_once(
         ]
         wait_until(lambda: len(runs(redis_client)) >= len(sent), timeout=timeout)
         with open_store(app) as store:
-            (letter,) = wait_until(lambda: store.dead.list(), timeout=30)
+            (letter,) = wait_until(lambda: store.dead_letters(), timeout=30)
     assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in sent)
     return letter
 

@@ -236,7 +236,7 @@ def dead_markers(app: Celery) -> dict[str, str]:
     """The hostile markers found in the dead letters' payloads (their bodies decoded when
     base64, as a message kept without its properties has it) -> their reasons."""
     with open_store(app) as store:
-        letters = store.dead.list(app.conf.task_default_queue)
+        letters = store.dead_letters(app.conf.task_default_queue)
     found = {}
     for letter in letters:
         payload = letter.record.payload.decode("utf-8", "replace")

@@ -178,7 +178,7 @@ def test_every_beat_down_past_the_horizon_then_one_back_follows_each_catch_up(
                 lambda: all(len(occurrences(redis_client, p)) >= 2 for p in CATCH_UP), timeout=60
             )
         with open_store(app) as store:
-            written_up_to = {p: Mark.parse(store.ahead.mark(queue, p)) for p in CATCH_UP}
+            written_up_to = {p: Mark.parse(store.ahead_mark(queue, p)) for p in CATCH_UP}
         last_written = max(mark.up_to_ms for mark in written_up_to.values())
         # every beat down: what was written runs, then 3 occurrences or more go unwritten
         wait_until(lambda: time.time() * 1000 > last_written + 3_500, timeout=30)

@@ -100,7 +100,7 @@ def send_poison(app: Celery, header: str) -> str:
 def dead_letters(app: Celery) -> dict[str, str]:
     """The dead letters of the app's queue: the task id in each payload -> its reason."""
     with open_store(app) as store:
-        letters = store.dead.list(app.conf.task_default_queue)
+        letters = store.dead_letters(app.conf.task_default_queue)
     found = {}
     for letter in letters:
         payload = letter.record.payload.decode("utf-8", "replace")
@@ -197,7 +197,7 @@ def killed_until_dead(
 
     def dead() -> list[Any]:
         with open_store(app) as store:
-            return store.dead.list(queue)
+            return store.dead_letters(queue)
 
     deaths = 0
     prefork = ("-P", "prefork", "-c", "1")
@@ -316,8 +316,8 @@ def test_envelopes_kombu_cannot_read_on_sqs_go_to_the_dead_letters_and_the_worke
     ) as worker:
         wait_until(lambda: len(runs(redis_client)) >= len(good), timeout=60, what="good runs")
         with open_store(app) as store:
-            wait_until(lambda: len(store.dead.list(queue)) == 3, timeout=30, what="3 dead")
-            letters = {letter.record.payload: letter.reason for letter in store.dead.list(queue)}
+            wait_until(lambda: len(store.dead_letters(queue)) == 3, timeout=30, what="3 dead")
+            letters = {letter.record.payload: letter.reason for letter in store.dead_letters(queue)}
         assert worker.popen.poll() is None, worker.output
     assert Counter(run["id"] for run in runs(redis_client)) == Counter(r.id for r in good)
     for body, reason in UNREADABLE_ON_SQS.items():
@@ -373,7 +373,7 @@ def test_properties_py_amqp_cannot_decode_on_rabbitmq_go_to_the_dead_letters(
         exited = lambda: worker.popen.poll() is not None and worker.output  # noqa: E731
         wait_until(lambda: runs(redis_client), timeout=30, what="the good task", abort=exited)
         with open_store(app) as store:
-            (letter,) = wait_until(lambda: store.dead.list(queue), timeout=30, what="the letter")
+            (letter,) = wait_until(lambda: store.dead_letters(queue), timeout=30, what="the letter")
         assert worker.popen.poll() is None, worker.output
         assert "Unrecoverable error" not in worker.output
     assert [run["id"] for run in runs(redis_client)] == [good.id]

@@ -123,7 +123,7 @@ class AMQPChannel(pyamqp.Channel):
         body = message.body if isinstance(message.body, bytes) else str(message.body).encode()
         identity = hashlib.sha256(f"{headers.get('id')!s:.200}".encode() + b"\0" + body)
         try:
-            return 1 + self.diverter.store.dead.count_redelivery(queue, identity.hexdigest()[:32])
+            return 1 + self.diverter.store.count_redelivery(queue, identity.hexdigest()[:32])
         except STORE_OUTAGES as exc:
             logger.warning("celery-delayq: cannot count a redelivery (the store): %r", exc)
             return 0

@@ -204,7 +204,7 @@ def file_dead_letter(store: DelayedStore, delivered: Delivered, reason: str) -> 
     (not its task id, which a crafted message may share with another dead letter)."""
     key = message_key(None, f"unreadable:{uuid.uuid4().hex}")
     record = Record(0, delivered.destination, delivered.payload)
-    store.dead.add(delivered.queue, key, record, reason)
+    store.add_dead_letter(delivered.queue, key, record, reason)
 
 
 def count_of(value: object) -> int:

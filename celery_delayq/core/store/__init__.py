@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from ..handover import HandOver
     from ..heartbeats import MoverRegistry
     from ..layout.delay_keys import DelayKey, KeyedOutcome
-    from ..results import MoveResult, PendingMessage, Position, QueueBacklog
+    from ..layout.record import Record
+    from ..results import DeadLetter, MoveResult, PendingMessage, Position, QueueBacklog
     from .admin import Admin
     from .ahead import AheadOutcome, WriteAhead
     from .changes import Changes
@@ -57,9 +58,12 @@ __all__ = [
 class DelayedStore:
     """Schedule, move, cancel and inspect delayed messages in one Redis or Redis Cluster.
 
-    Each method hands the call to the facet that owns it; the facets are attributes
-    too (``writes``, ``changes``, ``moves``, ``listing``, ``counts``, ``admin``,
-    ``dead``, ``ahead``).
+    The one front every caller uses: each method hands the call to the facet that owns
+    it (``writes``, ``changes``, ``moves``, ``listing``, ``counts``, ``admin``, ``dead``,
+    ``ahead``), which only the store itself reaches (a test checks). A caller needs no
+    knowledge of which module owns an operation, and the facets, made on first use, keep
+    a publishing process's imports small. ``movers`` is no facet but the movers'
+    heartbeat registry, which the store hands out.
     """
 
     def __init__(
@@ -279,6 +283,42 @@ class DelayedStore:
 
     def page_entries(self, keys: QueueKeys) -> dict[bytes, tuple[bytes, int]]:
         return self.admin.page_entries(keys)
+
+    # -- dead_letters.py
+
+    def dead_letters(self, queue: str | None = None) -> list[DeadLetter]:
+        return self.dead.list(queue)
+
+    def add_dead_letter(self, queue: str, key: bytes, record: Record, reason: str) -> None:
+        self.dead.add(queue, key, record, reason)
+
+    def count_redelivery(self, queue: str, message_id: str, keep_seconds: int = 86400) -> int:
+        return self.dead.count_redelivery(queue, message_id, keep_seconds)
+
+    def resend_dead(self, queue: str, message_keys: Sequence[bytes]) -> int:
+        return self.dead.resend(queue, message_keys)
+
+    def drop_dead(self, queue: str, message_keys: Sequence[bytes]) -> int:
+        return self.dead.drop(queue, message_keys)
+
+    # -- ahead.py
+
+    def ahead_mark(self, queue: str, entry: str) -> str | None:
+        return self.ahead.mark(queue, entry)
+
+    def ahead_marks(self, entries: Sequence[tuple[str, str]]) -> list[str | None]:
+        return self.ahead.marks(entries)
+
+    def write_ahead(
+        self,
+        queue: str,
+        entry: str,
+        read_mark: str | None,
+        new_mark: str | None,
+        occurrences: Sequence[Scheduled] = (),
+        withdraw_after_ms: int | None = None,
+    ) -> AheadOutcome:
+        return self.ahead.write(queue, entry, read_mark, new_mark, occurrences, withdraw_after_ms)
 
 
 def _handover_maker(
