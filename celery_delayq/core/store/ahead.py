@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..layout.keys import QueueKeys
-from ..layout.record import Record, message_key
 from .state import StoreState
 from .writes import Scheduled, Writes
 
@@ -85,11 +84,7 @@ class WriteAhead:
         for message in occurrences:
             if message.queue != queue:
                 raise ValueError(f"an occurrence of {queue!r} is for queue {message.queue!r}")
-            record = Record(
-                message.due_ms, message.destination, message.payload, message.expires_ms
-            )
-            key = message_key(message.task_id, message.message_id)
-            triples += (key, message.due_ms, record.encode(keys.own_list))
+            triples += (message.key, message.due_ms, message.record(keys.own_list))
         self.writes.register([queue])
         if occurrences:
             self.writes.register_off_shard(queue)  # in the entry's shard, not the task's

@@ -52,6 +52,18 @@ class Scheduled(NamedTuple):
     #: the worker runs it at the due time rather than holding it until the old ETA.
     eta_span: tuple[int, int] | None = None
 
+    @property
+    def key(self) -> bytes:
+        """Its message key in the store (its task id packed, or its delivery tag)."""
+        return message_key(self.task_id, self.message_id)
+
+    def record(self, own_list: str, delay_key: bytes | None = None) -> bytes:
+        """Its record as stored in a queue (shard) whose own kombu list is ``own_list``:
+        the one encoding of a message that every write (a publish, a chunk, an occurrence
+        written ahead) stores."""
+        fields = Record(self.due_ms, self.destination, self.payload, self.expires_ms, delay_key)
+        return fields.encode(own_list)
+
 
 class ChunkPartlyStored(redis.RedisError):
     """Some shards' parts of a chunk failed on a cluster (the rest are stored): the
@@ -73,14 +85,11 @@ class Writes:
         """The KEYS and ARGV of ``schedule.lua`` for one message (rescue reuses them), or
         of ``schedule_keyed.lua`` for a keyed one: those go to their key's shard, so one
         script sees every message of a key."""
-        key = message_key(message.task_id, message.message_id)
+        key = message.key
         encoded_key = delay_key.encoded if delay_key else None
         shard_by = key if encoded_key is None else key_index_field(encoded_key)
         keys = self.state.keys.shard_of(message.queue, shard_by)
-        record = Record(
-            message.due_ms, message.destination, message.payload, message.expires_ms, encoded_key
-        )
-        encoded = record.encode(keys.own_list)
+        encoded = message.record(keys.own_list, encoded_key)
         args = [
             *keys.page_args(),
             key,
@@ -210,7 +219,7 @@ class Writes:
         parts: dict[QueueKeys, ShardChunk] = {}
         registry = self.state.registry_in_scripts()
         for i, message in enumerate(messages):
-            key = message_key(message.task_id, message.message_id)
+            key = message.key
             keys = self.state.keys.shard_of(message.queue, key)
             part = parts.get(keys)
             if part is None:
@@ -222,9 +231,6 @@ class Writes:
                     [],
                     [],
                 )
-            record = Record(
-                message.due_ms, message.destination, message.payload, message.expires_ms
-            )
-            part.triples.extend((key, message.due_ms, record.encode(keys.own_list)))
+            part.triples.extend((key, message.due_ms, message.record(keys.own_list)))
             part.indices.append(i)
         return list(parts.values())
