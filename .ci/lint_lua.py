@@ -21,7 +21,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from celery_delayq.brokers.redis import consume
+from celery_delayq.brokers.redis import replies as consume
 from celery_delayq.core import lua_scripts as store
 from celery_delayq.ops.rescue import scripts as rescue
 

@@ -50,7 +50,7 @@ from typing import Any
 import redis
 from celery import Celery
 
-from celery_delayq.brokers.redis.consume import Taken
+from celery_delayq.brokers.redis.replies import Taken
 from celery_delayq.testing import RedisServer
 
 from .pathological import code_version

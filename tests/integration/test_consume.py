@@ -16,7 +16,7 @@ import redis
 from kombu import Consumer, Exchange, Queue
 from kombu.utils.json import loads
 
-from celery_delayq.brokers.redis.consume import SOURCES
+from celery_delayq.brokers.redis.replies import SOURCES
 from celery_delayq.testing import wait_until as wait_for
 
 from ..helpers import VISIBILITY, channel_of, drain, watched

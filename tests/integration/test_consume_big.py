@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
-from celery_delayq.brokers.redis.consume import Taken
+from celery_delayq.brokers.redis.replies import Taken
 
 from ..adversarial.test_consume import (
     LONG,
