@@ -22,7 +22,7 @@ import redis
 from celery import signals
 from celery.schedules import crontab
 
-from celery_delayq.periodic.writer import OCCURRENCE_HEADER
+from celery_delayq.periodic.records import OCCURRENCE_HEADER
 from celery_delayq.testing import build_app
 
 ENV = "PERIODIC_BENCH"

@@ -21,19 +21,11 @@ from urllib.parse import urlparse
 from celery import Celery
 
 from ..core.store import ReplicaWait
-from ..core.urls import sanitize_url, url_parts
+from ..core.urls import sanitize_url
+from .broker_url import CLUSTER_SCHEMES, STORE_SCHEMES
 from .errors import ConfigurationError
 from .fields import SETTING_PREFIX, WEB_PREFIX, setting
 
-#: URL schemes a Redis broker may be given with (``socket`` and ``unix`` are Unix sockets).
-REDIS_SCHEMES = frozenset({"redis", "rediss", "socket", "unix", "redis+socket"})
-SENTINEL_SCHEMES = frozenset({"sentinel"})
-#: ``delayq_store_url`` schemes that name a Redis Cluster (any of its nodes; several
-#: comma-separated in the host part).
-CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
-#: URL schemes ``delayq_store_url`` may have (redis-py's ``Redis.from_url``, Sentinel
-#: as kombu writes it, and a cluster).
-STORE_SCHEMES = frozenset({"redis", "rediss", "unix", "sentinel", *CLUSTER_SCHEMES})
 #: The most ``delayq_max_message_size`` may be: Redis's own largest string (proto-max-bulk-len).
 MOST_MESSAGE_SIZE = 512 * 1024 * 1024
 
@@ -400,30 +392,6 @@ def config_of(app: Celery) -> DelayqConfig:
     if config is None:
         config = _configs[app] = DelayqConfig.from_app(app)
     return config
-
-
-def check_broker_url(app: Celery, schemes: frozenset[str] = REDIS_SCHEMES) -> None:
-    """Refuse a broker URL the Redis transport cannot use, with a clear message.
-
-    When ``broker_transport`` names a class, kombu drops the URL's scheme and would
-    try an ``amqp://`` host as if it were Redis; failing early here is kinder.
-    """
-    url = app.conf.broker_write_url or app.conf.broker_url
-    if not url:
-        return  # kombu's default: redis on localhost
-    for one_url in url_parts(url):
-        scheme = urlparse(one_url.strip()).scheme.lower()
-        if scheme and scheme not in schemes:
-            raise ConfigurationError(
-                f"celery-delayq needs a {' or '.join(sorted(schemes))} broker URL, "
-                f"got {sanitize_url(one_url)!r}"
-            )
-        if scheme == "rediss" and not app.conf.broker_use_ssl:
-            raise ConfigurationError(
-                "a rediss:// broker URL needs the broker_use_ssl setting "
-                "(e.g. {'ssl_cert_reqs': ssl.CERT_REQUIRED, 'ssl_ca_certs': ...}) "
-                "when broker_transport names a class"
-            )
 
 
 def _check(ok: bool, message: str) -> None:

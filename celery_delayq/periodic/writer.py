@@ -38,17 +38,11 @@ from ..core.store import DelayedStore
 from .entry import PeriodicEntry, error_text, from_ms, to_ms
 from .history import EntryHistory
 from .occurrences import Occurrences
-from .registry import Versioned, read_version
-
-__all__ = ["OCCURRENCE_HEADER", "Advance", "Mark", "OccurrenceWriter"]
+from .records import ENTRY_HEADER, OCCURRENCE_HEADER, Advance, Mark
+from .registry import Versioned
 
 logger = logging.getLogger(__name__)
 
-#: The header of every message a periodic entry sends: the occurrence it stands for, in
-#: ISO 8601 UTC.
-OCCURRENCE_HEADER = "delayq-occurrence"
-#: The header naming the entry.
-ENTRY_HEADER = "delayq-periodic"
 #: The most occurrences one call writes ahead (an interval of a millisecond and a long
 #: horizon would otherwise write without end); the next tick writes on from there.
 MOST_AHEAD = 1_000
@@ -62,46 +56,6 @@ LATE_DELAY = timedelta(seconds=1)
 DRY_RUN_AHEAD = timedelta(hours=1)
 #: How many times a beat starts over from the mark another beat moved, in one call.
 MOST_RETRIES = 5
-
-
-@dataclass(frozen=True)
-class Mark:
-    """What the store keeps of an entry in its queue: the version written, and the last
-    occurrence written ahead (None: the entry is paused)."""
-
-    version: int
-    up_to_ms: int | None
-
-    def text(self) -> str:
-        return f"{self.version} {'paused' if self.up_to_ms is None else self.up_to_ms}"
-
-    @classmethod
-    def parse(cls, text: str | None) -> Mark | None:
-        """The mark of ``text``; None for no mark, or one this code did not write (then
-        the entry is written anew, withdrawing what the old mark covered)."""
-        if not text:
-            return None
-        version, _, up_to = text.partition(" ")
-        number = read_version(version)
-        if number is None:
-            return None
-        if up_to == "paused":
-            return cls(number, None)
-        if not up_to.isdigit() or len(up_to) > 15 or not up_to.isascii():
-            return None
-        return cls(number, int(up_to))
-
-
-@dataclass(frozen=True)
-class Advance:
-    """What one ``advance`` did for one entry."""
-
-    stored: int = 0  # occurrences written ahead
-    withdrawn: int = 0  # occurrences of an old version, or of a paused entry, withdrawn
-    late: int = 0  # missed occurrences run late (catch_up "latest" or "all")
-    missed: int = 0  # missed occurrences not run (catch_up, or past the bound)
-    conflicts: int = 0  # times another beat had moved the mark first
-    ended: bool = False  # the entry has no occurrence left (never fires, or ended)
 
 
 class OccurrenceWriter:

@@ -15,7 +15,7 @@ from typing import Any
 from ..brokers.connect import open_store
 from ..periodic.entry import MAX_NAME_LENGTH
 from ..periodic.history import EntryHistory
-from ..periodic.writer import ENTRY_HEADER, OCCURRENCE_HEADER
+from ..periodic.records import ENTRY_HEADER, OCCURRENCE_HEADER
 
 logger = logging.getLogger(__name__)
 

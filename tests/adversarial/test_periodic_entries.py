@@ -25,8 +25,9 @@ from celery_delayq.beat import Scheduler
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic import occurrences as occurrences_module
 from celery_delayq.periodic.entry import PeriodicEntry, from_ms
+from celery_delayq.periodic.records import Mark
 from celery_delayq.periodic.registry import EntryRegistry
-from celery_delayq.periodic.writer import Mark, OccurrenceWriter
+from celery_delayq.periodic.writer import OccurrenceWriter
 
 from ..helpers import PERIODIC_TASK as TASK
 from ..helpers import invoke

@@ -15,8 +15,8 @@ from kombu.exceptions import OperationalError
 
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.periodic.records import OCCURRENCE_HEADER
 from celery_delayq.periodic.registry import EntryRegistry
-from celery_delayq.periodic.writer import OCCURRENCE_HEADER
 from celery_delayq.testing import RedisServer
 
 from ..helpers import PERIODIC_TASK as TASK

@@ -14,14 +14,9 @@ import pytest
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.entry import PeriodicEntry
 from celery_delayq.periodic.history import EntryHistory
+from celery_delayq.periodic.records import ENTRY_HEADER, OCCURRENCE_HEADER, Mark
 from celery_delayq.periodic.registry import Versioned
-from celery_delayq.periodic.writer import (
-    ENTRY_HEADER,
-    MOST_AHEAD,
-    OCCURRENCE_HEADER,
-    Mark,
-    OccurrenceWriter,
-)
+from celery_delayq.periodic.writer import MOST_AHEAD, OccurrenceWriter
 
 #: Every injected "now" lies a day ahead of the wall clock, so each message is ahead of
 #: it too and kept in the store (a message already due would be published at once).

@@ -24,8 +24,8 @@ from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.describe import schedule_text
 from celery_delayq.periodic.history import EntryHistory
+from celery_delayq.periodic.records import OCCURRENCE_HEADER
 from celery_delayq.periodic.registry import EntryRegistry
-from celery_delayq.periodic.writer import OCCURRENCE_HEADER
 from celery_delayq.web import create_app
 from celery_delayq.web.guard.access import Access
 from celery_delayq.web.present import utc

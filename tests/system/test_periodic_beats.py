@@ -14,7 +14,7 @@ import pytest
 
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.periodic.writer import Mark
+from celery_delayq.periodic.records import Mark
 from celery_delayq.testing import wait_until
 
 from ..helpers import celery_process, runs

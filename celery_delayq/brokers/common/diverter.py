@@ -26,8 +26,9 @@ from kombu.transport import get_transport_cls
 from kombu.transport.base import Transport
 from kombu.utils.json import dumps
 
+from ...config.broker_url import check_broker_url
 from ...config.errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable, check_message_size
-from ...config.settings import DelayqConfig, check_broker_url, config_of
+from ...config.settings import DelayqConfig, config_of
 from ...core.store import DelayedStore, Scheduled
 from .key_headers import InvalidDelayKey, delay_key_of, report
 from .message import due_ms, eta_span, eta_timestamp

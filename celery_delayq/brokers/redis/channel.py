@@ -22,7 +22,8 @@ from celery import Celery
 from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str
 
-from ...config.settings import REDIS_SCHEMES, SENTINEL_SCHEMES, DelayqConfig
+from ...config.broker_url import REDIS_SCHEMES, SENTINEL_SCHEMES
+from ...config.settings import DelayqConfig
 from ...core.layout.keys import KeySpace
 from ...core.lazy import first_use
 from ...core.store import DelayedStore, Scheduled
