@@ -18,7 +18,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from celery_delayq.demo.runner import Project, main
+from celery_delayq.demo.runner import main
+from celery_delayq.demo.servers import Project
 
 PROJECT = Project(
     "example_project.proj",
