@@ -63,7 +63,7 @@ class Moves:
                         total.add(result)
                 active = [shard for shard, result in results if result and result.more_due]
         finally:
-            # Only a shard whose move failed can leave a batch sent ahead (hand-overs
+            # Only a shard whose move failed can leave a pipelined batch (hand-overs
             # that pipeline, handover/claims.py); nothing stays in flight after a pass.
             for result in self.state.handover.settle_pipelined():
                 total.add(result)
