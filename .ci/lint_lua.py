@@ -5,7 +5,7 @@ ways:
    celery_delayq/ops/rescue/lua alone; the names a file takes from the files it includes
    are declared per file in .luacheckrc;
 2. each script exactly as Redis runs it (its ``--! include`` lines in place:
-   ``lua_scripts.script_source``): the prelude's names are real locals there, so a
+   ``celery_delayq.core.lua.script_source``): the prelude's names are real locals there, so a
    misspelled name or an unused local in the program Redis runs is reported (line
    numbers count from the prelude's first line);
 3. the prelude and helpers.lua followed by every store script, each as a function of its
@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from celery_delayq.brokers.redis import replies as consume
-from celery_delayq.core import lua_scripts as store
+from celery_delayq.core import lua as store
 from celery_delayq.ops.rescue import scripts as rescue
 
 ROOT = Path(__file__).resolve().parent.parent

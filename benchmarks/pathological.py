@@ -73,7 +73,7 @@ import redis
 import celery_delayq
 from celery_delayq.config.settings import DelayqConfig
 from celery_delayq.core.layout.keys import KeySpace
-from celery_delayq.core.lua_scripts import SCRIPT_NAMES, StoreScripts
+from celery_delayq.core.lua import SCRIPT_NAMES, StoreScripts
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import RedisServer
 

@@ -19,7 +19,7 @@ import redis
 from redis.cluster import RedisCluster
 from redis.exceptions import AskError, NoScriptError, TryAgainError
 
-from .lua_scripts import ScriptCall
+from .lua import ScriptCall
 from .topology import redis_location, reread_layout
 
 logger = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from celery_delayq.core.health.consistency import consistency_findings
 from celery_delayq.core.health.health_checks import OK
 from celery_delayq.core.layout.keys import PAGE_SIZE, KeySpace, QueueKeys
 from celery_delayq.core.layout.record import INLINE_PREFIX, Record, task_key
-from celery_delayq.core.lua_scripts import HELPERS, PRELUDE
+from celery_delayq.core.lua import HELPERS, PRELUDE
 from celery_delayq.core.store import DelayedStore, Scheduled
 
 HOUR_MS = 3_600_000

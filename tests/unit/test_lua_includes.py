@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import celery_delayq
-from celery_delayq.core import lua_scripts
-from celery_delayq.core.lua_scripts import (
+from celery_delayq.core import lua as core_lua
+from celery_delayq.core.lua import (
     CORE_PACKAGE,
     SCRIPT_NAMES,
     find_lua,
@@ -81,9 +81,9 @@ def test_a_missing_include_and_a_cycle_are_refused(monkeypatch: pytest.MonkeyPat
     with pytest.raises(FileNotFoundError, match="nowhere.lua"):
         find_lua(CORE_PACKAGE, "nowhere.lua")
     files = {"a.lua": "--! include b.lua\nA\n", "b.lua": "--! include a.lua\nB\n"}
-    monkeypatch.setattr(lua_scripts, "find_lua", lambda package, file: (package, files[file]))
+    monkeypatch.setattr(core_lua, "find_lua", lambda package, file: (package, files[file]))
     with pytest.raises(ValueError, match="a.lua -> b.lua -> a.lua"):
-        lua_scripts._assemble(CORE_PACKAGE, "a.lua", ())
+        core_lua._assemble(CORE_PACKAGE, "a.lua", ())
 
 
 def test_include_lines_are_whole_lines() -> None:

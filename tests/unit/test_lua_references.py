@@ -96,7 +96,7 @@ def test_names_only_files_that_exist(path: Path) -> None:
 def test_the_scan_finds_stale_names() -> None:
     """The scan itself: names that exist pass, a stale one of each kind is reported."""
     lua = PACKAGE / "core" / "lua" / "prelude.lua"
-    text = "-- core/lua_scripts.py puts it first; layout/record.py; lua/helpers.lua, helpers.lua\n"
+    text = "-- core/lua/__init__.py puts it first; layout/record.py; lua/helpers.lua, helpers.lua\n"
     assert missing(lua, text) == []
     stale = "-- scripts.py puts it first (keyed.py, lua/gone.lua, core/dead_letters.py)\n"
     assert missing(lua, stale) == ["scripts.py", "keyed.py", "lua/gone.lua", "core/dead_letters.py"]

@@ -15,7 +15,7 @@ import redis
 from kombu.connection import Connection
 
 from ...core.handover.publishing import ConfirmedOnReturn, Outgoing, PublishReport
-from ...core.lua_scripts import script_source
+from ...core.lua import script_source
 from ..common.message import STABLE_ID_HEADER, UNREADABLE, with_header
 
 

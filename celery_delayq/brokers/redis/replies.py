@@ -14,7 +14,7 @@ from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 from redis.commands.core import Script
 
-from ...core.lua_scripts import register_all, script_source
+from ...core.lua import register_all, script_source
 from ..common.message import Delivered
 from .polling import UnreadableMessage
 

@@ -10,7 +10,7 @@ import redis
 
 from ..layout.keys import QueueKeys
 from ..layout.queue_counters import LATENESS_BUCKETS_MS
-from ..lua_scripts import StoreScripts
+from ..lua import StoreScripts
 from ..results import MoveResult
 from . import MOVE_BATCH_BYTES, log_unreadable
 

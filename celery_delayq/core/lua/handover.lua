@@ -1,5 +1,5 @@
--- Shared start of the claim -> publish -> ack scripts, after prelude.lua (core/lua_scripts.py
--- puts both in front of claim_due.lua, ack_claimed.lua and release_claimed.lua).
+-- Shared start of the claim -> publish -> ack scripts, after prelude.lua and helpers.lua
+-- (claim_due.lua, ack_claimed.lua, release_claimed.lua and resend_dead.lua include all three).
 --
 -- When the queues live in another system (RabbitMQ, another Redis), no script can move
 -- a message there atomically. A mover claims due messages (claim_due.lua), publishes

@@ -1,5 +1,5 @@
--- Shared start of every per-queue store script (core/lua_scripts.py puts it in front of each): the
--- key layout, and adding a message. The rest of the shared code is in helpers.lua, which
+-- Shared start of every per-queue store script (each includes it first, `--! include`):
+-- the key layout, and adding a message. The rest of the shared code is in helpers.lua, which
 -- every script but the two schedule ones gets too: a publish runs this file on every call,
 -- and each function a script defines costs Redis time on every call.
 --

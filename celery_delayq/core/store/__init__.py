@@ -22,7 +22,7 @@ import redis
 from ..batching import ShardBatches
 from ..layout.keys import KeySpace, QueueKeys
 from ..lazy import first_use, lazy_attributes
-from ..lua_scripts import ScheduleCall, StoreScripts
+from ..lua import ScheduleCall, StoreScripts
 from .state import ReplicaWait, StoreState
 from .writes import ChunkPartlyStored, Scheduled, Writes
 

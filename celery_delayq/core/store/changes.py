@@ -7,7 +7,7 @@ from typing import Any, Optional, cast
 
 from ..layout.keys import QueueKeys
 from ..layout.record import Record, task_key
-from ..lua_scripts import ScriptCall, run_pipelined
+from ..lua import ScriptCall, run_pipelined
 from .state import StoreState
 
 #: Most extra messages of a task (sharing its task id) one cancel call removes: about a

@@ -9,7 +9,7 @@ from typing import Any
 
 from ..layout.keys import QueueKeys
 from ..layout.queue_counters import counters
-from ..lua_scripts import ScriptCall, run_pipelined
+from ..lua import ScriptCall, run_pipelined
 from ..results import QueueBacklog
 from .state import StoreState
 

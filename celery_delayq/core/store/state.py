@@ -18,7 +18,7 @@ from ..batching import ShardBatches
 from ..layout.keys import KeySpace, QueueKeys
 from ..layout.record import duplicate_key, extra_prefix, task_key
 from ..lazy import first_use
-from ..lua_scripts import StoreScripts
+from ..lua import StoreScripts
 
 if TYPE_CHECKING:
     from ..handover import HandOver

@@ -17,7 +17,7 @@ from redis.commands.core import Script
 
 from ..layout.keys import QueueKeys
 from ..layout.record import Record, key_index_field, message_key
-from ..lua_scripts import (
+from ..lua import (
     ScheduleCall,
     ScriptCall,
     ShardChunk,

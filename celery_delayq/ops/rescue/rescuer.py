@@ -16,7 +16,7 @@ from redis.commands.core import Script
 
 from ...brokers.common.message import eta_of, eta_timestamp
 from ...config.errors import InvalidETA, MessageTooLarge
-from ...core.lua_scripts import ScheduleCall
+from ...core.lua import ScheduleCall
 from ...core.store import DelayedStore
 from .messages import decode_message, decode_unacked, mark_redelivered
 from .report import LISTS, UNACKED, Outcome, ProgressCallback, RescueReport, UnreadableMessage

@@ -9,7 +9,7 @@ from typing import Any
 import redis
 from redis.commands.core import Script
 
-from ...core.lua_scripts import ScheduleCall, register_all, script_source
+from ...core.lua import ScheduleCall, register_all, script_source
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,9 @@
 """The Lua scripts, loaded from ``lua/*.lua`` beside their users as redis-py Scripts.
 
+This package is the store's own ``lua/`` folder: its scripts and the shared code sit
+beside this loader, which the Redis broker (``brokers/redis/lua``) and ops
+(``ops/rescue/lua``) use for theirs.
+
 A script names what it includes, in its header: each line ``--! include <file>.lua`` is
 replaced by that file's text, itself assembled the same way (``script_source``). A file
 is looked for in the including file's own ``lua/`` folder, then in the store's
@@ -47,7 +51,7 @@ def register_all(
 
 #: The store's ``lua/`` folder, found at import: a first read in a thread (a mover's) then
 #: imports nothing, and so never holds an import lock while a prefork pool forks.
-CORE_PACKAGE = __name__.rpartition(".")[0]
+CORE_PACKAGE = __name__.rpartition(".")[0]  # celery_delayq.core, whose lua/ is this package
 _CORE_LUA = resources.files(CORE_PACKAGE).joinpath("lua")
 #: ``--! include <file>.lua``, a whole line, with its line end.
 INCLUDE = re.compile(r"^--! include ([\w-]+\.lua)[ \t]*(?:\n|$)", re.M)
