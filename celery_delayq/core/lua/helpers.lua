@@ -1,6 +1,6 @@
 -- The rest of the shared code of the per-queue store scripts: reading records, removing
 -- messages, duplicates, delay keys, and collecting due messages. Every store script but
--- schedule.lua and schedule_many.lua includes it after prelude.lua (`--! include`).
+-- schedule.lua and schedule_many.lua includes it after prelude.lua.
 
 -- Records are read by one grammar, here and in layout/record.py alike (tests/adversarial
 -- compares the two): every number is 1 to MAX_DIGITS ASCII digits (no sign, exponent,

@@ -1,4 +1,4 @@
--- Shared start of every per-queue store script (each includes it first, `--! include`):
+-- Shared start of every per-queue store script (each names it first among its includes):
 -- the key layout, and adding a message. The rest of the shared code is in helpers.lua, which
 -- every script but the two schedule ones gets too: a publish runs this file on every call,
 -- and each function a script defines costs Redis time on every call.
