@@ -30,7 +30,7 @@ from ...config.errors import STORE_OUTAGES
 from ...config.settings import DelayqConfig, config_of
 from ...core.handover.publishing import Publisher
 from ...core.store import DelayedStore
-from ..common.diverter import Diverter, Outbound, store_for, uses_delayq
+from ..common.diverter import Diverter, Outbound, uses_delayq
 from ..common.message import Delivered, count_of
 from .envelope import destination, envelope
 from .inbound import deep_frame_handler
@@ -63,7 +63,10 @@ class AMQPChannel(pyamqp.Channel):
         return lambda: AMQPPublisher(app.connection_for_write, confirm_timeout=wait)
 
     def store_for(self, config: DelayqConfig) -> DelayedStore:
-        return store_for(config, self.publisher_factory(self.diverter.app))
+        """The store at ``delayq_store_url`` (the diverter checked it is set)."""
+        from ..common.separate_store import separate_store
+
+        return separate_store(config, self.publisher_factory(self.diverter.app))
 
     def basic_publish(
         self, msg: amqp.Message, exchange: str = "", routing_key: str = "", *args: Any, **kw: Any

@@ -100,24 +100,6 @@ def is_delayq_channel(channel: object) -> TypeGuard[DelayqChannel]:
     )
 
 
-def store_for(
-    config: DelayqConfig,
-    make_publisher: Callable[[], Publisher],
-    own_store: Callable[[DelayqConfig], DelayedStore] | None = None,
-) -> DelayedStore:
-    """A delayed store with the given settings: at ``delayq_store_url`` when set
-    (handing messages over with confirms), else in the broker itself (``own_store``:
-    only a Redis broker has one)."""
-    if config.store_url is not None:
-        # Imported only here: a store on the broker needs none of the hand-over's code.
-        from .separate_store import separate_store
-
-        return separate_store(config, make_publisher)
-    if own_store is None:
-        raise ConfigurationError(STORE_URL_NEEDED)
-    return own_store(config)
-
-
 class Diverter:
     """Keeps a message whose ``eta`` lies ahead (or that has a delay key) in the store
     instead of the broker; a channel holds one, made with ``Diverter.of_current_app``."""
