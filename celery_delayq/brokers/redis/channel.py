@@ -67,6 +67,37 @@ class Channel(VirtualDelayqChannel, kombu_redis.Channel):
 
         return publisher
 
+    @classmethod
+    def settings_of(cls, transport: Any) -> Channel:
+        """This kind of channel for ``transport`` (a kombu Redis transport), holding only
+        the connection's settings, so that kombu's own ``_connparams`` and ``_get_pool``
+        (URL, password, db, TLS, Sentinel and ``master_name``, socket and health options)
+        and its priority steps and ``global_keyprefix`` build the store's client exactly
+        as a channel would. kombu's ``__init__`` is not run: no ping, no channel id, no
+        place in the poller, no diverter and no consumer; it is not a channel one can use.
+        ``_disconnect_pools`` releases what its pool opened."""
+        settings = cls.__new__(cls)
+        settings.connection = transport
+        settings._sentinel_manager = settings._async_sentinel_manager = None
+        options = transport.client.transport_options
+        for name in cls.from_transport_options:
+            if name in options:
+                setattr(settings, name, options[name])
+        return settings
+
+    @classmethod
+    def store_of_transport(
+        cls, transport: Any, config: DelayqConfig
+    ) -> tuple[DelayedStore, Callable[[], None]]:
+        settings = cls.settings_of(transport)
+        store = settings.store_on_broker(config)
+
+        def release() -> None:
+            store.close()
+            settings._disconnect_pools()
+
+        return store, release
+
     def store_on_broker(self, config: DelayqConfig) -> DelayedStore:
         """A delayed store on this channel's Redis, with the given settings.
 
