@@ -71,3 +71,8 @@ present.Folded.folded
 
 # botocore: a BotoCoreError formats its message from the class's fmt.
 sqs.SQSUnavailable.fmt
+
+# kombu's Redis channel: _disconnect_pools reads the Sentinel managers a settings-only
+# channel (brokers/redis/channel.py, settings_of) starts without.
+kombu_redis.Channel._sentinel_manager
+kombu_redis.Channel._async_sentinel_manager

@@ -1,9 +1,10 @@
 """How a Celery app reaches its delayed store, and the movers that run beside it.
 
-Going through the app's own broker connection gives the store exactly the Redis that
-kombu publishes to (URL, TLS, Sentinel, ``global_keyprefix`` and all). ``open_store`` is
-for short operations on a pooled connection; a mover keeps a ``StoreConnection`` of its
-own, which it can reopen after an outage.
+``StoreFactory`` is the one road: on a Redis broker the store's client is built from the
+app's broker connection by kombu's own code (URL, TLS, Sentinel, ``global_keyprefix`` and
+all) without building a kombu channel. ``open_store`` is for short operations on a pooled
+connection; a mover keeps a ``StoreConnection`` of its own, which it reopens after an
+outage.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from ..core.moving.mover import Mover, MoverThread
 from ..core.store import DelayedStore
 from ..core.topology import redis_location
 from ..core.urls import sanitize_url
-from .common.diverter import check_store_setting, delayq_channel_class, is_delayq_channel
+from .common.diverter import STORE_URL_NEEDED, check_store_setting, delayq_channel_class
 from .common.separate_store import separate_store
 
 logger = logging.getLogger(__name__)
@@ -32,26 +33,41 @@ logger = logging.getLogger(__name__)
 TRANSPORT_HINT = 'set broker_transport = "celery_delayq.transport:Transport"'
 
 
+class StoreFactory:
+    """How an app reaches its delayed store, chosen once from its broker kind: the store
+    at ``delayq_store_url`` when set, else the one in the broker's own Redis (a Redis
+    broker only), built from the broker connection's settings without a kombu channel;
+    and the publisher that hands due messages back to the broker."""
+
+    def __init__(self, app: Celery) -> None:
+        channel = delayq_channel_class(app)
+        if channel is None:
+            raise ConfigurationError(
+                f"the broker transport {app.conf.broker_transport!r} is not celery-delayq's: "
+                + TRANSPORT_HINT
+            )
+        self.app = app
+        self.channel = channel
+        self.config = config_of(app)
+
+    def publisher(self) -> Callable[[], Publisher]:
+        """How a store at delayq_store_url opens its publisher to this broker."""
+        return self.channel.publisher_factory(self.app)
+
+    def open(self, connection: Connection | None) -> tuple[DelayedStore, Callable[[], None]]:
+        """The store that belongs to ``connection`` (one of the app's broker connections;
+        None with delayq_store_url), and what releases the connections it opens."""
+        if self.config.store_url is not None:
+            store = separate_store(self.config, self.publisher())
+            return store, store.close
+        if connection is None or not self.channel.keeps_own_store:
+            raise ConfigurationError(STORE_URL_NEEDED)
+        return self.channel.store_of_transport(connection.transport, self.config)
+
+
 def publisher_factory(app: Celery) -> Callable[[], Publisher]:
     """How ``app``'s movers open a publisher to its broker (a store at delayq_store_url)."""
-    channel = delayq_channel_class(app)
-    if channel is None:
-        raise ConfigurationError(
-            f"the broker transport {app.conf.broker_transport!r} is not celery-delayq's: "
-            + TRANSPORT_HINT
-        )
-    return channel.publisher_factory(app)
-
-
-def store_on(app: Celery, connection: Connection) -> DelayedStore:
-    """The app's delayed store for an open kombu connection of our transport."""
-    channel = connection.default_channel
-    if not is_delayq_channel(channel):
-        raise ConfigurationError(
-            f"the broker transport is {type(channel).__module__}, not celery-delayq: "
-            + TRANSPORT_HINT
-        )
-    return channel.store_for(config_of(app))
+    return StoreFactory(app).publisher()
 
 
 @contextmanager
@@ -62,18 +78,22 @@ def open_store(app: Celery, *, fail_fast: bool = False) -> Iterator[DelayedStore
     ``fail_fast``: a single connection attempt to the broker's Redis rather than kombu's
     retries (seconds), for a web page that should say at once that Redis is down.
     """
-    config = config_of(app)
-    if config.store_url is not None:
-        store = separate_store(config, publisher_factory(app))
+    factory = StoreFactory(app)
+    if factory.config.store_url is not None:
+        store, release = factory.open(None)
         try:
             yield store
         finally:
-            store.close()
+            release()
         return
     with app.connection_or_acquire() as connection:
         if fail_fast:
             connection.ensure_connection(max_retries=0)
-        yield store_on(app, connection)
+        store, release = factory.open(connection)
+        try:
+            yield store
+        finally:
+            release()
 
 
 class StoreConnection:
@@ -84,24 +104,21 @@ class StoreConnection:
     """
 
     def __init__(self, app: Celery) -> None:
-        self.app = app
+        self.factory = StoreFactory(app)
         self._connection: Connection | None = None
-        self._store: DelayedStore | None = None
+        self._release: Callable[[], None] | None = None
 
     def open(self) -> DelayedStore:
         self.close()
-        config = config_of(self.app)
-        if config.store_url is not None:
-            self._store = separate_store(config, publisher_factory(self.app))
-        else:
-            self._connection = self.app.connection_for_write()
-            self._store = store_on(self.app, self._connection)
-        return self._store
+        if self.factory.config.store_url is None:
+            self._connection = self.factory.app.connection_for_write()
+        store, self._release = self.factory.open(self._connection)
+        return store
 
     def close(self) -> None:
-        if self._store is not None:
-            self._store.close()
-            self._store = None
+        if self._release is not None:
+            self._release()
+            self._release = None
         if self._connection is not None:
             self._connection.release()
             self._connection = None

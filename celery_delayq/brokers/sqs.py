@@ -25,11 +25,10 @@ from kombu.transport import SQS
 from kombu.utils.encoding import bytes_to_str
 from kombu.utils.json import loads
 
-from ..config.settings import DelayqConfig
 from ..core.handover.publishing import Publisher
-from ..core.store import DelayedStore
-from .common.diverter import Diverter, store_for, store_retrying_errors, virtual_outbound
+from .common.diverter import store_retrying_errors, virtual_outbound
 from .common.message import Delivered, count_of, file_dead_letter
+from .common.virtual_channel import VirtualDelayqChannel
 from .common.virtual_publisher import VirtualPublisher
 
 logger = logging.getLogger(__name__)
@@ -56,7 +55,7 @@ SQS_CODE_PREFIX = "AWS.SimpleQueueService."
 ACKED = ""
 
 
-class SQSChannel(SQS.Channel):
+class SQSChannel(VirtualDelayqChannel, SQS.Channel):
     """kombu's SQS channel with the delayed store (at ``delayq_store_url``)."""
 
     keeps_own_store = False
@@ -66,9 +65,7 @@ class SQSChannel(SQS.Channel):
     refusals = (ParamValidationError,)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.diverter = Diverter.of_current_app(
-            self.store_for, broker=getattr(args[0], "client", None)
-        )
+        self.set_up_diverter(args[0])
         self._only_checking = False  # check_sendable: kombu's put sends nothing
         super().__init__(*args, **kwargs)
 
@@ -76,26 +73,18 @@ class SQSChannel(SQS.Channel):
     def publisher_factory(cls, app: Celery) -> Callable[[], Publisher]:
         return lambda: VirtualPublisher(app.connection_for_write)
 
-    def store_for(self, config: DelayqConfig) -> DelayedStore:
-        return store_for(config, self.publisher_factory(self.diverter.app))
-
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         """Publish, or store until due (sent to the same queue when due)."""
         outbound = virtual_outbound(queue, message, destination=queue, validate=self.check_sendable)
         if not self.diverter.divert(outbound):
             super()._put(queue, message, **kwargs)
 
-    def _put_fanout(self, exchange: str, message: dict[str, Any], *args: Any, **kw: Any) -> None:
-        """Broadcast; a ``revoke`` also cancels its ids in the store first."""
-        self.diverter.cancel_if_revoke_in(exchange, message)
-        super()._put_fanout(exchange, message, *args, **kw)
-
     def put_now(self, queue: str, message: dict[str, Any]) -> None:
         """kombu's own put, for a due message (never diverted to the store again). SQS
         throttling or failing is an outage, raised as one (``SQSUnavailable``): the
         hand-over gives the batch back and the mover backs off, charging no message a try."""
         try:
-            super()._put(queue, message)
+            super().put_now(queue, message)
         except ClientError as exc:
             if is_outage(exc):
                 raise SQSUnavailable(error=exc) from exc
@@ -216,12 +205,6 @@ class SQSChannel(SQS.Channel):
         """Empty the queue and its delayed messages; how many there were (``celery
         purge`` and ``app.control.purge()`` count them)."""
         return int(super()._purge(queue)) + self.diverter.store.purge(queue)
-
-    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        """Delete the queue (kombu's own), then its delayed messages: they would
-        otherwise be delivered to a queue that no longer exists."""
-        super()._delete(queue, *args, **kwargs)
-        self.diverter.store.purge(queue)
 
 
 class SQSUnavailable(BotoCoreError):

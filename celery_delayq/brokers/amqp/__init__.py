@@ -26,11 +26,11 @@ from celery import Celery
 from celery.app import base as celery_app_base
 from kombu.transport import pyamqp
 
-from ...config.errors import STORE_OUTAGES
+from ...config.errors import STORE_OUTAGES, ConfigurationError
 from ...config.settings import DelayqConfig, config_of
 from ...core.handover.publishing import Publisher
 from ...core.store import DelayedStore
-from ..common.diverter import Diverter, Outbound, store_for, uses_delayq
+from ..common.diverter import STORE_URL_NEEDED, Diverter, Outbound, uses_delayq
 from ..common.message import Delivered, count_of
 from .envelope import destination, envelope
 from .inbound import deep_frame_handler
@@ -62,8 +62,18 @@ class AMQPChannel(pyamqp.Channel):
         wait = min(CONFIRM_TIMEOUT_SECONDS, config_of(app).handover_lease / 2)
         return lambda: AMQPPublisher(app.connection_for_write, confirm_timeout=wait)
 
+    @classmethod
+    def store_of_transport(
+        cls, transport: Any, config: DelayqConfig
+    ) -> tuple[DelayedStore, Callable[[], None]]:
+        """RabbitMQ holds no store: it is at delayq_store_url."""
+        raise ConfigurationError(STORE_URL_NEEDED)
+
     def store_for(self, config: DelayqConfig) -> DelayedStore:
-        return store_for(config, self.publisher_factory(self.diverter.app))
+        """The store at ``delayq_store_url`` (the diverter checked it is set)."""
+        from ..common.separate_store import separate_store
+
+        return separate_store(config, self.publisher_factory(self.diverter.app))
 
     def basic_publish(
         self, msg: amqp.Message, exchange: str = "", routing_key: str = "", *args: Any, **kw: Any

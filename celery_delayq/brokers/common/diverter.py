@@ -30,7 +30,6 @@ from ...config.broker_url import check_broker_url
 from ...config.errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable, check_message_size
 from ...config.settings import DelayqConfig, config_of
 from ...core.store import DelayedStore, Scheduled
-from .key_headers import InvalidDelayKey, delay_key_of, report
 from .message import due_ms, eta_span, eta_timestamp
 
 if TYPE_CHECKING:
@@ -38,6 +37,9 @@ if TYPE_CHECKING:
 
     from ...core.handover.publishing import Publisher
     from ...core.moving.backoff import Backoff
+
+#: key_headers.KEY_HEADER (a test holds them equal): only a keyed publish imports key_headers.
+KEY_HEADER = "delayq_key"
 
 STORE_URL_NEEDED = (
     "celery-delayq on a broker that is not Redis needs delayq_store_url: the redis:// URL "
@@ -92,30 +94,19 @@ class DelayqChannel(Protocol):
     def store_for(self, config: DelayqConfig) -> DelayedStore:
         """A delayed store with the given settings, for this channel's broker."""
 
+    @classmethod
+    def store_of_transport(
+        cls, transport: Any, config: DelayqConfig
+    ) -> tuple[DelayedStore, Callable[[], None]]:
+        """The store in the broker itself, for a kombu transport of this kind, built
+        without a channel; and what releases its connections (a Redis broker only)."""
+
 
 def is_delayq_channel(channel: object) -> TypeGuard[DelayqChannel]:
     """Whether ``channel`` (an instance, or a class) is one of celery-delayq's."""
     return isinstance(getattr(channel, "keeps_own_store", None), bool) and hasattr(
         channel, "publisher_factory"
     )
-
-
-def store_for(
-    config: DelayqConfig,
-    make_publisher: Callable[[], Publisher],
-    own_store: Callable[[DelayqConfig], DelayedStore] | None = None,
-) -> DelayedStore:
-    """A delayed store with the given settings: at ``delayq_store_url`` when set
-    (handing messages over with confirms), else in the broker itself (``own_store``:
-    only a Redis broker has one)."""
-    if config.store_url is not None:
-        # Imported only here: a store on the broker needs none of the hand-over's code.
-        from .separate_store import separate_store
-
-        return separate_store(config, make_publisher)
-    if own_store is None:
-        raise ConfigurationError(STORE_URL_NEEDED)
-    return own_store(config)
 
 
 class Diverter:
@@ -175,21 +166,34 @@ class Diverter:
         if eta is None:
             return False
         seconds = eta_timestamp(eta, self.config.timezone)
-        delay_key = delay_key_of(message.headers)
-        if delay_key is None and seconds <= time.time():
+        if message.headers.get(KEY_HEADER) is not None:
+            return self._divert_keyed(message, eta, seconds)
+        return self._divert_unkeyed(message, seconds)
+
+    def _divert_unkeyed(self, message: Outbound, seconds: float) -> bool:
+        if seconds <= time.time():
             return False
         scheduled = self.scheduled(message, seconds)
-        if delay_key is not None and delay_key.max_wait_ms:
-            scheduled = scheduled._replace(eta_span=eta_span(scheduled.payload, eta))
         if self.captured is not None:  # the capturing caller stores it (capture)
-            if delay_key is not None:
-                raise InvalidDelayKey("keyed messages cannot be captured (schedule_many)")
             self.captured.append(scheduled)
-        elif delay_key is None:
-            self._write(lambda store: store.schedule(scheduled))
         else:
-            outcome = self._write(lambda store: store.schedule_keyed(scheduled, delay_key))
-            report(delay_key, outcome)
+            self._write(lambda store: store.schedule(scheduled))
+        return True
+
+    def _divert_keyed(self, message: Outbound, eta: Any, seconds: float) -> bool:
+        """A message with delay-key headers: kept even when already due."""
+        from .key_headers import InvalidDelayKey, delay_key_of, report
+
+        delay_key = delay_key_of(message.headers)
+        if delay_key is None:  # a retry: stored without its key
+            return self._divert_unkeyed(message, seconds)
+        if self.captured is not None:
+            raise InvalidDelayKey("keyed messages cannot be captured (schedule_many)")
+        scheduled = self.scheduled(message, seconds)
+        if delay_key.max_wait_ms:
+            scheduled = scheduled._replace(eta_span=eta_span(scheduled.payload, eta))
+        outcome = self._write(lambda store: store.schedule_keyed(scheduled, delay_key))
+        report(delay_key, outcome)
         return True
 
     def scheduled(self, message: Outbound, eta_seconds: float) -> Scheduled:

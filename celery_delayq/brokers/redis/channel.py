@@ -27,8 +27,9 @@ from ...config.settings import DelayqConfig
 from ...core.layout.keys import KeySpace
 from ...core.lazy import first_use
 from ...core.store import DelayedStore, Scheduled
-from ..common.diverter import Diverter, Outbound, store_for, virtual_outbound
+from ..common.diverter import Outbound, virtual_outbound
 from ..common.message import Delivered
+from ..common.virtual_channel import VirtualDelayqChannel
 from .polling import WAIT_TYPE, CheckedMessage
 
 if TYPE_CHECKING:
@@ -37,19 +38,16 @@ if TYPE_CHECKING:
     from .consume import AtomicConsumer
 
 
-class Channel(kombu_redis.Channel):
+class Channel(VirtualDelayqChannel, kombu_redis.Channel):
     """kombu's Redis channel with the delayed store, consuming atomically."""
 
     #: kombu builds the messages it delivers with this class.
     Message = CheckedMessage
     keeps_own_store = True
-    #: Broker URL schemes this channel serves.
-    url_schemes: frozenset[str] = REDIS_SCHEMES
+    url_schemes = REDIS_SCHEMES
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        self.diverter = Diverter.of_current_app(
-            self.store_for, self.url_schemes, broker=getattr(args[0], "client", None)
-        )
+        self.set_up_diverter(args[0])
         super().__init__(*args, **kwargs)
 
     @first_use
@@ -69,9 +67,36 @@ class Channel(kombu_redis.Channel):
 
         return publisher
 
-    def store_for(self, config: DelayqConfig) -> DelayedStore:
-        make_publisher = self.publisher_factory(self.diverter.app)
-        return store_for(config, make_publisher, self.store_on_broker)
+    @classmethod
+    def settings_of(cls, transport: Any) -> Channel:
+        """This kind of channel for ``transport`` (a kombu Redis transport), holding only
+        the connection's settings, so that kombu's own ``_connparams`` and ``_get_pool``
+        (URL, password, db, TLS, Sentinel and ``master_name``, socket and health options)
+        and its priority steps and ``global_keyprefix`` build the store's client exactly
+        as a channel would. kombu's ``__init__`` is not run: no ping, no channel id, no
+        place in the poller, no diverter and no consumer; it is not a channel one can use.
+        ``_disconnect_pools`` releases what its pool opened."""
+        settings = cls.__new__(cls)
+        settings.connection = transport
+        settings._sentinel_manager = settings._async_sentinel_manager = None
+        options = transport.client.transport_options
+        for name in cls.from_transport_options:
+            if name in options:
+                setattr(settings, name, options[name])
+        return settings
+
+    @classmethod
+    def store_of_transport(
+        cls, transport: Any, config: DelayqConfig
+    ) -> tuple[DelayedStore, Callable[[], None]]:
+        settings = cls.settings_of(transport)
+        store = settings.store_on_broker(config)
+
+        def release() -> None:
+            store.close()
+            settings._disconnect_pools()
+
+        return store, release
 
     def store_on_broker(self, config: DelayqConfig) -> DelayedStore:
         """A delayed store on this channel's Redis, with the given settings.
@@ -127,15 +152,6 @@ class Channel(kombu_redis.Channel):
         """The list kombu pushes ``message`` to: the queue's, or its priority's."""
         return self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
 
-    def _put_fanout(self, exchange: str, message: dict[str, Any], *args: Any, **kw: Any) -> None:
-        """Broadcast; a ``revoke`` also cancels its ids in the store first."""
-        self.diverter.cancel_if_revoke_in(exchange, message)
-        super()._put_fanout(exchange, message, *args, **kw)
-
-    def put_now(self, queue: str, message: dict[str, Any]) -> None:
-        """kombu's own put, for a due message (never diverted to the store again)."""
-        super()._put(queue, message)
-
     def delayed(
         self, queue: str, message: dict[str, Any], payload: bytes, eta_seconds: float
     ) -> Scheduled:
@@ -173,12 +189,6 @@ class Channel(kombu_redis.Channel):
         if self.diverter.config.store_url is not None:
             return int(super()._purge(queue)) + store.purge(queue)
         return store.purge(queue, self.real_queue_lists(queue))
-
-    def _delete(self, queue: str, *args: Any, **kwargs: Any) -> None:
-        """Delete the queue (kombu's own), then its delayed messages: they would
-        otherwise be delivered to a queue that no longer exists."""
-        super()._delete(queue, *args, **kwargs)
-        self.diverter.store.purge(queue)
 
     # -- restoring (restore.py, imported on the first need: a publisher never restores) --
 

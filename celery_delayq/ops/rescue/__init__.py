@@ -56,7 +56,7 @@ from contextlib import contextmanager
 
 from celery import Celery
 
-from ...brokers.connect import store_on
+from ...brokers.connect import StoreFactory
 from ...config.settings import config_of
 from .messages import app_exchange_types, app_queue_names
 from .report import Outcome, ProgressCallback, RescueProgress, RescueReport, UnreadableMessage
@@ -78,9 +78,13 @@ __all__ = [
 def open_rescuer(app: Celery) -> Iterator[Rescuer]:
     """A Rescuer on a pooled broker connection of ``app`` (which must use the transport)."""
     timezone = config_of(app).timezone
+    factory = StoreFactory(app)
     with app.connection_or_acquire() as connection:
-        store = store_on(app, connection)
-        yield Rescuer(store, connection.default_channel, timezone, app_exchange_types(app))
+        store, release = factory.open(connection)
+        try:
+            yield Rescuer(store, connection.default_channel, timezone, app_exchange_types(app))
+        finally:
+            release()
 
 
 def rescue(
