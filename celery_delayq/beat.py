@@ -25,11 +25,12 @@ from celery.beat import Scheduler as CeleryScheduler
 from celery.schedules import crontab
 
 from .brokers.common.diverter import check_store_setting
-from .brokers.connect import log_startup, mover_thread, open_store
+from .brokers.connect import log_startup, mover_thread
 from .config.settings import config_of
 from .core.moving.mover import MoverThread
 from .metrics import start_configured_exporter
 from .periodic.manage import settings_entry, sync_settings
+from .periodic.message import store_of
 from .periodic.registry import EntryRegistry, Read, Stored
 from .periodic.writer import OccurrenceWriter
 
@@ -90,9 +91,10 @@ class Scheduler(CeleryScheduler):
                 len(synced.refused),
             )
             self.synced = True
-        with open_store(self.app) as store:
+        with self.app.producer_or_acquire() as producer:  # the pass's one store handle
+            store = store_of(producer)
             entries = EntryRegistry(store.client, store.keys).all(self.parsed)
-        self.writer.advance_all(entries, now)
+            self.writer.advance_all(entries, now, producer)
 
     def _settings_schedule(self) -> dict[str, Any]:
         """``beat_schedule``, with Celery's own default entry when it would add one."""

@@ -15,9 +15,8 @@ version's are written from then on. "Then" is ``settle`` after now: occurrences 
 sooner stay as they are (a mover may have moved them ahead of their time already).
 Occurrences missed while no beat wrote ahead (every beat down for longer than the
 horizon) follow the entry's ``catch_up``: the latest runs once (Celery's behaviour), each
-runs (up to ``catch_up_bound``), or none does. A late one
-runs as soon as it is written; its message's ``delayq-occurrence`` header, like every
-occurrence's, says which occurrence it stands for.
+runs (up to ``catch_up_bound``), or none does; a late one runs as soon as it is written.
+Each message is built by periodic/message.py.
 """
 
 from __future__ import annotations
@@ -31,14 +30,14 @@ from typing import Any
 
 from celery import Celery
 
-from ..brokers.common.diverter import is_delayq_channel
 from ..config.errors import STORE_OUTAGES, ConfigurationError
 from ..config.settings import config_of
 from ..core.store import DelayedStore
 from .entry import PeriodicEntry, error_text, from_ms, to_ms
 from .history import EntryHistory
+from .message import occurrence_messages, store_of
 from .occurrences import Occurrences
-from .records import ENTRY_HEADER, OCCURRENCE_HEADER, Advance, Mark
+from .records import Advance, Mark
 from .registry import Versioned
 
 logger = logging.getLogger(__name__)
@@ -117,11 +116,8 @@ class OccurrenceWriter:
             queue = self.queue_of(entry)
             with self.app.producer_or_acquire() as producer:
                 outages += tuple(producer.connection.connection_errors)
-                channel = producer.channel
-                _store_of(channel)
                 due = datetime.now(timezone.utc) + DRY_RUN_AHEAD  # whatever ``now`` says
-                with channel.diverter.capture() as captured:
-                    self._send(entry, occurrence, due, producer)
+                captured = occurrence_messages(self.app, entry, [(occurrence, due)], producer)
             if len(captured) != 1:
                 raise ValueError("its message would not wait in the store until due")
             if captured[0].queue != queue:  # as the store's write refuses it
@@ -131,35 +127,38 @@ class OccurrenceWriter:
                 raise
             raise ValueError(f"periodic entry {entry.name!r} refused: {error_text(exc)}") from exc
 
-    def advance_all(self, entries: Sequence[Versioned], now: datetime) -> dict[str, Advance]:
+    def advance_all(
+        self, entries: Sequence[Versioned], now: datetime, producer: Any = None
+    ) -> dict[str, Advance]:
         """``advance`` each of ``entries`` that needs it (a beat's pass): their marks are
         read in one pipeline, and those written far enough ahead are left at that, so a
         pass over thousands of entries costs one round trip and a loop.
 
         One entry stops no other: whatever it raises (a route or message that cannot be
         built, a record nested too deep), it is logged and counted in ``failures``, and
-        the pass goes on."""
-        routed = self._route(entries)
-        queues = self._queues
-        with self.app.producer_or_acquire() as producer:
-            store = _store_of(producer.channel)
-            marks = store.ahead_marks(
+        the pass goes on. ``producer``: the pass's (its one store handle), else one of
+        the app's pool for this call."""
+        with self.app.producer_or_acquire(producer) as producer:
+            routed = self._route(entries)
+            queues = self._queues
+            marks = store_of(producer).ahead_marks(
                 [(queues[e.entry.name, e.version], e.entry.name) for e in routed]
             )
-        done: dict[str, Advance] = {}
-        for each, read in zip(routed, marks):
-            if self._up_to_date(each.entry, each.version, Mark.parse(read), now):
-                continue
-            try:
-                done[each.entry.name] = advanced = self.advance(each.entry, each.version, now)
-            except STORE_OUTAGES:
-                raise  # Redis is down: this pass ends, the next tries again
-            except Exception as exc:
-                self._failed(each, exc)
-                continue
-            if advanced.ended:
-                self._ended.add((each.entry.name, each.version))
-        return done
+            done: dict[str, Advance] = {}
+            for each, read in zip(routed, marks):
+                if self._up_to_date(each.entry, each.version, Mark.parse(read), now):
+                    continue
+                try:
+                    advanced = self.advance(each.entry, each.version, now, producer)
+                    done[each.entry.name] = advanced
+                except STORE_OUTAGES:
+                    raise  # Redis is down: this pass ends, the next tries again
+                except Exception as exc:
+                    self._failed(each, exc)
+                    continue
+                if advanced.ended:
+                    self._ended.add((each.entry.name, each.version))
+            return done
 
     def _route(self, entries: Sequence[Versioned]) -> list[Versioned]:
         """The entries to advance (those not ended) whose queue is known, their queues
@@ -206,24 +205,23 @@ class OccurrenceWriter:
             return mark.up_to_ms is None
         return mark.up_to_ms is not None and from_ms(mark.up_to_ms) >= now + self.horizon
 
-    def advance(self, entry: PeriodicEntry, version: int, now: datetime) -> Advance:
+    def advance(
+        self, entry: PeriodicEntry, version: int, now: datetime, producer: Any = None
+    ) -> Advance:
         """Write ``entry``'s occurrences ahead up to ``now + horizon``, unless another beat
         did; withdraw an old version's and a paused entry's."""
         queue = self._queue_to_withdraw(entry) if not entry.enabled else self.queue_of(entry)
         if queue is None:
             return Advance()
         conflicts = 0
-        with self.app.producer_or_acquire() as producer:
-            channel = producer.channel
-            store = _store_of(channel)
+        with self.app.producer_or_acquire(producer) as producer:
+            store = store_of(producer)
             for _ in range(MOST_RETRIES):
                 read = store.ahead_mark(queue, entry.name)
                 plan = self._plan(entry, version, Mark.parse(read), now)
                 if plan is None or plan.mark is None:
                     return Advance(conflicts=conflicts, ended=plan is not None)
-                with channel.diverter.capture() as captured:
-                    for occurrence, due in plan.runs:
-                        self._send(entry, occurrence, due, producer)
+                captured = occurrence_messages(self.app, entry, plan.runs, producer)
                 withdraw_after = to_ms(now + self.settle) if plan.withdraw else None
                 outcome = store.write_ahead(
                     queue, entry.name, read, plan.mark.text(), captured, withdraw_after
@@ -249,7 +247,7 @@ class OccurrenceWriter:
         if queue is None:
             return Advance()
         with self.app.producer_or_acquire() as producer:
-            store = _store_of(producer.channel)
+            store = store_of(producer)
             for conflicts in range(MOST_RETRIES):
                 read = store.ahead_mark(queue, entry.name)
                 outcome = store.write_ahead(
@@ -337,33 +335,6 @@ class OccurrenceWriter:
             late = list(kept)
         return late, count - len(late), last
 
-    def _send(
-        self, entry: PeriodicEntry, occurrence: datetime, due: datetime, producer: Any
-    ) -> None:
-        """Send one occurrence's task, due at ``due`` (captured, not stored: ``advance``
-        stores it under the mark)."""
-        send_occurrence(self.app, entry, occurrence, eta=due, producer=producer)
-
-
-def send_occurrence(app: Celery, entry: PeriodicEntry, occurrence: datetime, **send: Any) -> Any:
-    """``app.send_task`` for one occurrence of ``entry``: its task, arguments and options,
-    the entry's headers with the occurrence's and the entry's name on top.
-
-    An ``expires`` in seconds counts from the ``eta`` (when Celery's beat would send it):
-    Celery counts it from the send, and an occurrence is sent when written ahead."""
-    headers = {
-        **dict(entry.options.get("headers") or {}),
-        OCCURRENCE_HEADER: occurrence.isoformat(),
-        ENTRY_HEADER: entry.name,
-    }
-    options = {key: value for key, value in entry.options.items() if key != "headers"}
-    expires, eta = options.get("expires"), send.get("eta")
-    if isinstance(expires, (int, float)) and not isinstance(expires, bool) and eta is not None:
-        options["expires"] = eta + timedelta(seconds=expires)
-    return app.send_task(
-        entry.task, args=entry.args, kwargs=dict(entry.kwargs), headers=headers, **options, **send
-    )
-
 
 @dataclass(frozen=True)
 class _Plan:
@@ -383,10 +354,3 @@ def _upcoming(occurrences: Occurrences, start: datetime, end: datetime) -> list[
         times.append(found)
         found = occurrences.after(found)
     return times
-
-
-def _store_of(channel: Any) -> DelayedStore:
-    if not is_delayq_channel(channel):
-        raise ConfigurationError("periodic entries need celery-delayq's transport")
-    store: DelayedStore = channel.diverter.store
-    return store
