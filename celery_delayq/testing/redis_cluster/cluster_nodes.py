@@ -1,82 +1,26 @@
-"""A throw-away Redis Cluster of ``redis-server`` processes, for tests of a schedule kept
-on Redis Cluster.
-
-``RedisClusterServers`` starts masters (and replicas) on free ports, assigns the 16384
-hash slots and waits until every node agrees on who serves what. A test can then do to
-the cluster what happens to one in production, and check what the code under test
-makes of it:
-
-- ``fail_over_master``: SIGKILL a master; its replica takes over (``restart_node``
-  brings the killed node back, as a replica);
-- ``begin_slot_migration`` -> ``SlotMigration``: move a slot to another master step by
-  step (live resharding, as ``redis-cli --cluster reshard`` does), with load in between;
-  clients meanwhile get ASK and then MOVED redirections.
-
-Every wait polls what the nodes report (CLUSTER INFO, CLUSTER SLOTS, INFO replication),
-never a fixed sleep. It runs on Redis 6.2 and 7: slots are assigned with ADDSLOTS (not
-ADDSLOTSRANGE), and each node's cluster bus is on its port + 10000 (6.2 has no
-``--cluster-port``).
-"""
+"""``RedisClusterServers``: the nodes of a throw-away Redis Cluster, started, joined and
+watched until they agree, and the faults a test puts them through."""
 
 from __future__ import annotations
 
 import shutil
-import socket
-from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any
 
 import redis
 from redis.cluster import ClusterNode, RedisCluster
-from redis.crc import key_slot
 
-from .processes import free_port
-from .redis_server import RedisServer
-from .waiting import wait_until
-
-SLOTS = 16384
-HOST = "127.0.0.1"
-#: A node's cluster bus listens on its port + 10000 (the only choice on Redis 6.2).
-BUS_PORT_OFFSET = 10000
-#: Slots per CLUSTER ADDSLOTS call: one call per slot would be 16384 round trips.
-ADDSLOTS_CHUNK = 1000
-#: Node flags of CLUSTER NODES that say a node is not (yet) a healthy member.
-UNHEALTHY_FLAGS = {"fail", "fail?", "handshake", "noaddr"}
-
-
-class SlotRange(NamedTuple):
-    """One line of CLUSTER SLOTS, by port: slots ``first``..``last`` are served by the
-    master on port ``master``, copied to the replicas on ports ``replicas``."""
-
-    first: int
-    last: int
-    master: int
-    replicas: tuple[int, ...]
-
-
-def free_cluster_port(taken: set[int]) -> int:
-    """A free port whose cluster bus port (+10000) is free too and not in ``taken``;
-    both are added to ``taken``. Redis refuses a cluster node on a port above 55535."""
-    for _ in range(200):
-        port = free_port()
-        bus = port + BUS_PORT_OFFSET
-        if bus <= 65535 and not taken & {port, bus} and _bindable(bus):
-            taken.update((port, bus))
-            return port
-    raise RuntimeError("found no free pair of ports (port, port + 10000) for a cluster node")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as sock:
-        try:
-            sock.bind((HOST, port))
-        except OSError:
-            return False
-        return True
-
-
-def slot_of(key: bytes | str) -> int:
-    """The hash slot of ``key`` (hash tags included), as every cluster node computes it."""
-    return int(key_slot(key.encode() if isinstance(key, str) else key))
+from ..redis_server import RedisServer
+from ..waiting import wait_until
+from .cluster_slots import (
+    ADDSLOTS_CHUNK,
+    HOST,
+    SLOTS,
+    UNHEALTHY_FLAGS,
+    SlotRange,
+    free_cluster_port,
+    slot_of,
+)
+from .slot_migration import SlotMigration
 
 
 class RedisClusterServers:
@@ -392,48 +336,3 @@ class RedisClusterServers:
         if index_or_server not in self.masters():
             raise ValueError(f"node {index_or_server.port} is not a running master")
         return index_or_server
-
-
-@dataclass
-class SlotMigration:
-    """One slot on its way from ``source`` to ``target``, moved a batch of keys at a time
-    so that a test can run load between the steps. Meanwhile the source answers for the
-    keys it still holds and sends ASK for the others; ``finish`` hands the slot over."""
-
-    cluster: RedisClusterServers
-    slot: int
-    source: RedisServer
-    target: RedisServer
-    #: MIGRATE's timeout for one batch, in milliseconds.
-    timeout_ms: int = 5000
-
-    def move_keys(self, batch: int = 100) -> int:
-        """MIGRATE up to ``batch`` keys of the slot from source to target, in one atomic
-        step per batch; return how many were sent (0 once none is left on the source)."""
-        keys = self._source("CLUSTER", "GETKEYSINSLOT", self.slot, batch)
-        if keys:
-            self._source("MIGRATE", HOST, self.target.port, "", 0, self.timeout_ms, "KEYS", *keys)
-        return len(keys)
-
-    def finish(self, timeout: float = 30.0) -> None:
-        """Assign the slot to the target on the target, the source, then every other
-        master, and wait until all nodes agree (replicas learn it by gossip)."""
-        left = int(self._source("CLUSTER", "COUNTKEYSINSLOT", self.slot))
-        if left:
-            raise RuntimeError(
-                f"slot {self.slot} still has {left} keys on {self.source.port}: "
-                "call move_keys until it returns 0"
-            )
-        target_id = self.cluster.node_id(self.target)
-        for master in self._masters_in_handover_order():
-            self.cluster._ask(master, "CLUSTER", "SETSLOT", self.slot, "NODE", target_id)
-        self.cluster.wait_until_consistent(timeout)
-
-    def _masters_in_handover_order(self) -> list[RedisServer]:
-        """Target first (it stops asking for ASKING), then the source (it stops sending
-        ASK), then the rest (they stop sending MOVED to the source)."""
-        ends = (self.source, self.target)
-        return [self.target, self.source, *(m for m in self.cluster.masters() if m not in ends)]
-
-    def _source(self, *command: Any) -> Any:
-        return self.cluster._ask(self.source, *command)
