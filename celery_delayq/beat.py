@@ -30,8 +30,8 @@ from .config.settings import config_of
 from .core.moving.mover import MoverThread
 from .metrics import start_configured_exporter
 from .periodic.manage import settings_entry, sync_settings
-from .periodic.message import store_of
 from .periodic.registry import EntryRegistry, Read, Stored
+from .periodic.sending import store_of
 from .periodic.writer import OccurrenceWriter
 
 logger = logging.getLogger(__name__)

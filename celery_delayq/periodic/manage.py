@@ -26,8 +26,8 @@ from celery.schedules import schedule as celery_schedule
 from ..brokers.connect import open_store
 from .entry import PeriodicEntry, error_text, schedule_json
 from .history import EntryHistory, History
-from .message import send_occurrence
 from .registry import EntryRegistry, Unreadable, Versioned
+from .sending import send_occurrence
 from .writer import OccurrenceWriter
 
 __all__ = [

@@ -16,7 +16,7 @@ sooner stay as they are (a mover may have moved them ahead of their time already
 Occurrences missed while no beat wrote ahead (every beat down for longer than the
 horizon) follow the entry's ``catch_up``: the latest runs once (Celery's behaviour), each
 runs (up to ``catch_up_bound``), or none does; a late one runs as soon as it is written.
-Each message is built by periodic/message.py.
+Each message is built by periodic/sending.py.
 """
 
 from __future__ import annotations
@@ -35,10 +35,10 @@ from ..config.settings import config_of
 from ..core.store import DelayedStore
 from .entry import PeriodicEntry, error_text, from_ms, to_ms
 from .history import EntryHistory
-from .message import occurrence_messages, store_of
 from .occurrences import Occurrences
 from .records import Advance, Mark
 from .registry import Versioned
+from .sending import occurrence_messages, store_of
 
 logger = logging.getLogger(__name__)
 
