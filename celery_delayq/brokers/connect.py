@@ -86,14 +86,18 @@ def open_store(app: Celery, *, fail_fast: bool = False) -> Iterator[DelayedStore
         finally:
             release()
         return
+    if not factory.channel.keeps_own_store:
+        raise ConfigurationError(STORE_URL_NEEDED)
     with app.connection_or_acquire() as connection:
         if fail_fast:
             connection.ensure_connection(max_retries=0)
-        store, release = factory.open(connection)
+        # The pooled connection's own channel and its pool: a short operation (a page, a
+        # scrape) opens no connection of its own, as a mover's store does.
+        store = connection.default_channel.store_on_broker(factory.config)
         try:
             yield store
         finally:
-            release()
+            store.close()
 
 
 class StoreConnection:
