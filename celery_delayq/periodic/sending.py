@@ -40,10 +40,11 @@ def occurrence_messages(
 ) -> list[Scheduled]:
     """What the store keeps of each of ``runs`` (occurrence, due) of ``entry``: built by
     Celery on ``producer``'s channel and kept nowhere (the caller stores them, or not).
-    A run due before now is published by the channel, not returned: callers pass runs
-    due ahead."""
+    A run that falls due while they are built (a long pass on a loaded machine) is
+    returned too, never published: only the store's write under the entry's mark may
+    send an occurrence, so two beats cannot both send it."""
     store_of(producer)  # refuses another transport before anything is sent
-    with producer.channel.diverter.capture() as captured:
+    with producer.channel.diverter.capture(due_too=True) as captured:
         for occurrence, due in runs:
             send_occurrence(app, entry, occurrence, eta=due, producer=producer)
     return captured

@@ -47,11 +47,9 @@ logger = logging.getLogger(__name__)
 MOST_AHEAD = 1_000
 #: The most missed occurrences walked one by one; past that the walk jumps towards now.
 MOST_WALKED = 10_000
-#: How far after now a late (caught-up) occurrence is due: its message must lie ahead to
-#: be kept in the store under the mark, not published outside it.
+#: How far after now a late (caught-up) occurrence is due.
 LATE_DELAY = timedelta(seconds=1)
-#: How far ahead the message ``check`` builds is due: far enough that it is captured,
-#: never published, however slow the build.
+#: How far ahead the message ``check`` builds is due (it is built, never stored).
 DRY_RUN_AHEAD = timedelta(hours=1)
 #: How many times a beat starts over from the mark another beat moved, in one call.
 MOST_RETRIES = 5

@@ -90,6 +90,22 @@ def test_racing_beats_write_each_occurrence_once(make_app) -> None:
     assert sum(results) == 29
 
 
+def test_a_slow_pass_stores_the_occurrences_that_fell_due_and_publishes_none(
+    make_app, redis_client
+) -> None:
+    """A pass whose ``now`` lies 20 s back (a long pass on a loaded machine): the
+    occurrences already due are stored under the mark with the rest, for the movers to
+    send at once; none is published by the build, outside the mark, where another beat
+    that writes the same occurrences would run it a second time."""
+    app = make_app()
+    slow_now = datetime.now(timezone.utc).replace(microsecond=0) - timedelta(seconds=20)
+    writer = OccurrenceWriter(app, timedelta(seconds=30), settle=timedelta(0))
+    outcome = writer.advance(entry(anchor=slow_now - timedelta(hours=1)), 1, slow_now)
+    assert outcome.stored == 30
+    assert occurrence_times(app) == [slow_now + timedelta(seconds=n) for n in range(1, 31)]
+    assert redis_client.llen("default") == 0  # nothing reached the queue past the store
+
+
 def test_an_upsert_takes_effect_from_the_next_occurrence(make_app) -> None:
     app = make_app()
     writer = OccurrenceWriter(app, HORIZON, settle=timedelta(0))

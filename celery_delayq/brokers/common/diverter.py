@@ -121,6 +121,8 @@ class Diverter:
         #: While set (scheduling/bulk.py's schedule_many), delayed messages are collected
         #: here instead of written one by one.
         self.captured: list[Scheduled] | None = None
+        #: Whether a capture collects messages already due too (``capture``).
+        self.capture_due = False
 
     @classmethod
     def of_current_app(
@@ -148,16 +150,20 @@ class Diverter:
         return self._store
 
     @contextmanager
-    def capture(self) -> Iterator[list[Scheduled]]:
+    def capture(self, due_too: bool = False) -> Iterator[list[Scheduled]]:
         """While open, the delayed messages this channel would store are collected in
         the list instead, for a caller that stores them in its own atomic call (bulk
-        scheduling's chunks, periodic occurrences under their entry's mark)."""
+        scheduling's chunks, periodic occurrences under their entry's mark).
+
+        ``due_too``: a message whose ``eta`` has passed is collected as well, not
+        published. Periodic occurrences need it: one published outside its entry's
+        mark runs again when another beat writes the same occurrence."""
         captured: list[Scheduled] = []
-        self.captured = captured
+        self.captured, self.capture_due = captured, due_too
         try:
             yield captured
         finally:
-            self.captured = None
+            self.captured, self.capture_due = None, False
 
     def divert(self, message: Outbound) -> bool:
         """Keep ``message`` in the store when its ``eta`` lies ahead, or when it has a
@@ -171,7 +177,7 @@ class Diverter:
         return self._divert_unkeyed(message, seconds)
 
     def _divert_unkeyed(self, message: Outbound, seconds: float) -> bool:
-        if seconds <= time.time():
+        if seconds <= time.time() and not (self.captured is not None and self.capture_due):
             return False
         scheduled = self.scheduled(message, seconds)
         if self.captured is not None:  # the capturing caller stores it (capture)
