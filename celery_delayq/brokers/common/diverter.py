@@ -66,9 +66,9 @@ class Outbound(NamedTuple):
 
     queue: str  # the queue it belongs to (the store groups by it)
     headers: Mapping[str, Any]  # Celery's message headers: eta, id, delay key
-    #: where it goes when due (a Redis list, an exchange and key, a queue), or how to
-    #: find it: only a message that is kept needs it
-    destination: str | Callable[[], str]
+    #: where it goes when due (a Redis list, an exchange and key, a queue); only a
+    #: message with an ``eta`` needs it
+    destination: str
     payload: bytes | Callable[[], bytes]  # the envelope to store, or how to make it
     message_id: str | None = None  # its delivery tag (a new id when it has none)
     expires_ms: int | None = None  # its queue's x-expires, when declared
@@ -207,8 +207,6 @@ class Diverter:
         task_id = message.headers.get("id")
         payload = message.payload() if callable(message.payload) else message.payload
         destination = message.destination
-        if callable(destination):
-            destination = destination()
         check_message_size(len(payload), self.config.max_message_size, message.queue, task_id)
         if message.validate is not None:
             message.validate(destination, payload)
@@ -293,7 +291,7 @@ class Diverter:
 def virtual_outbound(
     queue: str,
     message: Mapping[str, Any],
-    destination: str | Callable[[], str],
+    destination: str,
     expires_ms: int | None = None,
     validate: Callable[[str, bytes], None] | None = None,
 ) -> Outbound:

@@ -139,12 +139,14 @@ class Channel(VirtualDelayqChannel, kombu_redis.Channel):
 
     def outbound(self, queue: str, message: dict[str, Any]) -> Outbound:
         """The message as the diverter takes it: bound for the list kombu would push it
-        to (priority and ``global_keyprefix`` applied, worked out only for a message
-        that is kept), with its queue's x-expires."""
+        to (priority and ``global_keyprefix`` applied; worked out only for a message
+        with an ``eta``, the only kind that may be kept), with its queue's x-expires."""
+        headers = message.get("headers")
+        timed = isinstance(headers, dict) and headers.get("eta") is not None
         return virtual_outbound(
             queue,
             message,
-            destination=lambda: self.real_key(self._kombu_list(queue, message)),
+            destination=self.real_key(self._kombu_list(queue, message)) if timed else "",
             expires_ms=(getattr(self, "_expires", None) or {}).get(queue),
         )
 
@@ -157,7 +159,9 @@ class Channel(VirtualDelayqChannel, kombu_redis.Channel):
     ) -> Scheduled:
         """What the store keeps of a kombu message (ops/rescue moves vanilla ETA
         messages into the store with it): as ``_put`` would store it."""
-        outbound = self.outbound(queue, message)._replace(payload=payload)
+        outbound = self.outbound(queue, message)._replace(
+            payload=payload, destination=self.real_key(self._kombu_list(queue, message))
+        )  # its eta may be in a protocol-1 body, not in its headers
         return self.diverter.scheduled(outbound, eta_seconds)
 
     # -- keys --

@@ -1,0 +1,198 @@
+"""A road through the code, followed call by call: which of celery-delayq's functions one
+call enters, in order, and how often it comes back to a module it had left.
+
+A *stop* is one call of a function defined in ``celery_delayq`` (module, qualified name),
+in the order the calls begin. Frames of Celery, kombu, redis-py or the standard library
+are not stops. A *return* is a stop in a module that is already on the call stack under
+a stop of another module: the road going back up to a module it had left, as when a
+channel calls its diverter and the diverter calls back into the channel. A helper that
+one module calls and that returns to it (a key's name, an encoding) is no return: the
+road goes down and comes back by returning, not by a call back up. Leaving to Celery
+or kombu and coming back to the same module is no return either.
+
+``python -m celery_delayq.testing.roads`` prints the three roads (a delayed publish on
+the Redis broker, a mover's pass, a beat's periodic pass), one line per visit, against a
+redis-server of its own: what docs/explanation/design.md shows.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from types import FrameType
+from typing import Any
+
+PACKAGE = "celery_delayq"
+#: Modules that are tools, not roads: this one and the rest of the testing helpers.
+NOT_ROADS = ("celery_delayq.testing",)
+
+
+@dataclass
+class Road:
+    """The stops of one traced call, in the order they began."""
+
+    stops: list[tuple[str, str]] = field(default_factory=list)
+    #: Each call from one of our modules into another: (caller stop, callee stop).
+    hops: list[tuple[tuple[str, str], tuple[str, str]]] = field(default_factory=list)
+    #: The stops that went back up to a module already on the stack, in order.
+    bounces: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def visits(self) -> list[tuple[str, list[str]]]:
+        """The stops grouped by consecutive module: (module, its functions in order)."""
+        grouped: list[tuple[str, list[str]]] = []
+        for module, function in self.stops:
+            if grouped and grouped[-1][0] == module:
+                if grouped[-1][1][-1] != function:
+                    grouped[-1][1].append(function)
+            else:
+                grouped.append((module, [function]))
+        return grouped
+
+    @property
+    def modules(self) -> list[str]:
+        """Every module the road passes through, first visit first."""
+        return list(dict.fromkeys(module for module, _ in self.stops))
+
+    @property
+    def returns(self) -> int:
+        """Calls back up into a module already on the stack under another one."""
+        return len(self.bounces)
+
+    def lines(self) -> list[str]:
+        """One line per visit: ``module: function, function`` (the package's prefix cut)."""
+        cut = len(PACKAGE) + 1
+        return [f"{module[cut:]}: {', '.join(functions)}" for module, functions in self.visits]
+
+
+@contextmanager
+def followed() -> Iterator[Road]:
+    """Record the road of what runs inside the block (this thread only)."""
+    road = Road()
+    stack: list[tuple[FrameType, str]] = []  # our frames now running, outermost first
+
+    def profile(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "return":
+            if stack and stack[-1][0] is frame:
+                stack.pop()
+            return
+        if event != "call":
+            return
+        module = frame.f_globals.get("__name__", "")
+        if not module.startswith(PACKAGE) or module.startswith(NOT_ROADS):
+            return
+        code = frame.f_code
+        stop = (module, getattr(code, "co_qualname", code.co_name))
+        road.stops.append(stop)
+        if stack and stack[-1][1] != module:
+            caller = stack[-1][0].f_code
+            road.hops.append(((stack[-1][1], getattr(caller, "co_qualname", caller.co_name)), stop))
+        if stack and stack[-1][1] != module and any(m == module for _, m in stack):
+            road.bounces.append(stop)
+        stack.append((frame, module))
+
+    previous = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield road
+    finally:
+        sys.setprofile(previous)
+
+
+def follow(call: Callable[[], object]) -> Road:
+    """The road of one call."""
+    with followed() as road:
+        call()
+    return road
+
+
+def hop_lines(road: Road) -> list[str]:
+    """One line per hop from one package of ours into another, the first time it is
+    made: ``caller -> callee`` (module and function, the package's prefix cut). Calls
+    between the modules of one package are left out: the line is for the road's shape."""
+    cut = len(PACKAGE) + 1
+    lines = [
+        f"{a[0][cut:]}.{a[1]} -> {b[0][cut:]}.{b[1]}"
+        for a, b in road.hops
+        if _package(a[0]) != _package(b[0])
+    ]
+    return list(dict.fromkeys(lines))
+
+
+def _package(module: str) -> str:
+    """The package a module belongs to (itself, when it is a package's ``__init__``)."""
+    return module if hasattr(sys.modules.get(module), "__path__") else module.rpartition(".")[0]
+
+
+def three_roads(redis_url: str) -> dict[str, Road]:
+    """The publish, move and periodic roads, followed on an app of ``redis_url`` (its
+    database is flushed): each the second time it is walked, so that what the first
+    walk loads and caches (modules, scripts, connections) is not on it."""
+    import redis
+    from celery.schedules import schedule
+
+    from ..beat import Scheduler
+    from ..brokers.connect import StoreConnection
+    from ..config.settings import config_of
+    from ..core.moving.mover import Mover
+    from .apps import build_app
+
+    redis.Redis.from_url(redis_url).flushdb()
+    app = build_app(
+        "roads",
+        {
+            "broker_url": redis_url,
+            "task_default_queue": "roads",
+            "delayq_periodic_horizon": 5,
+            "beat_schedule": {"every-10s": {"task": "roads.noop", "schedule": schedule(10.0)}},
+        },
+        current=True,
+    )
+    task = app.task(name="roads.noop", shared=False)(_noop)
+    roads: dict[str, Road] = {}
+    try:
+        task.apply_async(countdown=60)
+        roads["publish"] = follow(lambda: task.apply_async(countdown=60))
+
+        config = config_of(app)
+        connection = StoreConnection(app)
+        mover = Mover(connection.open, max_sleep=config.mover_max_sleep, retry_max=1.0)
+        try:
+            task.apply_async(countdown=0.001)
+            mover.move_once()
+            task.apply_async(countdown=0.001)
+            roads["move"] = follow(mover.move_once)
+        finally:
+            connection.close()
+
+        scheduler = Scheduler(app, lazy=True)
+        now = datetime.now(timezone.utc)
+        scheduler._pass(now)  # the settings synced, the first occurrence written
+        roads["periodic"] = follow(lambda: scheduler._pass(now + timedelta(seconds=10)))
+    finally:
+        app.close()
+    return roads
+
+
+def _noop() -> None:
+    """The roads' task: never run."""
+
+
+def main() -> None:
+    """Print the three roads against a redis-server of this process's own."""
+    from .redis_server import RedisServer
+
+    server = RedisServer().start()
+    try:
+        for name, road in three_roads(server.url).items():
+            print(f"{name}: {road.returns} return(s), {len(road.stops)} stops")
+            print("\n".join(f"    {line}" for line in hop_lines(road)))
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()
