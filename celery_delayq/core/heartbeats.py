@@ -11,6 +11,8 @@ from typing import Any
 
 import redis
 
+from .redis_replies import hash_reply
+
 
 def is_alive(beat: dict[str, Any], now: float, alive_within: float) -> bool:
     """Whether a heartbeat (``last_seen`` in Redis-clock seconds) is recent enough."""
@@ -34,7 +36,7 @@ class MoverRegistry:
     def all(self) -> list[dict[str, Any]]:
         """Every heartbeat, alive or stale, latest first; ``last_seen`` is Redis time in
         seconds."""
-        beats: dict[bytes, bytes] = self.client.hgetall(self.key)  # type: ignore[assignment]
+        beats = hash_reply(self.client.hgetall(self.key))
         found = [json.loads(info) for info in beats.values()]
         return sorted(found, key=lambda beat: beat.get("last_seen", 0), reverse=True)
 

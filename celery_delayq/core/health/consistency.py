@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..layout.keys import QueueKeys
 from ..layout.record import Record, duplicate_key, is_duplicate, is_key_index, split_extra
+from ..redis_replies import hash_reply
 from ..store import DelayedStore
 from .health_checks import OK, WARN, Finding
 
@@ -88,7 +89,7 @@ def scan_shard(store: DelayedStore, keys: QueueKeys) -> QueueScan:
     scan.mistimed = [
         key for key, due in records.items() if scan.entries.get(key, (b"", due))[1] != due
     ]
-    listings: dict[bytes, bytes] = store.client.hgetall(keys.duplicates)  # type: ignore[assignment]
+    listings = hash_reply(store.client.hgetall(keys.duplicates))
     listed = {
         duplicate_key(task, seq)
         for task, seqs in listings.items()

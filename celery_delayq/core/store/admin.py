@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ..layout.keys import QueueKeys
+from ..redis_replies import list_reply
 from .state import StoreState
 
 #: Most entries one read of a page returns (page_entries).
@@ -55,7 +56,7 @@ class Admin:
         """Every page entry of a queue shard, message key -> (page number, due ms); for
         consistency checks."""
         entries: dict[bytes, tuple[bytes, int]] = {}
-        pages: list[bytes] = self.state.client.zrange(keys.pages, 0, -1)  # type: ignore[assignment]
+        pages = list_reply(self.state.client.zrange(keys.pages, 0, -1))
         with self.state.client.pipeline(
             transaction=False
         ) as pipe:  # one round trip, not one a page

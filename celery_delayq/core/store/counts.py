@@ -10,6 +10,7 @@ from typing import Any
 from ..layout.keys import QueueKeys
 from ..layout.queue_counters import counters
 from ..lua import ScriptCall, run_pipelined
+from ..redis_replies import hash_reply
 from ..results import QueueBacklog
 from .state import StoreState
 
@@ -68,7 +69,7 @@ class Counts:
         moved, cancelled, lateness."""
         total: dict[str, int] = {}
         for keys in self.state.keys.shards_of(queue):
-            raw: dict[bytes, bytes] = self.state.client.hgetall(keys.stats)  # type: ignore[assignment]
+            raw = hash_reply(self.state.client.hgetall(keys.stats))
             for name, value in counters(raw).items():
                 total[name] = total.get(name, 0) + value
         return total

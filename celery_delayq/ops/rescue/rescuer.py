@@ -17,6 +17,7 @@ from redis.commands.core import Script
 from ...brokers.common.message import eta_of, eta_timestamp
 from ...config.errors import InvalidETA, MessageTooLarge
 from ...core.lua import ScheduleCall
+from ...core.redis_replies import list_reply
 from ...core.store import DelayedStore
 from .messages import decode_message, decode_unacked, mark_redelivered
 from .report import LISTS, UNACKED, Outcome, ProgressCallback, RescueReport, UnreadableMessage
@@ -175,7 +176,7 @@ class Rescuer:
         """
         key, start = self.real_key(kombu_list), 0
         while True:
-            window: list[bytes] = self.client.lrange(key, start, start + batch - 1)  # type: ignore[assignment]
+            window = list_reply(self.client.lrange(key, start, start + batch - 1))
             if not window:
                 return
             moves: list[Move] = []
