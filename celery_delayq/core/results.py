@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 
 from .layout.record import Record, task_id_of
 
@@ -36,6 +37,37 @@ class MoveResult:
             self.moved + self.missing
             and self.next_due_ms is not None
             and self.next_due_ms <= self.now_ms
+        )
+
+    def then(self, later: MoveResult) -> MoveResult:
+        """This call and ``later``, the next call on the same shard, as one: the counts
+        of both, and ``later``'s next due time, which holds now."""
+        return replace(
+            later,
+            moved=self.moved + later.moved,
+            missing=self.missing + later.missing,
+            max_lateness_ms=max(self.max_lateness_ms, later.max_lateness_ms),
+            call_seconds=self.call_seconds + later.call_seconds,
+        )
+
+    @classmethod
+    def merged(cls, results: Sequence[MoveResult], server_ms: Callable[[], int]) -> MoveResult:
+        """The results of separate shards (or batches) as one: their counts summed, and
+        the next due time (with its lead) of the one that must be woken for first. A
+        shard with more due now wins, so the caller passes again at once. With no
+        result, nothing is due and ``server_ms`` gives the time."""
+        if len(results) == 1:
+            return results[0]
+        timed = [r for r in results if r.next_due_ms is not None]
+        first = min(timed, key=lambda r: (r.next_due_ms or 0) - r.next_lead_ms, default=None)
+        return cls(
+            sum(r.moved for r in results),
+            None if first is None else first.next_due_ms,
+            max((r.now_ms for r in results), default=0) or server_ms(),
+            sum(r.missing for r in results),
+            max((r.max_lateness_ms for r in results), default=0),
+            sum(r.call_seconds for r in results),
+            0 if first is None else first.next_lead_ms,
         )
 
 

@@ -17,6 +17,7 @@ redis-server of its own: what docs/explanation/design.md shows.
 
 from __future__ import annotations
 
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -28,6 +29,7 @@ from typing import Any
 PACKAGE = "celery_delayq"
 #: Modules that are tools, not roads: this one and the rest of the testing helpers.
 NOT_ROADS = ("celery_delayq.testing",)
+COMPREHENSION = re.compile(r"\.<locals>\.<(?:listcomp|dictcomp|setcomp|genexpr)>$")
 
 
 @dataclass
@@ -84,12 +86,10 @@ def followed() -> Iterator[Road]:
         module = frame.f_globals.get("__name__", "")
         if not module.startswith(PACKAGE) or module.startswith(NOT_ROADS):
             return
-        code = frame.f_code
-        stop = (module, getattr(code, "co_qualname", code.co_name))
+        stop = (module, _function(frame))
         road.stops.append(stop)
         if stack and stack[-1][1] != module:
-            caller = stack[-1][0].f_code
-            road.hops.append(((stack[-1][1], getattr(caller, "co_qualname", caller.co_name)), stop))
+            road.hops.append(((stack[-1][1], _function(stack[-1][0])), stop))
         if stack and stack[-1][1] != module and any(m == module for _, m in stack):
             road.bounces.append(stop)
         stack.append((frame, module))
@@ -100,6 +100,14 @@ def followed() -> Iterator[Road]:
         yield road
     finally:
         sys.setprofile(previous)
+
+
+def _function(frame: FrameType) -> str:
+    """The qualified name of the function a frame runs; a comprehension's frame (one of
+    its own before Python 3.12, none after) is named after the function around it."""
+    code = frame.f_code
+    name: str = getattr(code, "co_qualname", code.co_name)
+    return COMPREHENSION.sub("", name)
 
 
 def follow(call: Callable[[], object]) -> Road:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
 
 import redis
 from redis.client import PubSub
@@ -30,19 +29,7 @@ class Moves:
     def move_due(self, queue: str) -> MoveResult:
         """Deliver at most one batch of this queue's due messages from each shard."""
         results = [self._deliver(shard) for shard in self.state.keys.shards_of(queue)]
-        if len(results) == 1:
-            return results[0]
-        next_due = [r.next_due_ms for r in results if r.next_due_ms is not None]
-        return MoveResult(
-            sum(r.moved for r in results),
-            min(next_due) if next_due else None,
-            max(r.now_ms for r in results),
-            sum(r.missing for r in results),
-            max(r.max_lateness_ms for r in results),
-            sum(r.call_seconds for r in results),
-            # the earliest shard's instant may be the dense one: wake for the largest lead
-            max(r.next_lead_ms for r in results),
-        )
+        return MoveResult.merged(results, self._server_ms)
 
     def move_all_due(self) -> MoveResult:
         """Deliver everything due in every queue, one bounded batch per call.
@@ -51,23 +38,28 @@ class Moves:
         queue whose move fails (its destination key is not a list, say) is logged and
         skipped: its messages stay pending, and the other queues are still moved.
         """
-        total = _MoveTotals()
+        shards: dict[QueueKeys, MoveResult] = {}  # each shard's calls so far, as one
+        pipelined: list[MoveResult] = []
         queues = self.state.queues()
         self._list_off_shard(queues)
         active = [shard for queue in queues for shard in self._shards_in_turn(queue)]
         try:
             while active:
                 results = [(shard, self._try_move(shard)) for shard in active]
-                for _, result in results:
+                for shard, result in results:
                     if result is not None:
-                        total.add(result)
+                        earlier = shards.get(shard)
+                        shards[shard] = result if earlier is None else earlier.then(result)
                 active = [shard for shard, result in results if result and result.more_due]
         finally:
             # Only a shard whose move failed can leave a pipelined batch (hand-overs
             # that pipeline, handover/claims.py); nothing stays in flight after a pass.
-            for result in self.state.handover.settle_pipelined():
-                total.add(result)
-        return total.result(lambda: self.state.server_time_ms() + self.state.handover.ahead_ms)
+            pipelined = list(self.state.handover.settle_pipelined())
+        return MoveResult.merged([*shards.values(), *pipelined], self._server_ms)
+
+    def _server_ms(self) -> int:
+        """The Redis server's time as a move would see it (with the hand-over's lead)."""
+        return self.state.server_time_ms() + self.state.handover.ahead_ms
 
     def _list_off_shard(self, queues: list[str]) -> None:
         """List in ``P:queues:off-shard`` each sharded queue holding keyed messages or
@@ -132,28 +124,3 @@ class Moves:
         pubsub = self.state.client.pubsub(ignore_subscribe_messages=True)
         pubsub.subscribe(self.state.keys.wakeup_channel)
         return pubsub
-
-
-class _MoveTotals:
-    """The sum of the moves of one ``move_all_due``."""
-
-    def __init__(self) -> None:
-        self.moved = self.missing = self.max_late = self.now = 0
-        self.next_due: int | None = None
-        self.next_lead = 0  # the extra lead of the instant that makes next_due
-
-    def add(self, result: MoveResult) -> None:
-        self.moved += result.moved
-        self.missing += result.missing
-        self.max_late = max(self.max_late, result.max_lateness_ms)
-        self.now = max(self.now, result.now_ms)
-        if result.next_due_ms is not None and not result.more_due:
-            wake = result.next_due_ms - result.next_lead_ms
-            if self.next_due is None or wake < self.next_due - self.next_lead:
-                self.next_due, self.next_lead = result.next_due_ms, result.next_lead_ms
-
-    def result(self, server_time_ms: Callable[[], int]) -> MoveResult:
-        now = self.now or server_time_ms()
-        return MoveResult(
-            self.moved, self.next_due, now, self.missing, self.max_late, 0.0, self.next_lead
-        )
