@@ -47,7 +47,11 @@ def eta_timestamp(eta: Any, timezone: tzinfo | None) -> float:
     Uses the same Celery helpers as ``celery.worker.request.Request``, so a naive ETA
     means what it means to a vanilla worker under ``timezone`` / ``enable_utc``.
     """
-    if not isinstance(eta, (str, datetime)):
+    if isinstance(eta, str):
+        quick = _celerys_own_form(eta)
+        if quick is not None:
+            return quick
+    elif not isinstance(eta, datetime):
         raise InvalidETA(
             f"eta header must be an ISO 8601 string, got {type(eta).__name__}: {eta!r}"
         )
@@ -59,6 +63,21 @@ def eta_timestamp(eta: Any, timezone: tzinfo | None) -> float:
     if not math.isfinite(seconds):
         raise InvalidETA(f"invalid eta {eta!r}: not a finite time")
     return seconds
+
+
+def _celerys_own_form(eta: str) -> float | None:
+    """The epoch seconds of an ``eta`` in the form Celery writes (an aware datetime's
+    ``isoformat()``, a whole-minute offset), read by the standard library's C parser;
+    None for any other form, which Celery's own helpers read. Such a string means the
+    same to both parsers, and reading it here is several times faster (every delayed
+    publish reads one)."""
+    if len(eta) < 6 or eta[-6] not in "+-" or eta[-3] != ":":
+        return None
+    try:
+        moment = datetime.fromisoformat(eta)
+        return moment.timestamp() if moment.isoformat() == eta else None
+    except (ValueError, OverflowError):
+        return None
 
 
 def eta_span(payload: bytes, eta: Any) -> tuple[int, int] | None:
