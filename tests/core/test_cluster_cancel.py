@@ -18,7 +18,7 @@ from celery_delayq.core.layout.record import task_key
 from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.testing.redis_cluster import RedisClusterServers, slot_of
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180), pytest.mark.slow]
 
 SHARDS = 8
 TASKS = 60

@@ -28,7 +28,7 @@ from celery_delayq.testing.redis_cluster import RedisClusterServers, slot_of
 
 from ..helpers import invoke, noop_task, take_all
 
-pytestmark = pytest.mark.timeout(90)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(90)]
 
 SHARDS = 8
 

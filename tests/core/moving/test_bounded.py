@@ -21,9 +21,9 @@ from celery import Celery
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import RedisServer, delivered_numbers, schedule_numbered, wait_until
 
-from ..helpers import standalone_mover
+from ...helpers import standalone_mover
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.timeout(600)]
 
 N = int(os.environ.get("DELAYQ_BOUNDED_N", "200000"))
 #: Messages the mover drains before its memory baseline is read (script loaded, code warm).

@@ -18,6 +18,8 @@ from celery_delayq.core.lua import (
     script_source,
 )
 
+pytestmark = pytest.mark.unit
+
 PACKAGE = Path(celery_delayq.__file__).parent
 LUA_FILES = sorted(PACKAGE.rglob("lua/*.lua"))
 #: Every script a client runs, by its package and name.

@@ -12,6 +12,8 @@ import redis
 from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, Scheduled
 
+pytestmark = pytest.mark.integration
+
 QUEUE = "periodic-q"
 ENTRY = "nightly report"
 SECOND = 1_000

@@ -4,12 +4,15 @@ key (keyed messages, periodic occurrences written ahead). Real redis-server."""
 
 from __future__ import annotations
 
+import pytest
 import redis
 
 from celery_delayq.core.layout.delay_keys import DelayKey
 from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.layout.record import key_index_field, task_key
 from celery_delayq.core.store import DelayedStore, Scheduled
+
+pytestmark = pytest.mark.integration
 
 SHARDS = 8
 

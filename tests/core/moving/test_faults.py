@@ -18,9 +18,9 @@ from celery_delayq.testing import (
     wait_until,
 )
 
-from ..helpers import WatchedProcess, celery_process, remember, runs, watched
+from ...helpers import WatchedProcess, celery_process, remember, runs, watched
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.timeout(180)]
 
 #: Messages the killed movers drain between them.
 MESSAGES = 20_000
@@ -32,9 +32,9 @@ LEAST_KILLS_MID_DRAIN = 5
 
 
 def start_mover(port: int, batch: int) -> WatchedProcess:
-    """``python -m tests.system.mover_process``, once it runs."""
+    """``python -m tests.core.moving.mover_process``, once it runs."""
     mover = watched(
-        [sys.executable, "-m", "tests.system.mover_process", str(port), str(batch)],
+        [sys.executable, "-m", "tests.core.moving.mover_process", str(port), str(batch)],
         "mover process",
     )
     mover.wait_for_output("ready", timeout=30)

@@ -14,7 +14,7 @@ from celery_delayq.testing import wait_until
 
 from ..helpers import celery_process, remember, runs
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 SHARDS = 4
 #: From 1 s: a countdown shorter than the first publish (it opens the broker and store

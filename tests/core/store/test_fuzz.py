@@ -57,6 +57,8 @@ from celery_delayq.testing import RedisServer, wait_until
 
 from .observe import as_scheduled, due_ms_of, inconsistencies, payload_of, snapshot
 
+pytestmark = pytest.mark.integration
+
 FUZZ = settings(
     max_examples=200,
     deadline=None,

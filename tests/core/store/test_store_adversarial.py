@@ -24,6 +24,8 @@ from celery_delayq.core.layout.record import INLINE_PREFIX, Record, task_key
 from celery_delayq.core.lua import HELPERS, PRELUDE
 from celery_delayq.core.store import DelayedStore, Scheduled
 
+pytestmark = pytest.mark.adversarial
+
 HOUR_MS = 3_600_000
 FIXTURE_SETTINGS = settings(
     deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

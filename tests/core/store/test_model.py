@@ -42,6 +42,8 @@ from celery_delayq.testing import PRIORITY_STEPS, kombu_lists
 
 from .observe import as_scheduled, drain, due_ms_of, inconsistencies, payload_of
 
+pytestmark = pytest.mark.integration
+
 BATCH = 3  # small, so that moves of a few messages already take several batches
 QUEUES = ("default", "reports", "odd {queue}: é")
 TASK_IDS = (
@@ -576,7 +578,7 @@ def bound_machine(
     app = make_app(
         delayq_move_batch_size=BATCH,
         # moves look ahead by delayq_move_ahead only: the model does not know how much
-        # further a dense instant is moved (tests/integration/test_mover.py does)
+        # further a dense instant is moved (tests/core/moving/test_mover.py does)
         delayq_burst_ahead=0,
         delayq_store_shards=shards,
         broker_transport_options=options,

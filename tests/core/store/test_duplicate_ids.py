@@ -24,6 +24,8 @@ from celery_delayq.testing import delivered_numbers, wait_until
 
 from .observe import inconsistencies
 
+pytestmark = pytest.mark.integration
+
 MANY = 20_000
 
 

@@ -21,7 +21,7 @@ from celery_delayq.testing.redis_cluster import RedisClusterServers, slot_of
 
 from ..helpers import ready_in, standalone_mover, take_all
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180), pytest.mark.slow]
 
 MESSAGES = 3_000
 

@@ -23,6 +23,8 @@ import celery_delayq
 
 from ..helpers import REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 PACKAGE = Path(celery_delayq.__file__).parent
 #: A file name (``record.py``, ``lua/prelude.lua``, ``core/store/dead_letters.py``).
 FILE_NAME = re.compile(r"(?<![\w/.{-])((?:[\w-]+/)*\w+\.(?:py|lua))\b")

@@ -23,6 +23,8 @@ from celery_delayq.core.results import MoveResult
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import RedisServer, delivered_numbers, schedule_numbered, wait_until
 
+pytestmark = pytest.mark.integration
+
 #: Passes a mover may make while messages fall due over 0.2 s: one per minimum
 #: interval at most, plus the first (at start) and the last.
 MOST_PASSES_OVER_200_MS = 1 + 0.2 / MIN_PASS_SECONDS + 2

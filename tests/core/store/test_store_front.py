@@ -7,10 +7,14 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import pytest
+
 from celery_delayq.core.lazy import first_use
 from celery_delayq.core.store import DelayedStore
 
-from ..helpers import REPO_ROOT
+from ...helpers import REPO_ROOT
+
+pytestmark = pytest.mark.unit
 
 #: The facets: ``writes``, made with the store, and those it makes on first use
 #: (heartbeats are no facet: the store hands out the movers' registry).

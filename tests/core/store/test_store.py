@@ -16,6 +16,8 @@ from celery_delayq.core.layout.record import task_key
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import wait_until
 
+pytestmark = pytest.mark.integration
+
 
 def make_store(client: redis.Redis, batch: int = 500, prefix: str = "") -> DelayedStore:
     return DelayedStore(client, KeySpace(prefix, "delayq"), batch)

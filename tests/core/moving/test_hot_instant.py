@@ -10,9 +10,9 @@ import pytest
 
 from celery_delayq.testing import wait_until, wait_until_quiescent
 
-from ..helpers import REMEMBER, celery_process, runs
+from ...helpers import REMEMBER, celery_process, runs
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180), pytest.mark.slow]
 
 TASKS = 300
 

@@ -13,6 +13,8 @@ from celery_delayq.core.health.health_checks import (
     server_findings,
 )
 
+pytestmark = pytest.mark.integration
+
 
 def test_the_server_the_suite_runs_on_is_supported_and_named(redis_client):
     info = redis_client.info("server")

@@ -15,6 +15,8 @@ from celery_delayq.core.layout.record import (
     task_id_of,
 )
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("delay_key", [None, b"user:42", b"k3:x:\xff"])
 @pytest.mark.parametrize("expires_ms", [None, 30_000])
