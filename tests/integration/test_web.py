@@ -21,8 +21,8 @@ from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.web import create_app, views
 from celery_delayq.web.guard.access import Access, AddressRefused, access_of, check_address
 
+from ..brokers.amqp.test_amqp_operations import dead_lettered, orphans
 from ..helpers import invoke, noop_task
-from .test_amqp_operations import dead_lettered, orphans
 
 flask = pytest.importorskip("flask")
 DispatcherMiddleware = pytest.importorskip("werkzeug.middleware.dispatcher").DispatcherMiddleware

@@ -15,8 +15,8 @@ from celery import Celery
 import celery_delayq
 from celery_delayq.testing import wait_until, wait_until_quiescent
 
+from ..brokers.amqp.test_amqp_worker import nothing_left
 from ..helpers import REMEMBER, celery_process, runs
-from .test_amqp_worker import nothing_left
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,4 +1,5 @@
-"""A bare mover process for fault tests: ``python -m tests.core.moving.mover_process PORT BATCH``."""
+"""A bare mover process for fault tests:
+``python -m tests.core.moving.mover_process PORT BATCH``."""
 
 from __future__ import annotations
 
