@@ -32,6 +32,8 @@ from celery_delayq.periodic.writer import OccurrenceWriter
 from ..helpers import PERIODIC_TASK as TASK
 from ..helpers import invoke
 
+pytestmark = pytest.mark.adversarial
+
 #: Every time zone's wall times of this crontab lie in a DST gap of Antarctica/Troll
 #: (01:00-02:00 on the last Sunday of March, when it is the 31st): it never fires there.
 NEVER = {

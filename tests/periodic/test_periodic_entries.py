@@ -16,6 +16,8 @@ from hypothesis import strategies as st
 
 from celery_delayq.periodic.entry import PeriodicEntry
 
+pytestmark = pytest.mark.unit
+
 ANCHOR = datetime(2026, 3, 1, 8, 0, 7, tzinfo=timezone.utc)
 LATER = datetime(2026, 3, 28, 12, tzinfo=timezone.utc)  # Berlin springs forward next day
 

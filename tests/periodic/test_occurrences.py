@@ -11,6 +11,8 @@ from celery.schedules import crontab, schedule, solar
 
 from celery_delayq.periodic.occurrences import Occurrences
 
+pytestmark = pytest.mark.unit
+
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
 

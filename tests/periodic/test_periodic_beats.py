@@ -19,7 +19,7 @@ from celery_delayq.testing import wait_until
 
 from ..helpers import celery_process, runs
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.timeout(120)]
 
 TICK = "tests.worker_app.tick"
 SETTINGS = {"beat_schedule": {"tick": {"task": TICK, "schedule": 1.0}}}

@@ -16,10 +16,11 @@ from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import wait_until
 
-from ..adversarial.test_periodic_entries import SHAPES
 from .test_periodic_beats import TICK, assert_each_ran_once_without_gaps, beat, occurrences, worker
+from .test_periodic_entries_adversarial import SHAPES
 
 pytestmark = [
+    pytest.mark.system,
     pytest.mark.slow,
     pytest.mark.timeout(120),
     pytest.mark.promise("periodic-bad-entry-stops-no-other"),

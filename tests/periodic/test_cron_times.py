@@ -25,6 +25,8 @@ from celery_delayq.periodic.cron_times import (
     occurrences,
 )
 
+pytestmark = pytest.mark.unit
+
 UTC = timezone.utc
 ZONES = [
     "America/New_York",

@@ -21,6 +21,8 @@ from celery_delayq.periodic.writer import OccurrenceWriter
 
 from ..helpers import PERIODIC_TASK as TASK
 
+pytestmark = pytest.mark.integration
+
 SCHEDULE = {"tick": {"task": TASK, "schedule": 1.0}}
 
 

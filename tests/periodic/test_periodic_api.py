@@ -21,6 +21,8 @@ from celery_delayq.testing import RedisServer
 
 from ..helpers import PERIODIC_TASK as TASK
 
+pytestmark = pytest.mark.integration
+
 NOW = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
 
 

@@ -18,6 +18,8 @@ from celery_delayq.periodic.records import ENTRY_HEADER, OCCURRENCE_HEADER, Mark
 from celery_delayq.periodic.registry import Versioned
 from celery_delayq.periodic.writer import MOST_AHEAD, OccurrenceWriter
 
+pytestmark = pytest.mark.integration
+
 #: Every injected "now" lies a day ahead of the wall clock, so each message is ahead of
 #: it too and kept in the store (a message already due would be published at once).
 NOW = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)

@@ -14,7 +14,7 @@ from celery_delayq.testing import wait_until
 
 from ..helpers import celery_process, invoke, remember, runs
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.timeout(120)]
 
 TICK = "tests.worker_app.tick"
 #: A horizon far longer than the test waits: an entry whose occurrences written ahead were
