@@ -18,7 +18,7 @@ from example_project.django_site.shop.models import Order
 from example_project.django_site.shop.tasks import confirm_order
 
 from ..helpers import chromium
-from ..system.test_web_mounted_browser import ENTRY, LABELS, click_every_action
+from ..web.test_web_mounted_browser import ENTRY, LABELS, click_every_action
 from ..web_links import dead_letter
 from .test_site_worker import confirmed, site_process
 

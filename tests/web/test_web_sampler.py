@@ -3,8 +3,12 @@ intervals between two samples of the store's totals."""
 
 from __future__ import annotations
 
+import pytest
+
 from celery_delayq.core.layout.queue_counters import LATENESS_BUCKETS_MS, lateness_quantile_ms
 from celery_delayq.web.sampler import CounterSampler, interval
+
+pytestmark = pytest.mark.unit
 
 
 def test_the_quantile_is_the_bound_of_the_bucket_that_holds_it() -> None:

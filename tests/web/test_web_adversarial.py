@@ -34,6 +34,8 @@ from celery_delayq.web.guard.access import Access, AddressRefused, check_address
 
 from ..helpers import invoke, noop_task
 
+pytestmark = pytest.mark.adversarial
+
 pytest.importorskip("flask")
 
 STRONG = "correct-horse-battery-staple-42"

@@ -17,6 +17,8 @@ from celery_delayq.web.guard.access import Access
 
 from ..web_links import ACTIONS, Answer, Crawl, stocked
 
+pytestmark = pytest.mark.integration
+
 flask = pytest.importorskip("flask")
 werkzeug_test = pytest.importorskip("werkzeug.test")
 DispatcherMiddleware = pytest.importorskip("werkzeug.middleware.dispatcher").DispatcherMiddleware

@@ -13,7 +13,9 @@ from celery import Celery
 from celery_delayq.web import create_app
 from celery_delayq.web.guard.access import Access
 
-from .test_web import STRONG, csrf_token, login, session_cookie
+from .test_web_adversarial import STRONG, csrf_token, login, session_cookie
+
+pytestmark = pytest.mark.adversarial
 
 flask = pytest.importorskip("flask")
 dispatcher = pytest.importorskip("werkzeug.middleware.dispatcher")

@@ -26,7 +26,7 @@ from ..helpers import celery_process, chromium, runs
 from ..web_links import dead_letter
 from .test_web_browser import confirm, remember_task, served
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180), pytest.mark.slow]
 
 TOKEN = "correct-horse-battery-staple-42"
 TICK = "tests.worker_app.tick"  # records the entry and occurrence it ran for

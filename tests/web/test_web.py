@@ -24,6 +24,8 @@ from celery_delayq.web.guard.access import Access, AddressRefused, access_of, ch
 from ..brokers.amqp.test_amqp_operations import dead_lettered, orphans
 from ..helpers import invoke, noop_task
 
+pytestmark = pytest.mark.integration
+
 flask = pytest.importorskip("flask")
 DispatcherMiddleware = pytest.importorskip("werkzeug.middleware.dispatcher").DispatcherMiddleware
 

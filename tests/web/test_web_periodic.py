@@ -34,6 +34,8 @@ from ..helpers import NOWHERE
 from ..helpers import PERIODIC_TASK as TASK
 from .test_web import XSS, csrf_token, flashes, page_title
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("flask")
 
 #: Names a user may give an entry: quotes, markup, the longest allowed, any script.

@@ -17,7 +17,7 @@ from celery_delayq.web.guard.access import Access
 from ..helpers import celery_process, chromium, runs
 from .test_web_browser import confirm, dashboard
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180), pytest.mark.slow]
 
 TICK = "tests.worker_app.tick"  # records the entry and occurrence it ran for
 NAME = 'nightly "<b>report</b>" it\'s ☃ <script>window.owned = 1</script>'

@@ -29,7 +29,7 @@ from celery_delayq.web.guard.access import Access
 
 from ..helpers import REMEMBER, celery_process, chromium, runs
 
-pytestmark = [pytest.mark.timeout(180), pytest.mark.slow]
+pytestmark = [pytest.mark.system, pytest.mark.timeout(180), pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
