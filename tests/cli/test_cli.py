@@ -13,6 +13,8 @@ from celery_delayq.testing import RedisServer
 
 from ..helpers import REMEMBER, invoke, remember, run_celery
 
+pytestmark = pytest.mark.integration
+
 
 def test_status_json_shape_and_timeline(app):
     remember(app, "soon", countdown=30)

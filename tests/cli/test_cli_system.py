@@ -11,6 +11,8 @@ from celery_delayq.testing import free_port, wait_until
 
 from ..helpers import celery_process, invoke, remember, standalone_mover
 
+pytestmark = pytest.mark.system
+
 
 def test_status_lists_a_live_mover_with_its_host(app, redis_server, redis_client):
     with standalone_mover(redis_server.url) as mover:

@@ -16,6 +16,8 @@ from celery_delayq.periodic.writer import OccurrenceWriter
 from ..helpers import PERIODIC_TASK as TASK
 from ..helpers import invoke
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture
 def app(periodic_app: Celery) -> Celery:

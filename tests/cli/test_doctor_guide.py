@@ -11,7 +11,7 @@ from celery_delayq.testing import RedisServer, wait_until
 
 from ..helpers import REPO_ROOT, invoke, standalone_mover
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(60)]
 
 GUIDE = REPO_ROOT / "docs" / "guides" / "redis-production.md"
 DOCTOR = "$ celery -A proj delayq doctor"
