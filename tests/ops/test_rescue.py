@@ -16,7 +16,7 @@ from celery_delayq.ops.rescue import Outcome, UnreadableMessage, open_rescuer, r
 from ..helpers import invoke, remember
 from ..vanilla import PRIORITY_LIST, apps, in_store, past
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 def due_of(payload: bytes) -> int:

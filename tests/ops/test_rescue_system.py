@@ -16,7 +16,7 @@ from celery_delayq.testing import wait_until, wait_until_quiescent
 from ..helpers import celery_process, remember, runs
 from ..vanilla import PRIORITY_LIST, apps, in_store, past
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 
 def test_unacked_entries_of_a_killed_worker_are_rescued(make_app, redis_server, redis_client):
