@@ -20,6 +20,8 @@ from celery_delayq.testing import wait_until
 
 from ..helpers import noop_task
 
+pytestmark = pytest.mark.integration
+
 ETA = datetime(2031, 5, 17, 8, 30, 0, 123456, tzinfo=timezone.utc)
 
 #: Arguments of every kind: plain ones (repr'd quickly) and ones only saferepr writes.

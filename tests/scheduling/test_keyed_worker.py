@@ -18,7 +18,7 @@ from celery_delayq.testing import wait_until, wait_until_quiescent
 from ..brokers.amqp.test_amqp_worker import nothing_left
 from ..helpers import REMEMBER, celery_process, runs
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 EDITS = 100
 EDIT_EVERY = 0.1  # 100 edits in 10 s, each well within the countdown of the one before

@@ -23,6 +23,8 @@ from celery_delayq.core.results import PendingMessage
 
 from ..helpers import invoke, noop_task
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.fixture(params=["redis", "amqp"])
 def keyed_app(request, make_app, make_amqp_app) -> Iterator[Celery]:
