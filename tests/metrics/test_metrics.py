@@ -25,6 +25,8 @@ from celery_delayq.testing import RedisServer, free_port, wait_until
 
 from ..helpers import fetch_metrics, invoke, noop_task, parse_metrics, scrape
 
+pytestmark = pytest.mark.integration
+
 # An optional extra: skip, rather than fail, where it is not installed.
 pytest.importorskip("prometheus_client")
 

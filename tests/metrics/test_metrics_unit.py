@@ -14,6 +14,8 @@ from celery_delayq.testing import free_port
 
 from ..helpers import invoke
 
+pytestmark = pytest.mark.unit
+
 
 def test_lateness_buckets_keep_bounds_unknown_to_this_version() -> None:
     stats = {"late_le_5": 1, "late_le_7": 2, "late_le_inf": 1, "late_sum_ms": 90_020}

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import pytest
+
 from celery_delayq.testing import free_port, wait_until
 
 from ..helpers import celery_process, fetch_metrics
+
+pytestmark = pytest.mark.system
 
 
 def test_a_worker_serves_metrics_when_delayq_metrics_port_is_set(redis_server, redis_client):

@@ -21,6 +21,8 @@ from celery_delayq.testing import wait_until
 
 from ..helpers import noop_task, parse_metrics, scrape
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("prometheus_client")
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "grafana-celery-delayq.json"
