@@ -40,7 +40,7 @@ from celery_delayq.testing import publish, wait_until  # noqa: E402
 from ..helpers import REMEMBER, WatchedProcess, celery_process, runs  # noqa: E402
 from .tracing_worker import SPANS_FILE, span_record  # noqa: E402
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.timeout(120)]
 
 #: Seconds of delay: long enough that the message waits in the store and a mover hands
 #: it over.

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from celery_delayq.worker.poison import nested_deeper
+
+pytestmark = pytest.mark.unit
 
 SCALARS = st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=3)
 VALUES = st.recursive(

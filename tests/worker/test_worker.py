@@ -16,7 +16,7 @@ from celery_delayq.testing import schedule_numbered, wait_until, wait_until_quie
 
 from ..helpers import REMEMBER, celery_process, remember, runs
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 
 @pytest.mark.promise("never-starts-early")

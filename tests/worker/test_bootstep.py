@@ -10,6 +10,8 @@ import pytest
 
 from ..helpers import NOWHERE, REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 STEP_ORDER = """
 from celery.worker import WorkController
 from tests.worker_app import app

@@ -34,7 +34,7 @@ from celery_delayq.worker.inspect import (
 
 from ..helpers import celery_process, runs
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 REMEMBER = "tests.worker_app.remember"
 HOST = socket.gethostname()

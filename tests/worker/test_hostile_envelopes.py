@@ -42,6 +42,7 @@ from ..helpers import REMEMBER, celery_process, remember, runs
 from .test_poison_messages import deep_recursion, nested, worker_settings
 
 pytestmark = [
+    pytest.mark.system,
     pytest.mark.timeout(300),
     pytest.mark.slow,
     pytest.mark.promise("crafted-input-stops-nothing"),

@@ -28,6 +28,7 @@ from celery_delayq.testing.redis_server import RedisServer
 from ..helpers import celery_process, remember, runs
 
 pytestmark = [
+    pytest.mark.system,
     pytest.mark.timeout(180),
     pytest.mark.slow,
     pytest.mark.promise("crafted-input-stops-nothing"),

@@ -12,6 +12,8 @@ import pytest
 from celery_delayq import periodic
 from celery_delayq.worker.periodic_runs import record_periodic_run
 
+pytestmark = pytest.mark.adversarial
+
 OCCURRENCE = datetime(2026, 11, 28, 9, 0, tzinfo=timezone.utc)
 
 
