@@ -17,7 +17,7 @@ from celery_delayq.testing import RedisServer, wait_until
 
 from ..helpers import celery_process, invoke, remember, runs, standalone_mover
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 A, B = {"delayq_key_prefix": "dqa"}, {"delayq_key_prefix": "dqb"}
 

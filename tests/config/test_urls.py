@@ -31,6 +31,8 @@ from celery_delayq.testing import RedisServer, free_port, sentinels, wait_until
 
 from ..helpers import NOWHERE, celery_process, fetch_metrics, invoke, remember, runs
 
+pytestmark = pytest.mark.adversarial
+
 CLUSTER_FORM = "redis+cluster://a:7000,b:7000/0"
 SENTINELS = "sentinel://:s1@h1:26379;sentinel://:s2@h2:26379/0"
 AMQP_FAILOVER = "amqp://u:p1@h1//;amqp://u:p2@h2//"

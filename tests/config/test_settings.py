@@ -19,6 +19,8 @@ from celery_delayq.config.settings import DelayqConfig
 
 from ..helpers import NOWHERE, noop_task
 
+pytestmark = pytest.mark.unit
+
 
 def test_a_non_redis_broker_url_is_refused_at_start(app_factory):
     app = app_factory(url="amqp://guest@localhost:5672//")

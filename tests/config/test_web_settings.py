@@ -17,7 +17,7 @@ from celery_delayq.testing import free_port, wait_until
 
 from ..helpers import celery_process, runs, standalone_mover
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.system, pytest.mark.slow]
 
 SECRET = "a-long-Secret-9876"
 BASIC = {"delayq_web_username": "ops", "delayq_web_password": SECRET}

@@ -24,7 +24,7 @@ from tools.acl_rules import NOT_GRANTED
 from ..acl import acl_redis
 from ..helpers import celery_process, invoke, remember, runs
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 TICK = "tests.worker_app.tick"
 SETTINGS: dict[str, Any] = {

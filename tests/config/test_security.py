@@ -41,7 +41,7 @@ from ..helpers import (
     standalone_mover,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 APP1_PASSWORD = "secret"
 APP1_SETTINGS: dict[str, Any] = {

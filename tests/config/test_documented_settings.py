@@ -18,6 +18,8 @@ from celery_delayq.demo import DEMO_QUEUE
 
 from ..helpers import REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 #: ``delayq_`` names that are message headers or the demo's queue (its output shows it),
 #: not settings.
 HEADERS = {KEY_HEADER, ON_HELD_HEADER, MAX_WAIT_HEADER, REDELIVERIES_HEADER}
