@@ -6,9 +6,13 @@ from __future__ import annotations
 
 import socket
 
+import pytest
+
 from celery_delayq.testing import Activity, activity, wait_until
 
 from ..helpers import celery_process, remember
+
+pytestmark = pytest.mark.system
 
 
 def test_activity_sees_delayed_queued_unacked_and_held_messages(make_app, redis_server):

@@ -8,6 +8,8 @@ import pytest
 
 from celery_delayq.testing import WaitAborted, wait_until
 
+pytestmark = pytest.mark.unit
+
 
 def test_wait_until_returns_the_first_truthy_value() -> None:
     values = iter([0, None, [], "ready", "later"])

@@ -13,7 +13,7 @@ from redis.cluster import RedisCluster
 from celery_delayq.testing import RedisServer
 from celery_delayq.testing.redis_cluster import SLOTS, RedisClusterServers
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(120)]
 
 
 @pytest.fixture
