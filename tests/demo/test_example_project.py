@@ -16,6 +16,8 @@ import pytest
 
 from ..helpers import REPO_ROOT
 
+pytestmark = pytest.mark.system
+
 DEMO_TIMEOUT = 90
 
 #: Every run the demo's table must list (the cancelled task must not be among them).
