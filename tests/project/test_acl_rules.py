@@ -9,6 +9,8 @@ import pytest
 
 from tools import acl_rules
 
+pytestmark = pytest.mark.unit
+
 
 def test_the_production_guide_quotes_the_generated_acl_line() -> None:
     assert acl_rules.main(["--check"]) == 0

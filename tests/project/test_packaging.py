@@ -17,6 +17,8 @@ import celery_delayq
 
 from ..helpers import REPO_ROOT
 
+pytestmark = pytest.mark.unit
+
 #: Extras that are not part of running the product: ``all`` leaves them out.
 NOT_RUNTIME = {"all", "demo", "test", "lint", "bench", "docs"}
 

@@ -5,7 +5,11 @@ adapters."""
 
 from __future__ import annotations
 
+import pytest
+
 from tools.import_graph import report
+
+pytestmark = pytest.mark.unit
 
 SHAPE = report()
 

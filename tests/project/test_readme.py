@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
+
 from ..acl import APP1_ACL
 from ..helpers import REPO_ROOT
+
+pytestmark = pytest.mark.unit
 
 
 def test_the_production_guide_quotes_the_acl_line() -> None:
