@@ -22,7 +22,12 @@ from ..web.test_web_mounted_browser import ENTRY, LABELS, click_every_action
 from ..web_links import dead_letter
 from .test_site_worker import confirmed, site_process
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    pytest.mark.django_db(transaction=True),
+]
 
 PASSWORD = "a-long-Secret-9876"
 

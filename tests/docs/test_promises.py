@@ -7,10 +7,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from .snippets import ROOT
 
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import promise_ledger  # noqa: E402
+
+pytestmark = pytest.mark.unit
 
 
 def test_every_promise_has_a_test_and_every_named_promise_exists() -> None:
