@@ -2,7 +2,7 @@
 ``CELERY_DELAYQ_*``) name in the README and docs/ is in the registry, and every name in
 the registry carries its own documentation (the settings reference is generated from it).
 A worker, beat and the dashboard started with every one of them:
-tests/system/test_web_settings.py."""
+tests/config/test_web_settings.py."""
 
 from __future__ import annotations
 

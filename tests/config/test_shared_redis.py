@@ -1,6 +1,6 @@
 """Two apps on one Redis under different ``delayq_key_prefix``es, as the production guide
 says (Several apps on one Redis): separate delayed stores, shared queue lists. (Apps with
-different ``global_keyprefix``es share nothing: tests/system/test_security.py.)"""
+different ``global_keyprefix``es share nothing: tests/config/test_security.py.)"""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 example Django site (``dashboard_urls`` at /delayq/), served by a real server
 (pytest-django's live server), behind the Django staff login, with a real worker started
 from the site's settings: the same clicks as under a WSGI prefix
-(tests/system/test_web_mounted_browser.py), and their effect on the shop's orders."""
+(tests/web/test_web_mounted_browser.py), and their effect on the shop's orders."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ written into the store by hand (nested too deep, bad options, a last run past th
 9999, a crontab that never fires) stop no other entry in a beat's pass, and every reader
 names them instead of failing; a crontab that never fires is searched for once per
 version. With real ``celery beat`` and ``worker`` processes:
-tests/system/test_periodic_poison.py."""
+tests/periodic/test_periodic_poison.py."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 worker`` processes (issue 34, findings 2, 7 and 8): records written into the store by
 hand (nested too deep, options no message can be built with, a crontab that never fires,
 a last run past the year 9999) stop no good entry, in any beat. In-process:
-tests/adversarial/test_periodic_entries.py."""
+tests/periodic/test_periodic_entries_adversarial.py."""
 
 from __future__ import annotations
 

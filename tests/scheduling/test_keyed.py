@@ -1,6 +1,6 @@
 """Delay keys (debounce, keep, reject) through a real publish, on a Redis broker (the
 same-Redis move) and on RabbitMQ (claim -> publish -> ack); no worker: the store and the
-queues are read directly. Worker runs are in tests/system/test_keyed_worker.py."""
+queues are read directly. Worker runs are in tests/scheduling/test_keyed_worker.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """The web dashboard's HTTP layer (Flask's test client) against a real Redis: pages,
 filters and paging, actions with their confirmations and CSRF, read-only mode, auth,
 escaping, and a store outage. Clicking through it in a browser is in
-tests/system/test_web_browser.py."""
+tests/web/test_web_browser.py."""
 
 from __future__ import annotations
 

@@ -307,7 +307,7 @@ def test_every_page_carries_the_security_headers(client, path: str) -> None:
 @pytest.mark.promise("web-security-headers")
 def test_no_page_has_script_a_policy_would_block(app, client, tie) -> None:
     """The policy allows no script: so no page may carry any (a browser check of the
-    same, with no console violations, is in tests/system/test_web_browser.py)."""
+    same, with no console violations, is in tests/web/test_web_browser.py)."""
     periodic.upsert(app, "<b>entry</b>", "tests.noop", 60)  # its row has the action forms
     pages = ["/", "/scheduled", "/dead", "/doctor", "/login", f"/task/{tie[0]}", "/task/x"]
     for path in [*pages, "/periodic"]:

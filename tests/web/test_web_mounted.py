@@ -2,7 +2,7 @@
 guide shows) against a real Redis: every page crawled, every form and its confirmation
 submitted, and every link, form target and redirect kept under the prefix (the Django
 mount: tests/django/test_site.py; clicking through both in chromium:
-tests/system/test_web_mounted_browser.py)."""
+tests/web/test_web_mounted_browser.py)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ real Redis: each entry with its schedule, next runs, last run and missed occurre
 pause, resume and run now, which go the way of every dashboard action (a POST with its
 CSRF token, a confirmation, then the change; refused read-only). Entry names are the
 user's: crafted ones are shown as text and acted on like any other. In a browser:
-tests/system/test_web_periodic_browser.py."""
+tests/web/test_web_periodic_browser.py."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """OpenTelemetry trace continuity across a delay, with ``opentelemetry-instrumentation-celery``.
 
 The test process publishes a task 2 s ahead while instrumented (its spans go to
-memory); a real instrumented ``celery worker`` (tests/system/tracing_worker.py, its
+memory); a real instrumented ``celery worker`` (tests/worker/tracing_worker.py, its
 spans to a file) runs it after the message waited in the delayed store and a mover
 handed it over: on the Redis broker, to RabbitMQ and to SQS. The worker's ``run`` span
 must be a child of the producer's ``apply_async`` span, in the same trace, which holds
@@ -46,7 +46,7 @@ pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.timeout(120)]
 #: it over.
 DELAY = 2.0
 #: The Celery ``imports`` that make a tests.worker_app worker trace itself.
-TRACED = {"imports": ["tests.system.tracing_worker"]}
+TRACED = {"imports": ["tests.worker.tracing_worker"]}
 
 
 @pytest.fixture
