@@ -1,6 +1,7 @@
-"""The Redis ACL rules the locked-down tests grant an app's user (tests/system): those that
-tools/acl_rules.py generates from the commands really sent, which the Redis production guide
-quotes (docs/guides/redis-production.md, checked in tests/unit)."""
+"""The Redis ACL rules the locked-down tests grant an app's user (tests/config/test_acl_user.py
+and test_security.py): those that tools/acl_rules.py generates from the commands really
+sent, which the Redis production guide quotes (docs/guides/redis-production.md, checked in
+tests/project/test_readme.py)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,16 @@
-"""Fixtures of all three kinds of tests (helpers that are not fixtures: ``tests.helpers``).
+"""Fixtures of every kind of test (helpers that are not fixtures: ``tests.helpers``).
 
-- ``tests/unit``: no server at all (``app_factory`` builds apps on an unused address).
-- ``tests/integration``: a real redis-server (one per session, ``redis_server``), flushed
+Folders follow the package (``tests/core``, ``tests/brokers/redis``...); each test module
+marks its kind (``pytestmark``, markers registered in pyproject.toml):
+
+- ``unit``: no server at all (``app_factory`` builds apps on an unused address); a unit test
+  that asks for a server fails (``pytest_runtest_setup`` below).
+- ``integration``: a real redis-server (one per session, ``redis_server``), flushed
   before every test that uses it (``redis_client``, ``make_app``, ``app``).
-- ``tests/system``: real ``celery worker``, ``beat`` and ``delayq mover`` subprocesses
+- ``system``: real ``celery worker``, ``beat`` and ``delayq mover`` subprocesses
   (``tests.helpers.celery_process``), Sentinel, TLS, ACL users, kills.
-- Tests on RabbitMQ (``rabbitmq_url``, ``make_amqp_app``) run in the latter two kinds.
+- ``adversarial``: hostile input against real servers and processes.
+- Tests on RabbitMQ (``rabbitmq_url``, ``make_amqp_app``) run in the latter kinds.
 """
 
 from __future__ import annotations
@@ -37,6 +42,19 @@ from celery_delayq.testing import (
 )
 
 from .helpers import NOWHERE, PERIODIC_TASK
+
+#: The fixtures that start a server: a unit test may ask for none of them.
+SERVERS = {"redis_server", "store_server", "redis_cluster", "rabbitmq_url", "sqs_server"}
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """A unit test runs without any server: asking for one is a mistake in the test (its
+    kind is integration), caught here before the server starts."""
+    asked = SERVERS.intersection(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("unit") and asked:
+        pytest.fail(
+            f"a unit test asked for a server ({', '.join(sorted(asked))}): mark it integration"
+        )
 
 
 @pytest.fixture(scope="session")

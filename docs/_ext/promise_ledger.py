@@ -24,15 +24,10 @@ ROLE = re.compile(r"\{promise\}`([^`]*)`")
 ID = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 #: The ledger page itself: it shows an id as an example, and makes no promise.
 LEDGER_PAGE = "docs/explanation/promises.md"
-#: The folders whose tests run real processes (redis-server, RabbitMQ, celery worker or
-#: beat, a browser): only they can attack a promise. ``tests/unit`` runs no server.
-ATTACKS = (
-    "tests/integration/",
-    "tests/system/",
-    "tests/adversarial/",
-    "tests/django/",
-    "tests/format/",
-)
+#: The kinds of test (their ``pytest.mark``, registered in pyproject.toml) that run real
+#: processes (redis-server, RabbitMQ, celery worker or beat, a browser): only they can
+#: attack a promise. A ``unit`` test runs no server.
+ATTACKS = frozenset({"integration", "system", "adversarial"})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -193,26 +188,46 @@ def _tests(tree: ast.Module) -> Iterator[tuple[str, list[ast.expr]]]:
                     yield f"{node.name}::{member.name}", marks
 
 
-def attacks(root: Path) -> dict[str, list[str]]:
-    """For each promise id named by a test: the tests (``path::name``) that name it."""
-    named: dict[str, list[str]] = {}
+def _mark_names(decorators: list[ast.expr]) -> set[str]:
+    """The names of the ``pytest.mark.<name>`` among ``decorators``, called or not."""
+    return {
+        node.attr
+        for decorator in decorators
+        for node in ast.walk(decorator)
+        if isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "mark"
+    }
+
+
+def _named(root: Path) -> Iterator[tuple[str, str, set[str]]]:
+    """Each promise id a test names, with the test (``path::name``) and its marks."""
     for path in sorted((root / "tests").rglob("test_*.py")):
         relative = path.relative_to(root).as_posix()
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=relative)
         for name, decorators in _tests(tree):
             for promise_id in _promise_ids(decorators):
-                named.setdefault(promise_id, []).append(f"{relative}::{name}")
+                yield promise_id, f"{relative}::{name}", _mark_names(decorators)
+
+
+def attacks(root: Path) -> dict[str, list[str]]:
+    """For each promise id named by a test: the tests (``path::name``) that name it."""
+    named: dict[str, list[str]] = {}
+    for promise_id, test, _ in _named(root):
+        named.setdefault(promise_id, []).append(test)
     return named
 
 
 def problems(root: Path) -> list[str]:
     """What breaks the ledger: a promise no test attacks, a test naming an id no document
-    makes, a promise attacked only by tests that run no server, a malformed or repeated id."""
+    makes, a promise attacked only by tests that run no server (no kind of ``ATTACKS``), a
+    malformed or repeated id."""
     made, found = promises(root)
     named = attacks(root)
+    running = {test for _, test, marks in _named(root) if marks & ATTACKS}
     for promise_id, promise in sorted(made.items()):
         tests = named.get(promise_id, [])
-        real = [test for test in tests if test.startswith(ATTACKS)]
+        real = [test for test in tests if test in running]
         if not tests:
             found.append(f"{promise.path}:{promise.line}: promise {promise_id!r} has no test")
         elif not real:

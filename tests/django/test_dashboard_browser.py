@@ -2,7 +2,7 @@
 example Django site (``dashboard_urls`` at /delayq/), served by a real server
 (pytest-django's live server), behind the Django staff login, with a real worker started
 from the site's settings: the same clicks as under a WSGI prefix
-(tests/system/test_web_mounted_browser.py), and their effect on the shop's orders."""
+(tests/web/test_web_mounted_browser.py), and their effect on the shop's orders."""
 
 from __future__ import annotations
 
@@ -18,11 +18,16 @@ from example_project.django_site.shop.models import Order
 from example_project.django_site.shop.tasks import confirm_order
 
 from ..helpers import chromium
-from ..system.test_web_mounted_browser import ENTRY, LABELS, click_every_action
+from ..web.test_web_mounted_browser import ENTRY, LABELS, click_every_action
 from ..web_links import dead_letter
 from .test_site_worker import confirmed, site_process
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(180), pytest.mark.django_db(transaction=True)]
+pytestmark = [
+    pytest.mark.system,
+    pytest.mark.slow,
+    pytest.mark.timeout(180),
+    pytest.mark.django_db(transaction=True),
+]
 
 PASSWORD = "a-long-Secret-9876"
 

@@ -18,7 +18,7 @@ from celery_delayq.config.settings import DelayqConfig, config_of
 
 from ..web_links import ACTIONS, Answer, Crawl, Fetch, stocked
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 
 def django_celery_app() -> Celery:

@@ -15,7 +15,7 @@ from example_project.django_site.shop.models import Order
 
 from .test_site_worker import site_process
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 SETTINGS_MODULE = "example_project.django_site.settings_delayq_beat"
 SWEEP = "example_project.django_site.shop.tasks.confirm_overdue_orders"

@@ -17,7 +17,7 @@ from celery_delayq.testing import RedisServer
 from ..helpers import REPO_ROOT
 from .conftest import SETTINGS_MODULE
 
-pytestmark = pytest.mark.promise("periodic-django-tasks-known")
+pytestmark = [pytest.mark.integration, pytest.mark.promise("periodic-django-tasks-known")]
 
 CONFIRM = "example_project.django_site.shop.tasks.confirm_order"
 

@@ -22,7 +22,7 @@ from ..helpers import WatchedProcess, watched
 from .conftest import SETTINGS_MODULE
 from .test_site import pending
 
-pytestmark = [pytest.mark.slow, pytest.mark.django_db(transaction=True)]
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
 
 @contextmanager

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from .check_links import broken_links, main
+
+pytestmark = pytest.mark.unit
 
 
 def _site(tmp_path: Path, guide_links: str) -> Path:

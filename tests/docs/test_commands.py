@@ -7,6 +7,8 @@ import pytest
 
 from .commands import CommandError, check_block, commands_of
 
+pytestmark = pytest.mark.unit
+
 GOOD = [
     "celery -A proj delayq status",
     "celery -A proj delayq list --queue default --limit 10 --json",

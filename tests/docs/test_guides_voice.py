@@ -12,6 +12,8 @@ import pytest
 
 from .snippets import ROOT
 
+pytestmark = pytest.mark.unit
+
 GUIDES = ROOT / "docs" / "guides"
 
 _MONTHS = (

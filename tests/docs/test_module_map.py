@@ -5,6 +5,10 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.unit
+
 ROOT = Path(__file__).resolve().parents[2]
 DESIGN = ROOT / "docs" / "explanation" / "design.md"
 #: A map entry: two-space steps of indentation, then one or more names ("a.py, b.py").

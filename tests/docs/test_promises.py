@@ -7,10 +7,14 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from .snippets import ROOT
 
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import promise_ledger  # noqa: E402
+
+pytestmark = pytest.mark.unit
 
 
 def test_every_promise_has_a_test_and_every_named_promise_exists() -> None:
@@ -38,9 +42,11 @@ def test_the_check_fails_on_an_untested_promise_an_unknown_id_and_a_unit_only_pr
     )
     write(
         tmp_path,
-        "tests/system/test_a.py",
+        "tests/worker/test_a.py",
         """\
         import pytest
+
+        pytestmark = pytest.mark.system
 
         @pytest.mark.promise("never-lost", "made-up")
         def test_kept():
@@ -55,11 +61,11 @@ def test_the_check_fails_on_an_untested_promise_an_unknown_id_and_a_unit_only_pr
     )
     write(
         tmp_path,
-        "tests/unit/test_b.py",
+        "tests/core/test_b.py",
         """\
         import pytest
 
-        pytestmark = [pytest.mark.promise("no-leak")]
+        pytestmark = [pytest.mark.unit, pytest.mark.promise("no-leak")]
 
         def test_quiet():
             pass
@@ -69,16 +75,16 @@ def test_the_check_fails_on_an_untested_promise_an_unknown_id_and_a_unit_only_pr
     assert made["never-lost"].text == "A message is never lost."
     assert made["runs-once"].text == "It runs once."
     assert promise_ledger.attacks(tmp_path) == {
-        "never-lost": ["tests/system/test_a.py::test_kept"],
-        "made-up": ["tests/system/test_a.py::test_kept"],
-        "runs-once": ["tests/system/test_a.py::TestLeaks::test_once"],
-        "no-leak": ["tests/unit/test_b.py::test_quiet"],
+        "never-lost": ["tests/worker/test_a.py::test_kept"],
+        "made-up": ["tests/worker/test_a.py::test_kept"],
+        "runs-once": ["tests/worker/test_a.py::TestLeaks::test_once"],
+        "no-leak": ["tests/core/test_b.py::test_quiet"],
     }
     assert promise_ledger.problems(tmp_path) == [
         "docs/guide.md:4: promise 'no-leak' is made again (first in docs/guide.md:4)",
         "docs/guide.md:4: promise 'no-leak' is named only by tests that run no server:"
-        " tests/unit/test_b.py::test_quiet",
-        "tests/system/test_a.py::test_kept: names promise 'made-up', which no document makes",
+        " tests/core/test_b.py::test_quiet",
+        "tests/worker/test_a.py::test_kept: names promise 'made-up', which no document makes",
     ]
 
 
@@ -118,7 +124,7 @@ def test_a_promise_quotes_its_sentence_its_table_cell_and_its_code_as_written(
         "ready": "a ready message: never lost",
         "piped": "a ready message: `a|b` kept",
     }
-    # a test outside the folders that run servers (here tests/docs) proves nothing
+    # a test of no kind that runs servers (tests/docs/test_c.py has none) proves nothing
     assert (
         "docs/guide.md:3: promise 'kept' is named only by tests that run no server:"
         " tests/docs/test_c.py::test_built_pages"

@@ -20,6 +20,8 @@ pytest.importorskip("prometheus_client")
 sys.path.insert(0, str(ROOT / "docs" / "_ext"))
 import delayq_reference  # noqa: E402
 
+pytestmark = pytest.mark.integration
+
 
 def test_the_metrics_page_lists_what_the_collector_yields(app: Celery) -> None:
     from celery_delayq.metrics import DelayqCollector

@@ -19,7 +19,7 @@ import pytest
 
 from ..helpers import chromium
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 #: Pages every page's sidebar links to: one per toctree caption.
 SIDEBAR_PAGES = [

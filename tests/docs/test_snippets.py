@@ -13,6 +13,8 @@ import pytest
 
 from .snippets import ROOT
 
+pytestmark = pytest.mark.integration
+
 pytest.importorskip("sybil", reason="Sybil 10 needs Python 3.11+")
 
 PAGE = textwrap.dedent(

@@ -27,6 +27,7 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+import pytest
 import redis
 from celery import Celery
 from click.testing import CliRunner
@@ -43,6 +44,8 @@ from celery_delayq.testing import (
 
 from .apps import BLOCKED, KINDS, RAN, RESULTS_DB, make_app, queues
 from .redis_dump import load_db, read_fixture
+
+pytestmark = pytest.mark.system
 
 FIXTURE = Path(__file__).with_name("store-fixture.json")
 ROOT = Path(__file__).parents[2]

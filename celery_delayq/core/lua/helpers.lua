@@ -2,10 +2,11 @@
 -- messages, duplicates, delay keys, and collecting due messages. Every store script but
 -- schedule.lua and schedule_many.lua includes it after prelude.lua.
 
--- Records are read by one grammar, here and in layout/record.py alike (tests/adversarial
--- compares the two): every number is 1 to MAX_DIGITS ASCII digits (no sign, exponent,
--- hex or space; at most 15 digits, so Lua's doubles hold it exactly), a counted field's
--- bytes lie within the record, and a destination is never empty.
+-- Records are read by one grammar, here and in layout/record.py alike
+-- (tests/core/store/test_store_adversarial.py compares the two): every number is 1 to
+-- MAX_DIGITS ASCII digits (no sign, exponent, hex or space; at most 15 digits, so Lua's
+-- doubles hold it exactly), a counted field's bytes lie within the record, and a
+-- destination is never empty.
 local MAX_DIGITS = 15
 
 -- The digits at pos and the index after them; nil when there are none or too many.

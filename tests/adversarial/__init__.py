@@ -1,1 +1,0 @@
-"""Adversarial tests: hostile input against real servers and processes (issue 25)."""

@@ -1,0 +1,125 @@
+"""Managing periodic entries at run time (celery_delayq.periodic), against a real Redis
+and the app's real channel: each change is written whole or not at all, and takes effect
+from the next occurrence."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+
+import pytest
+import redis
+from celery import Celery
+from celery.schedules import crontab
+from kombu.exceptions import OperationalError
+
+from celery_delayq import periodic
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.periodic.records import OCCURRENCE_HEADER
+from celery_delayq.periodic.registry import EntryRegistry
+from celery_delayq.testing import RedisServer
+
+from ..helpers import PERIODIC_TASK as TASK
+
+pytestmark = pytest.mark.integration
+
+NOW = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(days=1)
+
+
+@pytest.fixture
+def app(periodic_app: Celery) -> Celery:
+    return periodic_app
+
+
+def pending_occurrences(app) -> list[str]:
+    with open_store(app) as store:
+        listed = store.pending(queue="default", limit=1_000)
+    return sorted(json.loads(m.record.payload)["headers"][OCCURRENCE_HEADER] for m in listed)
+
+
+def test_an_entry_is_added_listed_and_replaced_from_its_next_occurrence(app) -> None:
+    added = periodic.upsert(app, "tick", TASK, 60, args=("a",), now=NOW)
+    assert not added.replaced
+    info = periodic.get(app, "tick", now=NOW)
+    assert info is not None and info.entry.args == ("a",)
+    assert info.next_runs == [NOW + timedelta(minutes=n) for n in (1, 2, 3)]
+    assert len(pending_occurrences(app)) == 5  # the 5-minute horizon
+
+    changed = periodic.upsert(app, "tick", TASK, 120, now=NOW + timedelta(seconds=1))
+    assert changed.replaced and changed.version > added.version
+    assert len(pending_occurrences(app)) == 2  # every 2 minutes from its change: +2 and +4
+    assert [each.entry.name for each in periodic.entries(app, now=NOW)] == ["tick"]
+
+
+def test_bad_input_writes_nothing_and_an_unknown_task_warns(app) -> None:
+    with pytest.raises(ValueError, match="time zone"):
+        periodic.upsert(app, "x", TASK, 60, timezone="Nowhere/Town", now=NOW)
+    with pytest.raises(ValueError, match="catch_up"):
+        periodic.upsert(app, "x", TASK, 60, catch_up="sometimes", now=NOW)
+    assert periodic.entries(app) == [] and pending_occurrences(app) == []
+    with pytest.warns(periodic.UnknownTaskWarning, match="no.such.task"):
+        periodic.upsert(app, "x", "no.such.task", crontab(minute=0), now=NOW)
+    assert periodic.get(app, "x") is not None
+
+
+def test_pause_resume_and_remove_take_effect_from_the_next_occurrence(app) -> None:
+    periodic.upsert(app, "tick", TASK, 60, now=NOW)
+    periodic.pause(app, "tick", now=NOW + timedelta(seconds=1))
+    assert pending_occurrences(app) == []
+    assert periodic.get(app, "tick").next_runs == []
+    periodic.resume(app, "tick", now=NOW + timedelta(seconds=2))
+    assert len(pending_occurrences(app)) == 5
+    assert periodic.remove(app, "tick", now=NOW + timedelta(seconds=3))
+    assert pending_occurrences(app) == [] and periodic.get(app, "tick") is None
+    assert not periodic.remove(app, "tick")
+    with pytest.raises(KeyError, match="tick"):
+        periodic.pause(app, "tick")
+
+
+def test_run_now_sends_one_extra_occurrence_at_once(app, redis_client) -> None:
+    periodic.upsert(app, "tick", TASK, 60, kwargs={"label": "now"}, now=NOW)
+    task_id = periodic.run_now(app, "tick", now=NOW)
+    queued = [json.loads(raw) for raw in redis_client.lrange("default", 0, -1)]
+    assert [m["headers"]["id"] for m in queued] == [task_id]
+    assert queued[0]["headers"][OCCURRENCE_HEADER] == NOW.isoformat()
+    assert len(pending_occurrences(app)) == 5  # the schedule is as it was
+
+
+def test_an_upsert_during_a_redis_outage_fails_clearly_and_leaves_the_old_entry_whole(
+    app_factory,
+) -> None:
+    """The entry is one HSET of its whole definition: an upsert that cannot reach Redis
+    raises, and the entry read after the outage is the old one, whole, still running."""
+    with RedisServer(appendonly=True) as server:
+        app = app_factory(server.url)
+        with pytest.warns(periodic.UnknownTaskWarning):
+            periodic.upsert(app, "heartbeat", TASK, 60.0, args=("old",))
+        before = periodic.get(app, "heartbeat")
+        server.stop()
+        with pytest.raises((OperationalError, redis.ConnectionError)):  # before any write
+            periodic.upsert(app, "heartbeat", TASK, 5.0, args=("new",))
+        server.start()
+        after = periodic.get(app, "heartbeat")
+        assert after == before
+        assert after is not None and after.entry.args == ("old",)
+        assert len(pending_occurrences(app)) >= 1  # its occurrences written ahead are there
+
+
+def test_a_pass_reuses_the_entries_it_read_unless_they_changed(app) -> None:
+    """Beat reads every entry every pass: those whose stored bytes are unchanged are not
+    parsed again; a changed or removed one is."""
+    for name in ("a", "b"):
+        periodic.upsert(app, name, TASK, 60.0, now=NOW)
+    parsed: dict = {}
+    with open_store(app) as store:
+        registry = EntryRegistry(store.client, store.keys)
+        first = {e.entry.name: e for e in registry.all(parsed)}
+        periodic.upsert(app, "b", TASK, 30.0, now=NOW)
+        periodic.remove(app, "a")
+        periodic.upsert(app, "c", TASK, 60.0, now=NOW)
+        second = {e.entry.name: e for e in registry.all(parsed)}
+        again = {e.entry.name: e for e in registry.all(parsed)}
+    assert sorted(second) == ["b", "c"]
+    assert second["b"] is not first["b"] and second["b"].entry.schedule.seconds == 30
+    assert all(again[name] is second[name] for name in second)
+    assert len(parsed) == 2  # what was read last, no more

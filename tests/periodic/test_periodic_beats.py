@@ -1,0 +1,247 @@
+"""Periodic entries in the store with real ``celery beat`` processes and a real worker
+(celery_delayq.beat:Scheduler): any number of beats, each occurrence run once."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from contextlib import ExitStack
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+
+from celery_delayq import periodic
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.periodic.records import Mark
+from celery_delayq.testing import wait_until
+
+from ..helpers import celery_process, runs
+
+pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.timeout(120)]
+
+TICK = "tests.worker_app.tick"
+SETTINGS = {"beat_schedule": {"tick": {"task": TICK, "schedule": 1.0}}}
+
+
+def occurrences(redis_client, entry: str = "tick") -> Counter[datetime]:
+    """How many times each occurrence of ``entry`` ran."""
+    return Counter(
+        datetime.fromisoformat(run["occurrence"])
+        for run in runs(redis_client)
+        if run.get("entry") == entry
+    )
+
+
+def beat(redis_url: str, settings: dict[str, Any] = SETTINGS, **options: Any):
+    return celery_process(
+        "beat", redis_url, settings, "-S", "delayq", "--pidfile=", ready="beat: Starting", **options
+    )
+
+
+def worker(redis_url: str, settings: dict[str, Any] = SETTINGS, **options: Any):
+    return celery_process("worker", redis_url, settings, "-P", "solo", **options)
+
+
+def assert_each_ran_once_without_gaps(seen: Counter[datetime], every: timedelta) -> None:
+    """Every occurrence from the first seen to the last ran, and none twice."""
+    first, last = min(seen), max(seen)
+    expected = [first + every * n for n in range(round((last - first) / every) + 1)]
+    assert sorted(seen) == expected
+    assert [when for when, count in seen.items() if count > 1] == []
+
+
+def test_three_beats_at_once_run_each_occurrence_of_a_one_second_entry_once(
+    make_app, redis_server, redis_client
+) -> None:
+    with ExitStack() as stack:
+        stack.enter_context(worker(redis_server.url))
+        for _ in range(3):
+            stack.enter_context(beat(redis_server.url))
+        wait_until(lambda: len(occurrences(redis_client)) >= 10, timeout=60)
+    seen = occurrences(redis_client)
+    assert_each_ran_once_without_gaps(seen, timedelta(seconds=1))
+    # the worker recorded each run as it started: the last one is the entry's last run
+    found = periodic.get(make_app(), "tick")
+    assert found is not None
+    assert found.history.last_occurrence in seen
+    assert found.history.last_occurrence == max(seen)
+
+
+def test_an_upsert_pause_and_resume_while_beats_run_take_effect_from_the_next_occurrence(
+    make_app, redis_server, redis_client
+) -> None:
+    app = make_app()
+    with ExitStack() as stack:
+        stack.enter_context(worker(redis_server.url))
+        for _ in range(2):
+            stack.enter_context(beat(redis_server.url))
+        wait_until(lambda: len(occurrences(redis_client)) >= 3, timeout=60)
+        with pytest.warns(periodic.UnknownTaskWarning):  # the worker knows it; this app not
+            changed = periodic.upsert(app, "api-tick", "tests.worker_app.tick", 2.0)
+        assert not changed.replaced
+        periodic.pause(app, "tick")  # the settings' entry, paused at run time
+        paused_at = datetime.now(timezone.utc)
+        settle = timedelta(seconds=7)  # what may already be in a queue goes on (writer.py)
+        wait_until(
+            lambda: (
+                len([w for w in occurrences(redis_client, "api-tick") if w > paused_at + settle])
+                >= 3
+            ),
+            timeout=60,
+        )
+        periodic.resume(app, "tick")
+        resumed_at = datetime.now(timezone.utc)
+        wait_until(
+            lambda: len([w for w in occurrences(redis_client) if w > resumed_at]) >= 3,
+            timeout=60,
+        )
+    ticks, api_ticks = occurrences(redis_client), occurrences(redis_client, "api-tick")
+    assert [when for when, count in ticks.items() if count > 1] == []
+    assert [when for when, count in api_ticks.items() if count > 1] == []
+    # paused: nothing after the settle window until the resume; then every second again
+    assert [when for when in ticks if paused_at + settle < when <= resumed_at] == []
+    again = sorted(when for when in ticks if when > resumed_at)
+    assert again[0] - resumed_at <= timedelta(seconds=settle.seconds + 1)
+    assert all(later - earlier == timedelta(seconds=1) for earlier, later in zip(again, again[1:]))
+    spaced = sorted(api_ticks)
+    assert all(
+        later - earlier == timedelta(seconds=2) for earlier, later in zip(spaced, spaced[1:])
+    )
+
+
+@pytest.mark.timeout(180)  # a loaded machine takes a while over 28,800 messages
+def test_a_beat_killed_while_it_writes_ahead_leaves_each_occurrence_written_once(
+    make_app, redis_server, redis_client
+) -> None:
+    """One beat is SIGKILLed as it writes ahead (its first entries written, the rest not);
+    another takes over: no occurrence is lost or doubled."""
+    names = [f"e{n:02}" for n in range(ENTRIES)]
+    settings = {
+        # an hour of 5-second occurrences per entry: each entry's write is long
+        "delayq_periodic_horizon": 3600,
+        "beat_schedule": {name: {"task": TICK, "schedule": 5.0} for name in names},
+    }
+    app = make_app()
+    with open_store(app) as store:
+        marks = store.keys.for_queue(app.conf.task_default_queue).periodic_marks
+    with beat(redis_server.url, settings) as first:
+        wait_until(lambda: redis_client.hlen(marks) > 0, interval=0.0005, timeout=60)
+        first.kill()
+        written_before = redis_client.hlen(marks)
+    assert 0 < written_before < ENTRIES  # killed in the middle of its writes
+    with ExitStack() as stack:
+        stack.enter_context(worker(redis_server.url, settings))
+        stack.enter_context(beat(redis_server.url, settings))
+        # the pass is done (every entry has its mark: the names and Celery's cleanup
+        # entry), and each entry ran twice or more
+        wait_until(
+            lambda: (
+                redis_client.hlen(marks) == ENTRIES + 1
+                and all(len(occurrences(redis_client, name)) >= 2 for name in names)
+            ),
+            timeout=90,
+        )
+    for name in names:
+        assert_each_ran_once_without_gaps(occurrences(redis_client, name), timedelta(seconds=5))
+    pending = Counter(
+        (headers["delayq-periodic"], headers["delayq-occurrence"])
+        for headers in pending_headers(app)
+    )
+    assert [key for key, count in pending.items() if count > 1] == []
+    # every entry written ahead (and Celery's own cleanup entry, which beat adds)
+    assert {name for name, _ in pending} == {*names, "celery.backend_cleanup"}
+
+
+ENTRIES = 40
+
+
+def pending_headers(app) -> list[dict[str, Any]]:
+    with open_store(app) as store:
+        return [
+            json.loads(message.record.payload)["headers"]
+            for message in store.pending(limit=100_000)
+        ]
+
+
+CATCH_UP = {
+    policy: {"task": TICK, "schedule": 1.0, "catch_up": policy}
+    for policy in ("all", "latest", "none")
+}
+
+
+def test_every_beat_down_past_the_horizon_then_one_back_follows_each_catch_up(
+    make_app, redis_server, redis_client
+) -> None:
+    """The workers run what was written ahead (4 s), then nothing is written for a while;
+    a beat back writes the missed occurrences as each entry's catch_up says."""
+    settings = {"delayq_periodic_horizon": 4, "beat_schedule": CATCH_UP}
+    app = make_app()
+    queue = app.conf.task_default_queue
+    with worker(redis_server.url, settings):
+        with beat(redis_server.url, settings):
+            wait_until(
+                lambda: all(len(occurrences(redis_client, p)) >= 2 for p in CATCH_UP), timeout=60
+            )
+        with open_store(app) as store:
+            written_up_to = {p: Mark.parse(store.ahead_mark(queue, p)) for p in CATCH_UP}
+        last_written = max(mark.up_to_ms for mark in written_up_to.values())
+        # every beat down: what was written runs, then 3 occurrences or more go unwritten
+        wait_until(lambda: time.time() * 1000 > last_written + 3_500, timeout=30)
+        with beat(redis_server.url, settings):
+            back = datetime.now(timezone.utc)
+            wait_until(
+                lambda: all(
+                    max(occurrences(redis_client, p)) > back + timedelta(seconds=2)
+                    for p in CATCH_UP
+                ),
+                timeout=60,
+            )
+    for policy in CATCH_UP:
+        seen = occurrences(redis_client, policy)
+        assert [when for when, count in seen.items() if count > 1] == []
+        first, last = min(seen), max(seen)
+        grid = {
+            first + timedelta(seconds=n) for n in range(round((last - first).total_seconds()) + 1)
+        }
+        not_run = sorted(grid - set(seen))
+        found = periodic.get(app, policy)
+        assert found is not None
+        history = found.history
+        up_to = datetime.fromtimestamp(written_up_to[policy].up_to_ms / 1000, timezone.utc)
+        assert history.late + history.missed >= 3, policy
+        assert len(not_run) == history.missed, policy
+        if not_run:  # the missed ones not run are those right after the last written
+            assert not_run[0] == up_to + timedelta(seconds=1), policy
+            assert not_run[-1] - not_run[0] == timedelta(seconds=len(not_run) - 1), policy
+        if policy == "all":
+            assert not_run == []
+        elif policy == "latest":
+            assert history.late == 1
+            assert not_run[-1] + timedelta(seconds=1) in seen  # the latest ran, late
+        else:
+            assert history.late == 0
+
+
+def test_two_beats_write_entries_on_a_redis_cluster_store_once(
+    make_app, redis_server, redis_client, cluster_store_url
+) -> None:
+    """The schedule on 3 masters, each queue in 4 shards: every entry's mark and
+    occurrences in one slot; each occurrence runs once."""
+    schedule = {f"c{n}": {"task": TICK, "schedule": 1.0} for n in range(4)}
+    settings = {
+        "delayq_store_url": cluster_store_url,
+        "delayq_store_shards": 4,
+        "beat_schedule": schedule,
+    }
+    with ExitStack() as stack:
+        stack.enter_context(worker(redis_server.url, settings))
+        for _ in range(2):
+            stack.enter_context(beat(redis_server.url, settings))
+        wait_until(
+            lambda: all(len(occurrences(redis_client, name)) >= 5 for name in schedule),
+            timeout=60,
+        )
+    for name in schedule:
+        assert_each_ran_once_without_gaps(occurrences(redis_client, name), timedelta(seconds=1))

@@ -1,0 +1,80 @@
+"""The three roads to the store (celery_delayq/testing/roads.py), followed call by call on
+a real redis-server: a delayed publish, a mover's pass and a beat's periodic pass never
+climb back into a module they left more than their bound, and the design page shows them
+as they are."""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from celery_delayq.testing.roads import Road, follow, hop_lines, three_roads
+
+pytestmark = pytest.mark.integration
+
+DESIGN = Path(__file__).resolve().parents[2] / "docs" / "explanation" / "design.md"
+
+
+@pytest.fixture(scope="module")
+def roads(redis_server) -> dict[str, Road]:
+    return three_roads(redis_server.url)
+
+
+def test_a_delayed_publish_on_redis_climbs_back_at_most_twice(roads) -> None:
+    publish = roads["publish"]
+    assert publish.modules[0] == "celery_delayq.brokers.redis.channel"
+    assert "celery_delayq.core.store.writes" in publish.modules  # it reached the store
+    assert publish.returns <= 2, publish.bounces
+
+
+def test_a_movers_pass_climbs_back_at_most_twice(roads) -> None:
+    move = roads["move"]
+    assert "celery_delayq.core.handover.same_redis" in move.modules  # it moved a message
+    assert move.returns <= 2, move.bounces
+
+
+def test_a_beats_periodic_pass_climbs_back_at_most_three_times(roads) -> None:
+    periodic = roads["periodic"]
+    assert "celery_delayq.core.store.ahead" in periodic.modules  # it wrote an occurrence
+    assert periodic.returns <= 3, periodic.bounces
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="code has its qualified name from 3.11")
+def test_the_design_page_shows_each_road_as_it_is(roads) -> None:
+    """The page's block under each road is what the tracer prints for it (regenerate it
+    with ``python -m celery_delayq.testing.roads``)."""
+    page = DESIGN.read_text().split("### The three roads", 1)[1]
+    for name, road in roads.items():
+        block = re.search(rf"\*\*{name.capitalize()}\.\*\*.*?```text\n(.*?)```", page, re.S)
+        assert block is not None, f"no block for the {name} road"
+        assert block[1].splitlines() == hop_lines(road), f"the {name} road changed"
+
+
+def fake_module(name: str, source: str) -> dict[str, object]:
+    """Functions defined as if in module ``name`` (the tracer goes by a frame's module)."""
+    namespace: dict[str, object] = {"__name__": name}
+    exec(compile(source, f"<{name}>", "exec"), namespace)
+    return namespace
+
+
+def test_the_tracer_counts_a_call_back_up_and_not_a_helper_that_returns() -> None:
+    channel = fake_module(
+        "celery_delayq.fake.channel",
+        "def put(d):\n    return d['divert'](lambda: name())\ndef name():\n    return 'list'\n",
+    )
+    diverter = fake_module(
+        "celery_delayq.fake.diverter",
+        "def divert(destination):\n    return key(), key(), destination()\n"
+        "def key():\n    return helper()\n",
+    )
+    helpers = fake_module("celery_delayq.fake.helpers", "def helper():\n    return 1\n")
+    diverter["helper"] = helpers["helper"]
+    bounced = follow(lambda: channel["put"]({"divert": diverter["divert"]}))
+    # put -> divert -> key -> helper (twice, down and back) -> the lambda back in channel
+    assert bounced.returns == 1
+    assert [module for module, _ in bounced.bounces] == ["celery_delayq.fake.channel"]
+    straight = follow(lambda: diverter["divert"](lambda: None))
+    assert straight.returns == 0
