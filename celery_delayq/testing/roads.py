@@ -17,11 +17,12 @@ redis-server of its own: what docs/explanation/design.md shows.
 
 from __future__ import annotations
 
+import importlib.util
 import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta, timezone
 from types import FrameType
 from typing import Any
@@ -132,7 +133,9 @@ def hop_lines(road: Road) -> list[str]:
 
 def _package(module: str) -> str:
     """The package a module belongs to (itself, when it is a package's ``__init__``)."""
-    return module if hasattr(sys.modules.get(module), "__path__") else module.rpartition(".")[0]
+    spec = importlib.util.find_spec(module)
+    is_package = spec is not None and spec.submodule_search_locations is not None
+    return module if is_package else module.rpartition(".")[0]
 
 
 def three_roads(redis_url: str) -> dict[str, Road]:
@@ -189,17 +192,42 @@ def _noop() -> None:
     """The roads' task: never run."""
 
 
-def main() -> None:
-    """Print the three roads against a redis-server of this process's own."""
+def main(argv: list[str] | None = None) -> None:
+    """Print the three roads, walked in this fresh process (on a redis-server of its own
+    unless ``--url`` names one, whose database is flushed); ``--json``: as data."""
+    import argparse
+    import json
+
     from .redis_server import RedisServer
 
-    server = RedisServer().start()
+    parser = argparse.ArgumentParser(prog="python -m celery_delayq.testing.roads")
+    parser.add_argument("--url")
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args(argv)
+    url, server = args.url, None
+    if url is None:
+        server = RedisServer().start()
+        url = server.url
     try:
-        for name, road in three_roads(server.url).items():
-            print(f"{name}: {road.returns} return(s), {len(road.stops)} stops")
-            print("\n".join(f"    {line}" for line in hop_lines(road)))
+        roads = three_roads(url)
     finally:
-        server.stop()
+        if server is not None:
+            server.stop()
+    if args.json:
+        print(json.dumps({name: asdict(road) for name, road in roads.items()}))
+        return
+    for name, road in roads.items():
+        print(f"{name}: {road.returns} return(s), {len(road.stops)} stops")
+        print("\n".join(f"    {line}" for line in hop_lines(road)))
+
+
+def from_json(data: dict[str, Any]) -> Road:
+    """A road as ``main --json`` printed it."""
+    return Road(
+        stops=[(m, f) for m, f in data["stops"]],
+        hops=[((a[0], a[1]), (b[0], b[1])) for a, b in data["hops"]],
+        bounces=[(m, f) for m, f in data["bounces"]],
+    )
 
 
 if __name__ == "__main__":
