@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 import threading
+import time
 import types
 import urllib.request
 from collections.abc import Iterator, Mapping
@@ -57,6 +58,21 @@ PERIODIC_TASK = "tests.periodic.tick"
 def remember(app: Celery, label: str, **options: Any) -> AsyncResult:
     """Send ``tests.worker_app.remember(label)`` as ``app`` (made current first)."""
     return publish(app, REMEMBER, label, **options)
+
+
+def remember_delayed(
+    app: Celery, *countdowns: float, label: str | None = None, **options: Any
+) -> tuple[list[AsyncResult], int]:
+    """``remember`` once per countdown (labelled ``c<countdown>`` unless ``label``), and
+    how many of them surely waited in the store: those whose ETA still lay ahead when
+    their publish returned. One that falls due while it is sent (a loaded machine) is
+    rightly published at once, so a test bounds the store's count between the two."""
+    sent, kept = [], 0
+    for countdown in countdowns:
+        before = time.time()
+        sent.append(remember(app, label or f"c{countdown}", countdown=countdown, **options))
+        kept += time.time() < before + countdown
+    return sent, kept
 
 
 def noop_task(app: Celery) -> Any:
