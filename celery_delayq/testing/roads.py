@@ -10,6 +10,11 @@ one module calls and that returns to it (a key's name, an encoding) is no return
 road goes down and comes back by returning, not by a call back up. Leaving to Celery
 or kombu and coming back to the same module is no return either.
 
+A *revisit* is the coarser count: walking the stops in order, consecutive stops in one
+module taken as one, every later stop in a module visited before counts one. It counts each
+such helper too (a publish makes 9 today, most of them a key's name or an encoding), so it
+is printed for information and bounded by no test.
+
 ``python -m celery_delayq.testing.roads`` prints the three roads (a delayed publish on
 the Redis broker, a mover's pass, a beat's periodic pass), one line per visit, against a
 redis-server of its own: what docs/explanation/design.md shows.
@@ -20,6 +25,7 @@ from __future__ import annotations
 import importlib.util
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -59,6 +65,12 @@ class Road:
     def modules(self) -> list[str]:
         """Every module the road passes through, first visit first."""
         return list(dict.fromkeys(module for module, _ in self.stops))
+
+    @property
+    def revisits(self) -> int:
+        """Stops in a module visited before and left since (helpers included)."""
+        visited = [module for module, _ in self.visits]
+        return sum(module in visited[:at] for at, module in enumerate(visited))
 
     @property
     def returns(self) -> int:
@@ -141,7 +153,9 @@ def _package(module: str) -> str:
 def three_roads(redis_url: str) -> dict[str, Road]:
     """The publish, move and periodic roads, followed on an app of ``redis_url`` (its
     database is flushed): each the second time it is walked, so that what the first
-    walk loads and caches (modules, scripts, connections) is not on it."""
+    walk loads and caches (modules, scripts, connections) is not on it; the first
+    publish's road is kept too (``first publish``), for information. Raises when a
+    walk did not do its work (the move moved no message, the pass wrote nothing)."""
     import redis
     from celery.schedules import schedule
 
@@ -164,28 +178,45 @@ def three_roads(redis_url: str) -> dict[str, Road]:
     )
     task = app.task(name="roads.noop", shared=False)(_noop)
     roads: dict[str, Road] = {}
+    connection: StoreConnection | None = None
     try:
-        task.apply_async(countdown=60)
+        roads["first publish"] = follow(lambda: task.apply_async(countdown=60))
         roads["publish"] = follow(lambda: task.apply_async(countdown=60))
 
         config = config_of(app)
         connection = StoreConnection(app)
         mover = Mover(connection.open, max_sleep=config.mover_max_sleep, retry_max=1.0)
-        try:
-            task.apply_async(countdown=0.001)
-            mover.move_once()
-            task.apply_async(countdown=0.001)
-            roads["move"] = follow(mover.move_once)
-        finally:
-            connection.close()
+        _publish_due(task)
+        mover.move_once()
+        _publish_due(task)
+        moved = mover.moved_total
+        roads["move"] = follow(mover.move_once)
+        if mover.moved_total != moved + 1:
+            raise RuntimeError(f"the traced pass moved {mover.moved_total - moved}, not 1")
 
+        store = mover.store  # the mover's: another open would close it
+        assert store is not None
         scheduler = Scheduler(app, lazy=True)
         now = datetime.now(timezone.utc)
         scheduler._pass(now)  # the settings synced, the first occurrence written
+        kept = store.pending_counts(["roads"])["roads"]
         roads["periodic"] = follow(lambda: scheduler._pass(now + timedelta(seconds=10)))
+        if store.pending_counts(["roads"])["roads"] <= kept:
+            raise RuntimeError("the traced periodic pass wrote no occurrence")
     finally:
+        if connection is not None:
+            connection.close()
         app.close()
     return roads
+
+
+def _publish_due(task: Any) -> None:
+    """Publish a message that is kept (its countdown ahead) and wait until it is due."""
+    from .waiting import wait_until
+
+    due = time.time() + 0.01
+    task.apply_async(countdown=0.01)
+    wait_until(lambda: time.time() > due + 0.001, what="the message due")
 
 
 def _noop() -> None:
@@ -217,8 +248,10 @@ def main(argv: list[str] | None = None) -> None:
         print(json.dumps({name: asdict(road) for name, road in roads.items()}))
         return
     for name, road in roads.items():
-        print(f"{name}: {road.returns} return(s), {len(road.stops)} stops")
-        print("\n".join(f"    {line}" for line in hop_lines(road)))
+        counts = f"{road.returns} return(s), {road.revisits} revisit(s), {len(road.stops)} stops"
+        print(f"{name}: {counts}")
+        if name != "first publish":  # what a first use sets up: not a road of the page
+            print("\n".join(f"    {line}" for line in hop_lines(road)))
 
 
 def from_json(data: dict[str, Any]) -> Road:

@@ -1,7 +1,7 @@
 """The three roads to the store (celery_delayq/testing/roads.py), followed call by call on
-a real redis-server: a delayed publish, a mover's pass and a beat's periodic pass never
-climb back into a module they left more than their bound, and the design page shows them
-as they are."""
+a real redis-server: a delayed publish, a mover's pass and a beat's periodic pass climb
+back into a module they left no more often than today, and the design page shows them as
+they are."""
 
 from __future__ import annotations
 
@@ -30,23 +30,42 @@ def roads(redis_server) -> dict[str, Road]:
     return {name: from_json(road) for name, road in json.loads(done.stdout).items()}
 
 
-def test_a_delayed_publish_on_redis_climbs_back_at_most_twice(roads) -> None:
+# Each bound is the road's count today, so a test fails as soon as its road grows. The
+# issue's ceilings are looser: 2 for a publish, 3 for a beat's periodic pass.
+PUBLISH_RETURNS = 0
+MOVE_RETURNS = 0
+PERIODIC_RETURNS = 0
+#: A first publish sets its channel's store up: the virtual-channel base asks the Redis
+#: channel for it (``store_on_broker``, a hook the subclass fills), one call back up.
+FIRST_PUBLISH_RETURNS = 1
+
+
+def test_a_delayed_publish_on_redis_never_climbs_back(roads) -> None:
     publish = roads["publish"]
     assert publish.stops[0] == ("celery_delayq.brokers.redis.channel", "Channel._put")
     assert "celery_delayq.core.store.writes" in publish.modules  # it reached the store
-    assert publish.returns <= 2, publish.bounces
+    assert publish.returns <= PUBLISH_RETURNS, publish.bounces
 
 
-def test_a_movers_pass_climbs_back_at_most_twice(roads) -> None:
+def test_a_first_publish_climbs_back_only_for_its_store(roads) -> None:
+    first = roads["first publish"]
+    assert first.returns <= FIRST_PUBLISH_RETURNS, first.bounces
+
+
+def test_a_movers_pass_never_climbs_back_nor_builds_a_channel(roads) -> None:
+    """The pass moved one message (the walk checks it). That no kombu channel is built
+    under the mover at all is tests/brokers/test_mover_channel_free.py's proof; here, the
+    road builds none of ours."""
     move = roads["move"]
-    assert "celery_delayq.core.handover.same_redis" in move.modules  # it moved a message
-    assert move.returns <= 2, move.bounces
+    assert "celery_delayq.core.handover.same_redis" in move.modules
+    assert not [stop for stop in move.stops if stop[1].endswith("Channel.__init__")]
+    assert move.returns <= MOVE_RETURNS, move.bounces
 
 
-def test_a_beats_periodic_pass_climbs_back_at_most_three_times(roads) -> None:
+def test_a_beats_periodic_pass_never_climbs_back(roads) -> None:
     periodic = roads["periodic"]
     assert "celery_delayq.core.store.ahead" in periodic.modules  # it wrote an occurrence
-    assert periodic.returns <= 3, periodic.bounces
+    assert periodic.returns <= PERIODIC_RETURNS, periodic.bounces
 
 
 @pytest.mark.skipif(sys.version_info < (3, 11), reason="code has its qualified name from 3.11")
@@ -54,7 +73,8 @@ def test_the_design_page_shows_each_road_as_it_is(roads) -> None:
     """The page's block under each road is what the tracer prints for it (regenerate it
     with ``python -m celery_delayq.testing.roads``)."""
     page = DESIGN.read_text().split("### The three roads", 1)[1]
-    for name, road in roads.items():
+    for name in ("publish", "move", "periodic"):
+        road = roads[name]
         block = re.search(rf"\*\*{name.capitalize()}\.\*\*.*?```text\n(.*?)```", page, re.S)
         assert block is not None, f"no block for the {name} road"
         assert block[1].splitlines() == hop_lines(road), f"the {name} road changed"
@@ -85,3 +105,6 @@ def test_the_tracer_counts_a_call_back_up_and_not_a_helper_that_returns() -> Non
     assert [module for module, _ in bounced.bounces] == ["celery_delayq.fake.channel"]
     straight = follow(lambda: diverter["divert"](lambda: None))
     assert straight.returns == 0
+    # the coarser count takes each helper's visit too: diverter, helpers, diverter, helpers
+    assert straight.revisits == 2
+    assert bounced.revisits == 3  # channel, those four, channel again
