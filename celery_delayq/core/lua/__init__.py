@@ -131,7 +131,8 @@ class StoreScripts:
         if name not in SCRIPT_NAMES:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         script = self.client.register_script(script_source(CORE_PACKAGE, name))
-        return self.__dict__.setdefault(name, script)  # type: ignore[no-any-return]
+        kept: Script = self.__dict__.setdefault(name, script)  # another thread's, if first
+        return kept
 
 
 #: The store's scripts, as StoreScripts names them.
