@@ -69,9 +69,9 @@ def schedule_many(
     is stored in one atomic call (on a Redis Cluster, one per shard of the chunk).
 
     The calls go through the producer's channel, whose diverter hands their messages
-    back (``Diverter.capture``); the chunks go to the store of the producer's connection,
-    opened by the one store factory (brokers/connect.py) as every other reader and writer
-    outside the publish road opens it.
+    back (``Diverter.capture``); the chunks go to the store on the producer's pooled
+    connection, opened by the one store factory (brokers/connect.py) as ``open_store``
+    opens it for the command line and the dashboard.
     """
     if not 1 <= chunk_size <= 10_000:
         raise ValueError(f"chunk_size must be from 1 to 10000, got {chunk_size!r}")
@@ -82,7 +82,7 @@ def schedule_many(
             raise ConfigurationError(
                 "schedule_many needs celery-delayq's transport (broker_transport)"
             )
-        store, release = StoreFactory(app).open(producer.connection)
+        store, release = StoreFactory(app).on_pooled(producer.connection)
         try:
             with ThreadPoolExecutor(1, thread_name_prefix="delayq-schedule-many") as writer:
                 batch = _Batch(app, task, producer, store, chunk_size, writer)

@@ -208,3 +208,18 @@ def test_a_first_bulk_call_on_a_fresh_redis_loads_its_script_once(
     celery_delayq.schedule_many(task, [((i,), {}, {"countdown": 60}) for i in range(450)])
     assert script_commands(redis_client) == (3, 0, 0)
     assert pending(app) == 900
+
+
+def test_a_bulk_call_stores_on_the_producers_pooled_connection(
+    make_app, redis_client: redis.Redis
+) -> None:
+    """The store factory opens bulk's store on the producer's own connection and pool (as
+    open_store's for a page): a second call opens no Redis connection."""
+    app = make_app()
+    task = any_args(app)
+    calls = [((i,), {}, {"countdown": 60}) for i in range(10)]
+    celery_delayq.schedule_many(task, calls)
+    before = redis_client.info("stats")["total_connections_received"]
+    celery_delayq.schedule_many(task, calls)
+    assert redis_client.info("stats")["total_connections_received"] == before
+    assert pending(app) == 20
