@@ -25,7 +25,12 @@ from ..core.moving.mover import Mover, MoverThread
 from ..core.store import DelayedStore
 from ..core.topology import redis_location
 from ..core.urls import sanitize_url
-from .common.diverter import STORE_URL_NEEDED, check_store_setting, delayq_channel_class
+from .common.diverter import (
+    STORE_URL_NEEDED,
+    check_store_setting,
+    delayq_channel_class,
+    is_delayq_channel,
+)
 from .common.separate_store import separate_store
 
 logger = logging.getLogger(__name__)
@@ -64,6 +69,21 @@ class StoreFactory:
             raise ConfigurationError(STORE_URL_NEEDED)
         return self.channel.store_of_transport(connection.transport, self.config)
 
+    def on_pooled(self, connection: Connection | None) -> tuple[DelayedStore, Callable[[], None]]:
+        """The store for short operations on ``connection``, one of the app's pooled
+        broker connections (None with delayq_store_url): on a Redis broker, on that
+        connection's own channel and pool, so the operation opens no connection of its
+        own (as a mover's store does); and what releases it."""
+        if self.config.store_url is not None or connection is None:
+            return self.open(None)  # at delayq_store_url, or the error saying it is needed
+        if not self.channel.keeps_own_store:
+            raise ConfigurationError(STORE_URL_NEEDED)
+        channel = connection.default_channel
+        if not is_delayq_channel(channel):  # a connection of another app's transport
+            raise ConfigurationError(f"{channel!r} is not celery-delayq's: {TRANSPORT_HINT}")
+        store = channel.store_for(self.config)  # with no delayq_store_url: the broker's
+        return store, store.close
+
 
 def publisher_factory(app: Celery) -> Callable[[], Publisher]:
     """How ``app``'s movers open a publisher to its broker (a store at delayq_store_url)."""
@@ -91,13 +111,11 @@ def open_store(app: Celery, *, fail_fast: bool = False) -> Iterator[DelayedStore
     with app.connection_or_acquire() as connection:
         if fail_fast:
             connection.ensure_connection(max_retries=0)
-        # The pooled connection's own channel and its pool: a short operation (a page, a
-        # scrape) opens no connection of its own, as a mover's store does.
-        store = connection.default_channel.store_on_broker(factory.config)
+        store, release = factory.on_pooled(connection)  # a page, a scrape: no connection
         try:
             yield store
         finally:
-            store.close()
+            release()
 
 
 class StoreConnection:

@@ -53,13 +53,15 @@ class MoveResult:
     @classmethod
     def merged(cls, results: Sequence[MoveResult], server_ms: Callable[[], int]) -> MoveResult:
         """The results of separate shards (or batches) as one: their counts summed, and
-        the next due time (with its lead) of the one that must be woken for first. A
-        shard with more due now wins, so the caller passes again at once. With no
-        result, nothing is due and ``server_ms`` gives the time."""
+        the next due time with its own lead (never one shard's lead with another's due
+        time) of the shard to wake for first: one with more due now (``more_due``, so
+        the caller passes again at once and the merge says why), else the earliest wake
+        time (due time less lead) of any shard. With no result, nothing is due and
+        ``server_ms`` gives the time."""
         if len(results) == 1:
             return results[0]
         timed = [r for r in results if r.next_due_ms is not None]
-        first = min(timed, key=lambda r: (r.next_due_ms or 0) - r.next_lead_ms, default=None)
+        first = min(timed, key=_wake_order, default=None)
         return cls(
             sum(r.moved for r in results),
             None if first is None else first.next_due_ms,
@@ -69,6 +71,12 @@ class MoveResult:
             sum(r.call_seconds for r in results),
             0 if first is None else first.next_lead_ms,
         )
+
+
+def _wake_order(result: MoveResult) -> tuple[bool, int]:
+    """Which shard's result a merge wakes for first: more due now before any wake time
+    (another shard's lead can put its wake time before now, yet nothing of it is due)."""
+    return (not result.more_due, (result.next_due_ms or 0) - result.next_lead_ms)
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,9 @@ def server_nodes(client: redis.Redis) -> list[tuple[str, redis.Redis]]:
 def reread_layout(client: redis.Redis) -> None:
     """Read a cluster's layout afresh (after a failover the client's may still name the
     dead master where a command would not correct it: a subscription, a node's own
-    client, a check of every master)."""
-    client.nodes_manager.initialize()  # type: ignore[attr-defined]
+    client, a check of every master); a single Redis has no layout to read."""
+    if isinstance(client, RedisCluster):
+        client.nodes_manager.initialize()
 
 
 def redis_location(client: redis.Redis) -> str:

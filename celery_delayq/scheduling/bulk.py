@@ -25,6 +25,7 @@ from celery import Celery, Task
 from kombu.messaging import Producer
 
 from ..brokers.common.diverter import DelayqChannel, is_delayq_channel
+from ..brokers.connect import StoreFactory
 from ..config.errors import ConfigurationError, check_message_size
 from ..core.store import ChunkPartlyStored, DelayedStore, Scheduled
 from .templates import Template, templates_apply
@@ -66,6 +67,11 @@ def schedule_many(
     may differ from call to call at full speed, any other option too (each different
     set of them costs one ``apply_async``). Each chunk of ``chunk_size`` delayed messages
     is stored in one atomic call (on a Redis Cluster, one per shard of the chunk).
+
+    The calls go through the producer's channel, whose diverter hands their messages
+    back (``Diverter.capture``); the chunks go to the store on the producer's pooled
+    connection, opened by the one store factory (brokers/connect.py) as ``open_store``
+    opens it for the command line and the dashboard.
     """
     if not 1 <= chunk_size <= 10_000:
         raise ValueError(f"chunk_size must be from 1 to 10000, got {chunk_size!r}")
@@ -76,14 +82,18 @@ def schedule_many(
             raise ConfigurationError(
                 "schedule_many needs celery-delayq's transport (broker_transport)"
             )
-        with ThreadPoolExecutor(1, thread_name_prefix="delayq-schedule-many") as writer:
-            batch = _Batch(app, task, producer, chunk_size, writer)
-            try:
-                for call in calls:
-                    batch.add(*_unpack(call))
-            finally:  # also when a call is refused: every call before it is stored
-                batch.flush()
-                batch.wait()
+        store, release = StoreFactory(app).on_pooled(producer.connection)
+        try:
+            with ThreadPoolExecutor(1, thread_name_prefix="delayq-schedule-many") as writer:
+                batch = _Batch(app, task, producer, store, chunk_size, writer)
+                try:
+                    for call in calls:
+                        batch.add(*_unpack(call))
+                finally:  # also when a call is refused: every call before it is stored
+                    batch.flush()
+                    batch.wait()
+        finally:
+            release()
         return batch.ids
 
 
@@ -100,6 +110,7 @@ class _Batch:
         app: Celery,
         task: Task,
         producer: Producer,
+        store: DelayedStore,
         chunk_size: int,
         writer: ThreadPoolExecutor,
     ) -> None:
@@ -107,7 +118,7 @@ class _Batch:
         self.task = task
         self.producer = producer
         self.channel: DelayqChannel = producer.channel
-        self.store: DelayedStore = self.channel.diverter.store
+        self.store = store
         self.chunk_size = chunk_size
         self.ids: list[str] = []
         self.stored_before: list[str] = []  # ids of the calls before the current chunk

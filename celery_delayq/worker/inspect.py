@@ -40,6 +40,7 @@ from kombu import pidbox
 
 from ..brokers.common.diverter import DelayqChannel, is_delayq_channel, uses_delayq
 from ..brokers.common.message import kombu_message
+from ..brokers.connect import open_store
 from ..config.settings import config_of
 from ..core.results import PendingMessage
 from ..core.store import DelayedStore
@@ -129,7 +130,15 @@ class DelayedListing:
         self.limit = limit
 
     def entries(self, consumed: set[str], ticket: str | None) -> list[dict[str, Any]]:
-        store = self.channel.store_for(config_of(self.app))
+        """The entries of the queues it lists. The store is opened by the one store
+        factory (brokers/connect.py), as the command line's and the dashboard's; with
+        one connection attempt: a reply is not held up by kombu's retries."""
+        with open_store(self.app, fail_fast=True) as store:
+            return self._entries(store, consumed, ticket)
+
+    def _entries(
+        self, store: DelayedStore, consumed: set[str], ticket: str | None
+    ) -> list[dict[str, Any]]:
         queues = [queue for queue in store.queues() if queue in consumed]
         if ticket:
             queues = store.claim_listing(queues, ticket, self.hostname)

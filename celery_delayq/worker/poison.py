@@ -151,7 +151,8 @@ def delivered_of(message: Any) -> Delivered:
     letter without the envelope, filed by routing key: never a worker stopped by it."""
     try:
         with recursion_room():
-            return message.channel.delivered(message)  # type: ignore[no-any-return]
+            delivered: Delivered = message.channel.delivered(message)
+            return delivered
     except Exception as exc:
         logger.error("The envelope of a poison message cannot be kept: %r", exc)
         queue = str((message.delivery_info or {}).get("routing_key") or "")

@@ -47,6 +47,17 @@ def test_a_shard_with_more_due_makes_the_merge_more_due() -> None:
     assert merged.more_due and merged.seconds_until_next() == 0
 
 
+def test_more_due_wins_over_a_wake_time_that_another_shards_lead_puts_before_now() -> None:
+    """Due at +100 with a lead of 300 wakes at -200, before the shard stopped by its
+    batch (due now): the merge still says more is due, and passes again at once."""
+    stopped_by_its_batch = MoveResult(500, NOW, NOW)
+    led = MoveResult(0, NOW + 100, NOW, next_lead_ms=300)
+    for results in ([stopped_by_its_batch, led], [led, stopped_by_its_batch]):
+        merged = MoveResult.merged(results, server_ms)
+        assert merged.more_due and merged.seconds_until_next() == 0
+        assert (merged.moved, merged.next_due_ms, merged.next_lead_ms) == (500, NOW, 0)
+
+
 def test_nothing_merged_takes_the_servers_time() -> None:
     merged = MoveResult.merged([], lambda: NOW)
     assert (merged.moved, merged.next_due_ms, merged.now_ms) == (0, None, NOW)

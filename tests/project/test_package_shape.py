@@ -38,3 +38,10 @@ def test_adapter_folders_stay_small() -> None:
 def test_few_type_ignores_in_the_adapters() -> None:
     ignores = sum(n for f, n in SHAPE.type_ignores.items() if f.startswith("celery_delayq/brokers"))
     assert ignores <= 5
+
+
+def test_few_type_ignores_in_the_package() -> None:
+    """At today's count (issue 35 asked for at most 12, from 16): a reply redis-py types
+    loosely is read through core/redis_replies.py, not silenced."""
+    ignores = {f: n for f, n in SHAPE.type_ignores.items() if f.startswith("celery_delayq/")}
+    assert sum(ignores.values()) <= 7, ignores

@@ -183,3 +183,43 @@ def test_it_needs_the_delayq_transport(app_factory: Callable[..., Celery], redis
     app = app_factory(redis_server.url, broker_transport="redis")
     with pytest.raises(celery_delayq.ConfigurationError, match="broker_transport"):
         celery_delayq.schedule_many(noop_task(app), [((1,), {}, {"countdown": 5})])
+
+
+def script_commands(client: redis.Redis) -> tuple[int, int, int]:
+    """EVALSHA calls, EVALSHA calls refused (NOSCRIPT), SCRIPT calls since the reset."""
+    stats = client.info("commandstats")
+    evalsha = stats.get("cmdstat_evalsha", {})
+    script = stats.get("cmdstat_script", {})
+    return evalsha.get("calls", 0), evalsha.get("failed_calls", 0), script.get("calls", 0)
+
+
+def test_a_first_bulk_call_on_a_fresh_redis_loads_its_script_once(
+    make_app, redis_client: redis.Redis
+) -> None:
+    """Three chunks on a Redis that has no script yet (flushed): the first chunk's call
+    is refused once (NOSCRIPT), the script loaded once, then each chunk stored in one
+    call; a second bulk call loads nothing and is refused nothing."""
+    app = make_app()
+    task = any_args(app)
+    redis_client.config_resetstat()
+    celery_delayq.schedule_many(task, [((i,), {}, {"countdown": 60}) for i in range(450)])
+    assert script_commands(redis_client) == (3 + 1, 1, 1)
+    redis_client.config_resetstat()
+    celery_delayq.schedule_many(task, [((i,), {}, {"countdown": 60}) for i in range(450)])
+    assert script_commands(redis_client) == (3, 0, 0)
+    assert pending(app) == 900
+
+
+def test_a_bulk_call_stores_on_the_producers_pooled_connection(
+    make_app, redis_client: redis.Redis
+) -> None:
+    """The store factory opens bulk's store on the producer's own connection and pool (as
+    open_store's for a page): a second call opens no Redis connection."""
+    app = make_app()
+    task = any_args(app)
+    calls = [((i,), {}, {"countdown": 60}) for i in range(10)]
+    celery_delayq.schedule_many(task, calls)
+    before = redis_client.info("stats")["total_connections_received"]
+    celery_delayq.schedule_many(task, calls)
+    assert redis_client.info("stats")["total_connections_received"] == before
+    assert pending(app) == 20

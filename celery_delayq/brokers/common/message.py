@@ -10,7 +10,7 @@ import math
 import struct
 import uuid
 from datetime import datetime, tzinfo
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, SupportsIndex, SupportsInt
 
 from celery.utils.time import maybe_iso8601, maybe_make_aware
 from kombu import serialization
@@ -229,10 +229,12 @@ def file_dead_letter(store: DelayedStore, delivered: Delivered, reason: str) -> 
 def count_of(value: object) -> int:
     """A delivery count read from a header or attribute; 0 (unknown) when it is not a
     whole number (a hostile value counts as nothing)."""
-    if isinstance(value, bool):
-        return 0
+    if isinstance(value, bool) or not isinstance(
+        value, (int, str, bytes, bytearray, SupportsInt, SupportsIndex)
+    ):
+        return 0  # int() would refuse it too (a list, None, ...)
     try:
-        count = int(value)  # type: ignore[call-overload]
+        count = int(value)
     except (TypeError, ValueError, OverflowError):
         return 0
     return max(count, 0)

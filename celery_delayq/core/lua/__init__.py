@@ -131,7 +131,8 @@ class StoreScripts:
         if name not in SCRIPT_NAMES:
             raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
         script = self.client.register_script(script_source(CORE_PACKAGE, name))
-        return self.__dict__.setdefault(name, script)  # type: ignore[no-any-return]
+        kept: Script = self.__dict__.setdefault(name, script)  # another thread's, if first
+        return kept
 
 
 #: The store's scripts, as StoreScripts names them.
@@ -155,8 +156,11 @@ def run_pipelined(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[Any]
     """Run script calls in one pipelined round trip (per node, on a cluster), each still
     its own atomic call; their replies in order.
 
-    A call refused with NOSCRIPT did nothing, so it alone is run again on its own, where
-    ``Script`` loads the script first. Any other error is raised once every call ran.
+    A call refused with NOSCRIPT (a Redis that has not seen the script: a fresh, flushed
+    or restarted one) did nothing: its script is loaded once (SCRIPT LOAD), then the call
+    alone is run again. Calling the ``Script`` at once would send the whole call a
+    second time only to be refused again before ``Script`` loads it (a bulk chunk of
+    hundreds of messages, three times). Any other error is raised once every call ran.
     """
     if not calls:
         return []
@@ -166,10 +170,14 @@ def run_pipelined(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[Any]
             # routes by its keys like any other command
             pipe.execute_command("EVALSHA", script.sha, len(keys), *keys, *args)
         replies = pipe.execute(raise_on_error=False)
+    loaded: set[str] = set()
     for i, reply in enumerate(replies):
         if isinstance(reply, NoScriptError):
             script, keys, args = calls[i]
-            replies[i] = script(keys=keys, args=args)
+            if script.sha not in loaded:  # on a cluster, on every master
+                client.script_load(script.script)
+                loaded.add(script.sha)
+            replies[i] = script(keys=keys, args=args)  # still loads it after a flush now
     error = next((reply for reply in replies if isinstance(reply, Exception)), None)
     if error is not None:
         raise error
