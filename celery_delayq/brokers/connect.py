@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 
 import redis
 from celery import Celery
@@ -99,23 +99,15 @@ def open_store(app: Celery, *, fail_fast: bool = False) -> Iterator[DelayedStore
     retries (seconds), for a web page that should say at once that Redis is down.
     """
     factory = StoreFactory(app)
-    if factory.config.store_url is not None:
-        store, release = factory.open(None)
-        try:
-            yield store
-        finally:
-            release()
-        return
-    if not factory.channel.keeps_own_store:
-        raise ConfigurationError(STORE_URL_NEEDED)
-    with app.connection_or_acquire() as connection:
-        if fail_fast:
-            connection.ensure_connection(max_retries=0)
+    with ExitStack() as stack:
+        connection = None  # the store at delayq_store_url, or the error that it is needed
+        if factory.config.store_url is None and factory.channel.keeps_own_store:
+            connection = stack.enter_context(app.connection_or_acquire())
+            if fail_fast:
+                connection.ensure_connection(max_retries=0)
         store, release = factory.on_pooled(connection)  # a page, a scrape: no connection
-        try:
-            yield store
-        finally:
-            release()
+        stack.callback(release)
+        yield store
 
 
 class StoreConnection:
