@@ -38,6 +38,7 @@ __all__ = [
     "follows_real_time",
     "next_occurrence",
     "occurrences",
+    "offset_change",
 ]
 
 #: More than any UTC offset (14 hours at most): no firing of a local day comes earlier than
@@ -222,11 +223,12 @@ def _instants(wall: datetime, zone: ZoneInfo, follows_real_time: bool) -> list[d
         return [first, second] if follows_real_time else [first]
     # It does not exist (spring forward): fold 0 reads it with the offset before the gap,
     # which lands after the transition; fold 1 with the one after, which lands before.
-    return [] if follows_real_time else [_transition(zone, second, first)]
+    return [] if follows_real_time else [offset_change(zone, second, first)]
 
 
-def _transition(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
-    """The first instant of the new offset, between two UTC instants that straddle it."""
+def offset_change(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """The first instant of the new offset, between two UTC instants that straddle it
+    (``zone``'s offset changes once between them)."""
     old = before.astimezone(zone).utcoffset()
     low, high = int(before.timestamp()), int(after.timestamp())  # offset(low) is old
     while high - low > 1:

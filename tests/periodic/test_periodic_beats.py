@@ -11,6 +11,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from celery import schedules
 
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
@@ -152,6 +153,36 @@ def test_a_beat_killed_while_it_writes_ahead_leaves_each_occurrence_written_once
     assert [key for key, count in pending.items() if count > 1] == []
     # every entry written ahead (and Celery's own cleanup entry, which beat adds)
     assert {name for name, _ in pending} == {*names, "celery.backend_cleanup"}
+
+
+@pytest.mark.promise("periodic-relative-as-celery")
+def test_a_relative_entry_of_two_and_a_half_seconds_runs_on_whole_seconds_two_apart(
+    make_app, redis_server, redis_client
+) -> None:
+    """Celery's beat cuts each run of a relative interval under a minute to the second:
+    2.5 s after a run at 10:00:02 is 10:00:04.5, run at 10:00:04."""
+    settings: dict[str, Any] = {"beat_schedule": {}}
+    app = make_app()
+    every = schedules.schedule(timedelta(seconds=2.5), relative=True)
+    with ExitStack() as stack:
+        stack.enter_context(worker(redis_server.url, settings))
+        stack.enter_context(beat(redis_server.url, settings))
+        with pytest.warns(periodic.UnknownTaskWarning):  # the worker knows it; this app not
+            periodic.upsert(app, "relative", TICK, every)
+        wait_until(lambda: len(occurrences(redis_client, "relative")) >= 4, timeout=60)
+    found = periodic.get(app, "relative")
+    assert found is not None
+    seen = occurrences(redis_client, "relative")
+    assert [when for when, count in seen.items() if count > 1] == []
+    # the first run is 2.5 s after the entry was made, cut to the second; then every 2 s
+    first = (found.entry.anchor + timedelta(seconds=2.5)).replace(microsecond=0)
+    start = min(seen)
+    assert (start - first) % timedelta(seconds=2) == timedelta(0)
+    assert sorted(seen) == [start + timedelta(seconds=2 * n) for n in range(len(seen))]
+    # and the worker was handed each one due at its occurrence
+    for run in runs(redis_client):
+        if run.get("entry") == "relative":
+            assert datetime.fromisoformat(run["eta"]) == datetime.fromisoformat(run["occurrence"])
 
 
 ENTRIES = 40

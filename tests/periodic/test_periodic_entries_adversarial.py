@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 from celery import Celery
-from celery.schedules import crontab
+from celery.schedules import crontab, schedule
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -183,6 +183,21 @@ def test_a_crontab_that_never_fires_in_its_time_zone_is_refused(app) -> None:
     with pytest.raises(ValueError, match="never fires in time zone Antarctica/Troll"):
         periodic.upsert(app, "never", TASK, **NEVER)
     assert periodic_keys(app) == []
+
+
+@pytest.mark.promise("periodic-relative-under-a-second-refused")
+def test_a_relative_interval_under_a_second_is_refused_and_writes_nothing(
+    app, redis_client
+) -> None:
+    # Celery cuts each relative run to the second: from 10:00:00, 0.5 s later is 10:00:00
+    with pytest.raises(ValueError, match="at least 1 second.*never move past the first"):
+        periodic.upsert(app, "sub-second", TASK, schedule(timedelta(seconds=0.5), relative=True))
+    assert periodic_keys(app) == []
+    with open_store(app) as store:
+        assert store.pending(limit=10) == []
+    # not relative, half a second is an interval like any other
+    periodic.upsert(app, "sub-second", TASK, schedule(timedelta(seconds=0.5)))
+    assert [info.entry.name for info in periodic.entries(app)] == ["sub-second"]
 
 
 OPTION_NAMES = [
