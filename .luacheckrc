@@ -56,7 +56,7 @@ files[lua .. "cancel.lua"] = reads({"MSG", "DUP", "STATS", "BY_TASK", "remove_me
                                     "extra_messages", "duplicate_key", "call_chunked"},
                                    "prelude.lua and helpers.lua")
 files[lua .. "write_ahead.lua"] = reads({"MSG", "STATS", "store_message", "counted", "parse",
-                                         "remove_message", "forget_duplicate"},
+                                         "remove_message", "forget_duplicate", "server_now"},
                                         "prelude.lua and helpers.lua")
 files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"},
                                   "prelude.lua and helpers.lua")

@@ -18,6 +18,7 @@ ignored.
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timezone
 from typing import Any
 
@@ -93,8 +94,9 @@ class Scheduler(CeleryScheduler):
             self.synced = True
         with self.app.producer_or_acquire() as producer:  # the pass's one store handle
             store = store_of(producer)
+            read_at = time.monotonic()
             entries = EntryRegistry(store.client, store.keys).all(self.parsed)
-            self.writer.advance_all(entries, now, producer)
+            self.writer.advance_all(entries, now, producer, read_at)
 
     def _settings_schedule(self) -> dict[str, Any]:
         """``beat_schedule``, with Celery's own default entry when it would add one."""

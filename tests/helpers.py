@@ -7,6 +7,7 @@ benchmarks and the chaos harness); what needs click or this suite's worker app i
 
 from __future__ import annotations
 
+import base64
 import inspect
 import json
 import os
@@ -19,6 +20,7 @@ import types
 import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -102,6 +104,19 @@ def take_all(app: Celery, queue: str) -> list[Any]:
 def runs(client: redis.Redis) -> list[dict[str, Any]]:
     """Executions recorded by tests.worker_app tasks, oldest first."""
     return [json.loads(raw) for raw in client.lrange("test:runs", 0, -1)]
+
+
+def pending_runs(app: Celery, queue: str = "default") -> list[tuple[datetime, Any]]:
+    """(occurrence, first argument) of each periodic occurrence pending in the store for
+    ``queue``, in occurrence order: which version of its entry each one runs."""
+    found = []
+    with open_store(app) as store:
+        for message in store.pending(queue=queue, limit=100_000):
+            envelope = json.loads(message.record.payload)
+            args = json.loads(base64.b64decode(envelope["body"]))[0]
+            occurrence = datetime.fromisoformat(envelope["headers"]["delayq-occurrence"])
+            found.append((occurrence, args[0] if args else None))
+    return sorted(found, key=lambda each: each[0])
 
 
 def invoke(app: Celery, *args: str, input: str | None = None) -> Result:

@@ -65,11 +65,12 @@ def remember(self: Any, label: str = "") -> None:
 
 
 @app.task(bind=True)
-def tick(self: Any) -> None:
-    """A periodic entry's task: records its entry and the occurrence it stands for."""
+def tick(self: Any, *args: Any) -> None:
+    """A periodic entry's task: records its entry, the occurrence it stands for and its
+    arguments (an upsert's, say)."""
     request = self.request
     occurrence, entry = request.get("delayq-occurrence"), request.get("delayq-periodic")
-    record(request.id, eta_of(request), occurrence=occurrence, entry=entry)
+    record(request.id, eta_of(request), occurrence=occurrence, entry=entry, args=list(args))
 
 
 @app.task(bind=True, acks_late=True)

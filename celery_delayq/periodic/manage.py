@@ -134,13 +134,11 @@ def upsert(
 def remove(app: Celery, name: str, *, now: datetime | None = None) -> bool:
     """Remove the entry ``name`` and its occurrences still to come; whether it was there."""
     with open_store(app) as store:
-        registry = EntryRegistry(store.client, store.keys)
-        old = registry.get(name)
-        removed = registry.delete(name)
+        version, removed = EntryRegistry(store.client, store.keys).remove(name)
         EntryHistory(store.client, store.keys).forget(name)
-    if old is not None:
-        OccurrenceWriter(app).forget(old.entry, _now(now))
-    return removed
+    if isinstance(removed, Versioned):
+        OccurrenceWriter(app).forget(removed.entry, version, _now(now))
+    return removed is not None
 
 
 def pause(app: Celery, name: str, *, now: datetime | None = None) -> Upserted:
@@ -165,11 +163,16 @@ def run_now(app: Celery, name: str, *, now: datetime | None = None) -> str:
 
 
 def get(app: Celery, name: str, *, now: datetime | None = None) -> EntryInfo | None:
-    """The entry ``name`` with its next occurrences, or None."""
+    """The entry ``name`` with its next occurrences (those that run: after a change,
+    from where its new version starts), or None."""
+    moment = _now(now)
     with open_store(app) as store:
         found = EntryRegistry(store.client, store.keys).get(name)
+        if found is None:
+            return None
         history = EntryHistory(store.client, store.keys).read([name])
-    return None if found is None else _info(found, _now(now), history[name])
+        after = OccurrenceWriter(app).run_starts(store, [found], moment)
+    return _info(found, after[0], history[name])
 
 
 def entries(app: Celery, *, now: datetime | None = None) -> list[EntryInfo]:
@@ -189,16 +192,17 @@ class Listing:
 def listing(app: Celery, *, now: datetime | None = None) -> Listing:
     """Every entry, by name, with its next occurrences; and those that cannot be read
     (crafted or foreign bytes in the store), each with why, instead of an error."""
+    moment = _now(now)
     with open_store(app) as store:
         scan = EntryRegistry(store.client, store.keys).scan()
         found = scan.entries
         history = EntryHistory(store.client, store.keys).read(e.entry.name for e in found)
-    moment = _now(now)
+        starts = OccurrenceWriter(app).run_starts(store, found, moment)
     infos: list[EntryInfo] = []
     unreadable = list(scan.unreadable)
-    for each in found:
+    for each, after in zip(found, starts):
         try:
-            infos.append(_info(each, moment, history[each.entry.name]))
+            infos.append(_info(each, after, history[each.entry.name]))
         except Exception as exc:  # a schedule whose next time overflows the calendar
             unreadable.append(Unreadable(each.entry.name, error_text(exc)))
     return Listing(infos, sorted(unreadable, key=lambda each: each.name))
@@ -246,9 +250,10 @@ def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) 
             if each.entry.origin == "settings" and each.entry.name not in wanted
         ]
         for entry in gone:
-            registry.delete(entry.name)
+            version, removed = registry.remove(entry.name)
             EntryHistory(store.client, store.keys).forget(entry.name)
-            writer.forget(entry, now)
+            if isinstance(removed, Versioned):
+                writer.forget(removed.entry, version, now)
     return Synced(written, [entry.name for entry in gone], refused)
 
 
@@ -373,15 +378,14 @@ def _found(registry: EntryRegistry, name: str) -> Versioned:
     return found
 
 
-def _info(found: Versioned, moment: datetime, history: History) -> EntryInfo:
+def _info(found: Versioned, after: datetime, history: History) -> EntryInfo:
+    """``found`` with its next occurrences after ``after`` (writer.py's ``run_starts``)."""
     runs: list[datetime] = []
-    if found.entry.enabled:
-        occurrences = found.entry.occurrences()
-        after: datetime | None = moment
-        while after is not None and len(runs) < NEXT_LISTED:
-            after = occurrences.after(after)
-            if after is not None:
-                runs.append(after)
+    occurrences = found.entry.occurrences() if found.entry.enabled else None
+    last: datetime | None = after
+    while occurrences is not None and last is not None and len(runs) < NEXT_LISTED:
+        last = occurrences.after(last)
+        runs += [last] if last is not None else []
     return EntryInfo(found.entry, found.version, runs, history)
 
 

@@ -21,6 +21,7 @@ created, which the store keeps), so any beat, at any time, names the same occurr
 from __future__ import annotations
 
 from bisect import bisect_right, insort
+from collections import deque
 from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 from functools import lru_cache
@@ -37,6 +38,8 @@ __all__ = ["Occurrences"]
 
 #: How far ahead a solar event is looked for: a polar night or day lasts under a year.
 SOLAR_SEARCH_DAYS = 370
+#: The most missed occurrences walked one by one; past that the walk jumps towards now.
+MOST_WALKED = 10_000
 
 SECOND, MINUTE, HOUR, DAY, YEAR = (timedelta(seconds=s) for s in (1, 60, 3600, 86400, 366 * 86400))
 #: Celery's resolutions (``delta_resolution``): an interval of at least a day, an hour, a
@@ -77,6 +80,36 @@ class Occurrences:
         while found is not None and found <= until_utc:
             yield found
             found = self.after(found)
+
+    def upcoming(self, start: datetime, end: datetime, most: int) -> list[datetime]:
+        """The occurrences in ``(start, end]``, at least the next one, at most ``most``."""
+        found = self.after(start)
+        times: list[datetime] = []
+        while found is not None and len(times) < most and (found <= end or not times):
+            times.append(found)
+            found = self.after(found)
+        return times
+
+    def missed(self, start: datetime, now: datetime, bound: int) -> tuple[list[datetime], int]:
+        """The last ``bound`` (at least one) occurrences in ``(start, now]``, and how many
+        there are; a long stretch (a fast entry after a long outage) is walked in bounded
+        time, jumping to the last ``bound``'s worth before now."""
+        kept: deque[datetime] = deque(maxlen=max(bound, 1))
+        count, walked, previous = 0, 0, start
+        found = self.after(start)
+        while found is not None and found <= now:
+            count += 1
+            kept.append(found)
+            walked += 1
+            if walked == MOST_WALKED:
+                gap = found - previous
+                jump = now - gap * (bound + 1)
+                if jump > found:
+                    walked, found = 0, self.after(jump)
+                    count += max(0, int((jump - kept[-1]) / gap)) if gap else 0
+                    continue
+            previous, found = found, self.after(found)
+        return list(kept), count
 
 
 def _next_function(entry_schedule: Any, zone: ZoneInfo, anchor: datetime) -> Any:

@@ -3,21 +3,24 @@
 ``P:periodic`` maps each entry's name to ``"<version> <entry JSON>"`` (entry.py), and
 ``P:periodic:versions`` counts versions: each change of an entry takes the next one
 (INCR), so a beat tells a changed entry from its mark in the queue (writer.py) and
-writes it anew. Two changes at once both land; the last written wins, whole, with its own
-version, and beats follow it. Beats syncing ``beat_schedule`` write with ``put_if`` instead,
+writes it anew; a removal takes one too, for the tombstone it leaves in the queue.
+Versions only go forward: each write is a compare-and-set of the entry's field, so of
+two changes at once the one with the newer version stays, whole, whichever lands last,
+and beats follow it. Beats syncing ``beat_schedule`` write with ``put_if`` instead,
 so a beat starting beside another keeps the entry (and anchor) the other wrote.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Union
 
 import redis
-from redis.cluster import RedisCluster
 
 from ..core.layout.keys import KeySpace
+from ..core.lua import StoreScripts
 from .entry import MAX_NAME_LENGTH, PeriodicEntry, error_text
 
 logger = logging.getLogger(__name__)
@@ -65,47 +68,67 @@ class EntryRegistry:
 
     def put(self, entry: PeriodicEntry) -> tuple[int, bool]:
         """Store ``entry`` under its name with a new version: (that version, whether an
-        entry of that name was replaced)."""
-        version = int(self.client.incr(self.keys.periodic_versions))
-        added = self.client.hset(
-            self.keys.periodic_entries, entry.name, f"{version} {entry.to_json()}"
-        )
-        return version, not added
+        entry of that name was there). A change that took a newer version meanwhile and
+        is stored already stays: this one counts as made before it."""
+        text = entry.to_json()
+        version, before, _ = self._change(entry.name, lambda version: f"{version} {text}")
+        return version, before is not None
 
     def put_if(self, entry: PeriodicEntry, expected: int | None) -> int | None:
         """Store ``entry`` with a new version only if the entry of its name is still at
         version ``expected`` (None: no entry, or one that cannot be read): that version,
         or None if another process changed it first (two beats starting at once both
         sync ``beat_schedule``; the second must see the first's entry, not replace it)."""
-        key = self.keys.periodic_entries
-        if isinstance(self.client, RedisCluster):
-            # redis-py's cluster pipeline takes no WATCH: checked, then written (a narrow
-            # window remains on a cluster store)
-            found = self.get(entry.name)
-            if (found.version if found is not None else None) != expected:
-                return None
-            return self.put(entry)[0]
-        with self.client.pipeline(transaction=True) as pipe:
-            try:
-                pipe.watch(key)
-                raw = pipe.hget(key, entry.name)
-                found = None if raw is None else _read(entry.name, raw)
-                current = found.version if isinstance(found, Versioned) else None
-                if current != expected:
-                    return None
-                version = int(pipe.incr(self.keys.periodic_versions))
-                pipe.multi()
-                pipe.hset(key, entry.name, f"{version} {entry.to_json()}")
-                pipe.execute()
-            except redis.WatchError:
-                return None
+        raw = self.client.hget(self.keys.periodic_entries, entry.name)
+        found = _versioned(entry.name, raw)
+        if (found.version if found is not None else None) != expected:
+            return None
+        version = self._version_above(expected or 0)
+        return version if self._swap(entry.name, raw, f"{version} {entry.to_json()}") else None
+
+    def remove(self, name: str) -> tuple[int, Read | None]:
+        """Forget the entry named ``name``: the version the removal takes (newer than the
+        entry's, for the tombstone it leaves in the entry's queue: writer.py) and the
+        entry removed (None: there was none, or a newer change came first and stays)."""
+        version, before, written = self._change(name, lambda version: "")
+        return version, _read(name, before) if written and before is not None else None
+
+    def _change(
+        self, name: str, value: Callable[[int], str]
+    ) -> tuple[int, bytes | str | None, bool]:
+        """Write ``value(version)`` ("": delete) for the entry ``name`` with a new version,
+        unless one newer is stored: (the version, what was there, whether it was
+        written). Versions only go forward, whatever order changes land in."""
+        version = self._version_above(0)
+        while True:
+            raw = self.client.hget(self.keys.periodic_entries, name)
+            found = _versioned(name, raw)
+            if found is not None and found.version > version:
+                last = int(self.client.get(self.keys.periodic_versions) or 0)
+                if found.version <= last:  # a change after this one: it stays
+                    return version, raw, False
+                version = self._version_above(found.version)  # no INCR gave it
+            elif self._swap(name, raw, value(version)):
+                return version, raw, True
+
+    def _version_above(self, floor: int) -> int:
+        """A new version (INCR), above ``floor``: the counter jumps past a version it did
+        not give (an entry written by hand, a counter deleted or set back)."""
+        version = int(self.client.incr(self.keys.periodic_versions))
+        if version <= floor:
+            version = int(self.client.incrby(self.keys.periodic_versions, floor - version + 1))
         return version
+
+    def _swap(self, name: str, read: bytes | str | None, value: str) -> bool:
+        """Set (``value`` "": delete) the entry ``name`` if it is still ``read``: one
+        key, so one slot on a Redis Cluster."""
+        args = [name, "" if read is None else read, value]
+        scripts = StoreScripts(self.client)  # made here: a beat's pass only reads
+        return bool(scripts.swap_field(keys=[self.keys.periodic_entries], args=args))
 
     def get(self, name: str) -> Versioned | None:
         """The entry named ``name``, or None (also for one that cannot be read)."""
-        raw = self.client.hget(self.keys.periodic_entries, name)
-        found = None if raw is None else _read(name, raw)
-        return found if isinstance(found, Versioned) else None
+        return _versioned(name, self.client.hget(self.keys.periodic_entries, name))
 
     def all(self, parsed: dict[Stored, Read] | None = None) -> list[Versioned]:
         """Every readable entry, by name; unreadable ones are logged and left out."""
@@ -132,15 +155,17 @@ class EntryRegistry:
             [each for each in read.values() if isinstance(each, Unreadable)],
         )
 
-    def delete(self, name: str) -> bool:
-        """Forget the entry named ``name``; whether there was one."""
-        return bool(self.client.hdel(self.keys.periodic_entries, name))
-
 
 def read_version(text: str) -> int | None:
     """A version as the store writes it (entries here, marks in each queue): up to 18
     digits; None for anything else (crafted bytes)."""
     return int(text) if text.isdigit() and len(text) <= 18 and text.isascii() else None
+
+
+def _versioned(name: str, raw: bytes | str | None) -> Versioned | None:
+    """The stored entry, if there is one and it can be read."""
+    found = None if raw is None else _read(name, raw)
+    return found if isinstance(found, Versioned) else None
 
 
 def _read(name: str | bytes, raw: bytes | str) -> Read:

@@ -11,8 +11,12 @@ beats run, crash or restart, with no leader.
 
 An entry whose version differs from its mark's (an upsert, a resume) or that is paused
 has the occurrences written ahead for its old version withdrawn in the same call; the new
-version's are written from then on. "Then" is ``settle`` after now: occurrences due
-sooner stay as they are (a mover may have moved them ahead of their time already).
+version's are written from then on: from ``settle`` after now when some are pending (a
+mover may have moved those due sooner ahead of their time: they stay), else from now;
+the mark keeps where, for ``periodic.get`` (records.py). Versions only go forward: a
+beat holding an entry older than its mark (read before a change, or a removal, which
+leaves a tombstone) stops for it, as the store's call would refuse it; its next pass
+reads the entry again.
 Occurrences missed while no beat wrote ahead (every beat down for longer than the
 horizon) follow the entry's ``catch_up``: the latest runs once (Celery's behaviour), each
 runs (up to ``catch_up_bound``), or none does; a late one runs as soon as it is written.
@@ -22,7 +26,8 @@ Each message is built by periodic/sending.py.
 from __future__ import annotations
 
 import logging
-from collections import Counter, deque
+import time
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
@@ -36,7 +41,7 @@ from ..core.store import DelayedStore
 from .entry import PeriodicEntry, error_text, from_ms, to_ms
 from .history import EntryHistory
 from .occurrences import Occurrences
-from .records import Advance, Mark
+from .records import Advance, Mark, change_start, runs_from
 from .registry import Versioned
 from .sending import occurrence_messages, store_of
 
@@ -45,14 +50,17 @@ logger = logging.getLogger(__name__)
 #: The most occurrences one call writes ahead (an interval of a millisecond and a long
 #: horizon would otherwise write without end); the next tick writes on from there.
 MOST_AHEAD = 1_000
-#: The most missed occurrences walked one by one; past that the walk jumps towards now.
-MOST_WALKED = 10_000
 #: How far after now a late (caught-up) occurrence is due.
 LATE_DELAY = timedelta(seconds=1)
 #: How far ahead the message ``check`` builds is due (it is built, never stored).
 DRY_RUN_AHEAD = timedelta(hours=1)
 #: How many times a beat starts over from the mark another beat moved, in one call.
 MOST_RETRIES = 5
+#: How long after reading an entry a writer may still write it (seconds of its monotonic
+#: clock); past that it stops and the next pass reads the entry again. Far below how
+#: long a removal's tombstone is kept (core/store/ahead.py, ``GONE_KEPT_MS``), so no
+#: writer writes a removed entry anew after its tombstone is forgotten.
+MOST_READ_AGE = 3600.0
 
 
 class OccurrenceWriter:
@@ -126,16 +134,23 @@ class OccurrenceWriter:
             raise ValueError(f"periodic entry {entry.name!r} refused: {error_text(exc)}") from exc
 
     def advance_all(
-        self, entries: Sequence[Versioned], now: datetime, producer: Any = None
+        self,
+        entries: Sequence[Versioned],
+        now: datetime,
+        producer: Any = None,
+        read_at: float | None = None,
     ) -> dict[str, Advance]:
         """``advance`` each of ``entries`` that needs it (a beat's pass): their marks are
-        read in one pipeline, and those written far enough ahead are left at that, so a
-        pass over thousands of entries costs one round trip and a loop.
+        read in one pipeline, and those written far enough ahead (or of a newer version)
+        are left at that, so a pass over thousands of entries costs one round trip and a
+        loop.
 
         One entry stops no other: whatever it raises (a route or message that cannot be
         built, a record nested too deep), it is logged and counted in ``failures``, and
         the pass goes on. ``producer``: the pass's (its one store handle), else one of
-        the app's pool for this call."""
+        the app's pool for this call. ``read_at``: when ``entries`` were read
+        (``time.monotonic()``; default: now)."""
+        read_at = time.monotonic() if read_at is None else read_at
         with self.app.producer_or_acquire(producer) as producer:
             routed = self._route(entries)
             queues = self._queues
@@ -144,10 +159,12 @@ class OccurrenceWriter:
             )
             done: dict[str, Advance] = {}
             for each, read in zip(routed, marks):
-                if self._up_to_date(each.entry, each.version, Mark.parse(read), now):
+                mark = Mark.parse(read)
+                newer = mark is not None and mark.version > each.version  # stale: see _stale
+                if newer or self._up_to_date(each.entry, each.version, mark, now):
                     continue
                 try:
-                    advanced = self.advance(each.entry, each.version, now, producer)
+                    advanced = self.advance(each.entry, each.version, now, producer, read_at)
                     done[each.entry.name] = advanced
                 except STORE_OUTAGES:
                     raise  # Redis is down: this pass ends, the next tries again
@@ -204,19 +221,49 @@ class OccurrenceWriter:
         return mark.up_to_ms is not None and from_ms(mark.up_to_ms) >= now + self.horizon
 
     def advance(
-        self, entry: PeriodicEntry, version: int, now: datetime, producer: Any = None
+        self,
+        entry: PeriodicEntry,
+        version: int,
+        now: datetime,
+        producer: Any = None,
+        read_at: float | None = None,
     ) -> Advance:
         """Write ``entry``'s occurrences ahead up to ``now + horizon``, unless another beat
-        did; withdraw an old version's and a paused entry's."""
+        did or a newer version is written; withdraw an old version's and a paused
+        entry's. ``read_at``: when the entry was read (``time.monotonic()``; default: now)."""
         queue = self._queue_to_withdraw(entry) if not entry.enabled else self.queue_of(entry)
+        return self._write(entry, version, queue, now, producer, read_at)
+
+    def forget(self, entry: PeriodicEntry, version: int, now: datetime) -> Advance:
+        """Withdraw ``entry``'s occurrences due after the settle window and leave a
+        tombstone mark of ``version`` (the removal's, newer than any of the entry's), so a
+        beat still holding the removed entry writes none of it again."""
+        return self._write(entry, version, self._queue_to_withdraw(entry), now, removed=True)
+
+    def _write(
+        self,
+        entry: PeriodicEntry,
+        version: int,
+        queue: str | None,
+        now: datetime,
+        producer: Any = None,
+        read_at: float | None = None,
+        removed: bool = False,
+    ) -> Advance:
+        """Plan against the mark found and write under it, starting over (up to
+        ``MOST_RETRIES`` times) when another beat moved it first."""
         if queue is None:
             return Advance()
+        read_at = time.monotonic() if read_at is None else read_at
         conflicts = 0
         with self.app.producer_or_acquire(producer) as producer:
             store = store_of(producer)
             for _ in range(MOST_RETRIES):
                 read = store.ahead_mark(queue, entry.name)
-                plan = self._plan(entry, version, Mark.parse(read), now)
+                mark = Mark.parse(read)
+                if _stale(entry, version, mark, read_at):
+                    return Advance(conflicts=conflicts, stale=True)
+                plan = self._plan(entry, version, mark, now, removed)
                 if plan is None or plan.mark is None:
                     return Advance(conflicts=conflicts, ended=plan is not None)
                 captured = occurrence_messages(self.app, entry, plan.runs, producer)
@@ -225,8 +272,7 @@ class OccurrenceWriter:
                     queue, entry.name, read, plan.mark.text(), captured, withdraw_after
                 )
                 if outcome.written:
-                    if plan.late or plan.missed:
-                        self._count_missed(store, entry, plan)
+                    self._count_missed(store, entry, plan)
                     return Advance(
                         outcome.stored,
                         outcome.withdrawn,
@@ -235,64 +281,76 @@ class OccurrenceWriter:
                         conflicts,
                         plan.ended,
                     )
+                if outcome.stale:
+                    return Advance(conflicts=conflicts, stale=True)
                 conflicts += 1
         return Advance(conflicts=conflicts)
 
-    def forget(self, entry: PeriodicEntry, now: datetime) -> Advance:
-        """Withdraw ``entry``'s occurrences due after ``now`` and forget its mark (the
-        entry was removed)."""
-        queue = self._queue_to_withdraw(entry)
-        if queue is None:
-            return Advance()
-        with self.app.producer_or_acquire() as producer:
-            store = store_of(producer)
-            for conflicts in range(MOST_RETRIES):
-                read = store.ahead_mark(queue, entry.name)
-                outcome = store.write_ahead(
-                    queue, entry.name, read, None, (), to_ms(now + self.settle)
-                )
-                if outcome.written:
-                    return Advance(withdrawn=outcome.withdrawn, conflicts=conflicts)
-        return Advance(conflicts=MOST_RETRIES)
+    def run_starts(
+        self, store: DelayedStore, entries: Sequence[Versioned], now: datetime
+    ) -> list[datetime]:
+        """After when each of ``entries`` runs, from its mark (read in one pipeline):
+        where its version started, or would start if written at ``now`` (records.py)."""
+        queues = [self._queue_to_withdraw(each.entry, quiet=True) for each in entries]
+        routed = [(queue, e.entry.name) for queue, e in zip(queues, entries) if queue]
+        read = iter(store.ahead_marks(routed))
+        return [
+            runs_from(e.version, Mark.parse(next(read)) if queue else None, now, self.settle)
+            for queue, e in zip(queues, entries)
+        ]
 
-    def _queue_to_withdraw(self, entry: PeriodicEntry) -> str | None:
+    def _queue_to_withdraw(self, entry: PeriodicEntry, quiet: bool = False) -> str | None:
         """The entry's queue; None if it cannot be routed (then none of its occurrences
         was written ahead, and there is nothing to withdraw)."""
         try:
             return self.queue_of(entry)
         except Exception as exc:
-            logger.warning("periodic entry %r: nothing to withdraw: %s", entry.name, exc)
+            if not quiet:
+                logger.warning("periodic entry %r: nothing to withdraw: %s", entry.name, exc)
             return None
 
     def _plan(
-        self, entry: PeriodicEntry, version: int, mark: Mark | None, now: datetime
+        self,
+        entry: PeriodicEntry,
+        version: int,
+        mark: Mark | None,
+        now: datetime,
+        removed: bool = False,
     ) -> _Plan | None:
         """What to write against ``mark``, or None when it is up to date."""
+        if removed or not entry.enabled:  # what is pending after the settle window goes
+            if mark is not None and (mark.version, mark.up_to_ms, mark.removed) == (
+                version,
+                None,
+                removed,
+            ):
+                return None  # paused (or removed) already
+            since = to_ms(change_start(mark, now, self.settle))
+            return _Plan(Mark(version, None, since, removed), withdraw=True)
         if self._up_to_date(entry, version, mark, now):
             return None
-        if not entry.enabled:
-            return _Plan(Mark(version, None), withdraw=True)
         if mark is not None and mark.version == version and mark.up_to_ms is not None:
-            start, changed = from_ms(mark.up_to_ms), False
-        elif mark is None:  # new (or a mark this code did not write): from now on
-            start, changed = now, True
-        else:  # changed or resumed: from the end of the settle window on
-            start, changed = now + self.settle, True
+            start, changed, since = from_ms(mark.up_to_ms), False, mark.since_ms
+        else:  # new, changed or resumed: see change_start
+            start, changed = change_start(mark, now, self.settle), True
+            since = to_ms(start)
         end = now + self.horizon
         occurrences = entry.occurrences()
         late, missed, last_missed = self._missed(occurrences, start, now, entry.catch_up)
-        upcoming = _upcoming(occurrences, max(start, now), end)
+        upcoming = occurrences.upcoming(max(start, now), end, MOST_AHEAD)
         if not upcoming and not late and last_missed is None:  # the schedule has ended
             if not changed:
                 return _Plan(None, ended=True)  # nothing more to write
-            return _Plan(Mark(version, to_ms(now)), withdraw=True, ended=True)
+            return _Plan(Mark(version, to_ms(now), since), withdraw=True, ended=True)
         last = upcoming[-1] if upcoming else last_missed
         assert last is not None
         runs = (*((each, now + LATE_DELAY) for each in late), *((each, each) for each in upcoming))
-        return _Plan(Mark(version, to_ms(last)), changed, runs, len(late), missed)
+        return _Plan(Mark(version, to_ms(last), since), changed, runs, len(late), missed)
 
     def _count_missed(self, store: DelayedStore, entry: PeriodicEntry, plan: _Plan) -> None:
         """Count and log the occurrences no beat wrote in time (every beat was down)."""
+        if not plan.late and not plan.missed:
+            return
         EntryHistory(store.client, store.keys).count(entry.name, plan.late, plan.missed)
         logger.warning(
             "periodic entry %r: %d occurrence(s) missed while no beat wrote ahead; "
@@ -309,29 +367,9 @@ class OccurrenceWriter:
     ) -> tuple[list[datetime], int, datetime | None]:
         """The missed occurrences in ``(start, now]`` to run late, how many are not run,
         and the last of them."""
-        kept: deque[datetime] = deque(maxlen=max(self.catch_up_bound, 1))
-        count, walked, previous = 0, 0, start
-        found = occurrences.after(start)
-        while found is not None and found <= now:
-            count += 1
-            kept.append(found)
-            walked += 1
-            if walked == MOST_WALKED:  # jump to the last bound's worth before now
-                gap = found - previous
-                jump = now - gap * (self.catch_up_bound + 1)
-                if jump > found:
-                    walked, found = 0, occurrences.after(jump)
-                    count += max(0, int((jump - kept[-1]) / gap)) if gap else 0
-                    continue
-            previous, found = found, occurrences.after(found)
-        last = kept[-1] if kept else None
-        if catch_up == "none":
-            late: list[datetime] = []
-        elif catch_up == "latest":
-            late = list(kept)[-1:]
-        else:
-            late = list(kept)
-        return late, count - len(late), last
+        kept, count = occurrences.missed(start, now, self.catch_up_bound)
+        late = [] if catch_up == "none" else kept[-1:] if catch_up == "latest" else kept
+        return late, count - len(late), kept[-1] if kept else None
 
 
 @dataclass(frozen=True)
@@ -344,11 +382,13 @@ class _Plan:
     ended: bool = False  # no occurrence left
 
 
-def _upcoming(occurrences: Occurrences, start: datetime, end: datetime) -> list[datetime]:
-    """The occurrences in ``(start, end]``, at least the next one, at most MOST_AHEAD."""
-    found = occurrences.after(start)
-    times: list[datetime] = []
-    while found is not None and len(times) < MOST_AHEAD and (found <= end or not times):
-        times.append(found)
-        found = occurrences.after(found)
-    return times
+def _stale(entry: PeriodicEntry, version: int, mark: Mark | None, read_at: float) -> bool:
+    """Whether ``mark`` is of a newer version than the entry held (read before a change,
+    or a removal, that is written already), or the entry was read longer than
+    ``MOST_READ_AGE`` ago (logged)."""
+    if mark is not None and mark.version > version:
+        return True
+    if time.monotonic() - read_at <= MOST_READ_AGE:
+        return False
+    logger.warning("periodic entry %r: read too long ago, left to the next read", entry.name)
+    return True

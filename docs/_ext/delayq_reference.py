@@ -289,7 +289,7 @@ def keyspace_keys() -> set[str]:
     names |= {*queue.handover_keys(), *queue.move_keys(), queue.page("<n>")}
     names |= {space.periodic_entries, space.periodic_versions}
     names |= {space.periodic_runs, space.periodic_counts}
-    names |= {queue.periodic_marks, queue.periodic_ahead}
+    names |= {queue.periodic_marks, queue.periodic_ahead, queue.periodic_gone}
     names |= {space.off_shard_queues, queue.by_task, queue.deliveries("<M>")}
     return names
 

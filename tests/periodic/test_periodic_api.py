@@ -17,9 +17,11 @@ from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.records import OCCURRENCE_HEADER
 from celery_delayq.periodic.registry import EntryRegistry
+from celery_delayq.periodic.writer import OccurrenceWriter
 from celery_delayq.testing import RedisServer
 
 from ..helpers import PERIODIC_TASK as TASK
+from ..helpers import pending_runs
 
 pytestmark = pytest.mark.integration
 
@@ -123,3 +125,50 @@ def test_a_pass_reuses_the_entries_it_read_unless_they_changed(app) -> None:
     assert second["b"] is not first["b"] and second["b"].entry.schedule.seconds == 30
     assert all(again[name] is second[name] for name in second)
     assert len(parsed) == 2  # what was read last, no more
+
+
+@pytest.mark.promise("periodic-next-runs-run")
+def test_a_resume_just_before_an_occurrence_runs_it_as_get_says(app) -> None:
+    """A per-minute entry resumed at :57 runs at the next :00, as ``get`` names it, not
+    at the one after the settle window (nothing of a paused entry is pending)."""
+    periodic.upsert(app, "minutely", TASK, crontab(minute="*"), timezone="UTC", now=NOW)
+    periodic.pause(app, "minutely", now=NOW + timedelta(seconds=1))
+    resumed_at = (NOW + timedelta(minutes=10)).replace(second=57)
+    periodic.resume(app, "minutely", now=resumed_at)
+    named = periodic.get(app, "minutely", now=resumed_at)
+    assert named is not None
+    first_written = min(when for when, _ in pending_runs(app) if when > resumed_at)
+    assert named.next_runs[0] == first_written == resumed_at + timedelta(seconds=3)
+
+
+@pytest.mark.promise("periodic-next-runs-run")
+def test_after_an_upsert_get_names_the_new_versions_first_occurrence(app) -> None:
+    """The occurrences due within the settle window stay as written (a mover may have
+    moved them); ``get`` names the new version's, from where it starts."""
+    periodic.upsert(app, "heartbeat", TASK, 1.0, args=("v1",), now=NOW)
+    changed_at = NOW + timedelta(seconds=10, milliseconds=500)
+    periodic.upsert(app, "heartbeat", TASK, 1.0, args=("v2",), now=changed_at)
+    named = periodic.get(app, "heartbeat", now=changed_at)
+    assert named is not None
+    runs = [when for when, arg in pending_runs(app) if when > changed_at and arg == "v2"]
+    assert named.next_runs == runs[:3]
+    assert runs[0] > changed_at + OccurrenceWriter(app).settle
+    listed = periodic.entries(app, now=changed_at)
+    assert [info.next_runs for info in listed] == [named.next_runs]
+
+
+@pytest.mark.promise("periodic-next-runs-run")
+def test_a_resume_within_the_settle_window_of_a_pause_writes_each_occurrence_once(
+    app,
+) -> None:
+    """Paused, those due within the settle window stay; resumed at once, the entry goes
+    on right after them: none twice, none skipped, and ``get`` names the first new one."""
+    periodic.upsert(app, "heartbeat", TASK, 1.0, args=("v1",), now=NOW)
+    periodic.pause(app, "heartbeat", now=NOW + timedelta(seconds=1))
+    periodic.resume(app, "heartbeat", now=NOW + timedelta(seconds=2))
+    times = [when for when, _ in pending_runs(app)]
+    assert times == [NOW + timedelta(seconds=n) for n in range(1, len(times) + 1)]
+    named = periodic.get(app, "heartbeat", now=NOW + timedelta(seconds=2))
+    assert named is not None
+    kept = OccurrenceWriter(app).settle + timedelta(seconds=1)
+    assert named.next_runs[0] == min(when for when in times if when > NOW + kept)

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import random
 import time
 from collections import Counter
 from contextlib import ExitStack
@@ -16,6 +17,7 @@ from celery import schedules
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.records import Mark
+from celery_delayq.periodic.writer import OccurrenceWriter
 from celery_delayq.testing import wait_until
 
 from ..helpers import celery_process, runs
@@ -276,3 +278,99 @@ def test_two_beats_write_entries_on_a_redis_cluster_store_once(
         )
     for name in schedule:
         assert_each_ran_once_without_gaps(occurrences(redis_client, name), timedelta(seconds=1))
+
+
+@pytest.mark.promise("periodic-next-runs-run")
+def test_an_entry_resumed_just_before_an_occurrence_first_runs_the_one_get_names(
+    make_app, redis_server, redis_client
+) -> None:
+    """Resumed 4 s before an occurrence (within the settle window an upsert keeps), the
+    entry's first run is that occurrence, the one ``get`` names as next."""
+    app = make_app()
+    settle = OccurrenceWriter(app).settle
+    with ExitStack() as stack:
+        stack.enter_context(worker(redis_server.url))
+        stack.enter_context(beat(redis_server.url))
+        with pytest.warns(periodic.UnknownTaskWarning):  # the worker knows it; this app not
+            periodic.upsert(app, "slow-tick", TICK, 10.0)
+        paused = periodic.pause(app, "slow-tick")
+        found = periodic.get(app, "slow-tick")
+        assert found is not None and found.version == paused.version
+        after = datetime.now(timezone.utc) + settle + timedelta(seconds=4)
+        target = found.entry.occurrences().after(after)
+        assert target is not None
+        wait_until(lambda: datetime.now(timezone.utc) >= target - timedelta(seconds=4), timeout=30)
+        periodic.resume(app, "slow-tick")
+        resumed_at = datetime.now(timezone.utc)
+        named = periodic.get(app, "slow-tick")
+        assert named is not None
+        wait_until(
+            lambda: [w for w in occurrences(redis_client, "slow-tick") if w > resumed_at],
+            timeout=60,
+        )
+    first = min(when for when in occurrences(redis_client, "slow-tick") if when > resumed_at)
+    assert first == named.next_runs[0]
+    assert first - resumed_at < settle  # one a resume after the settle window would skip
+
+
+#: The race of a beat's pass with upserts: many entries (each pass writes every one of
+#: them), the upserted ones last in the pass's order; upserts 2 to 4 s apart.
+BALLAST, HOT, UPSERTS = 390, 10, 20
+
+
+@pytest.mark.timeout(400)
+@pytest.mark.filterwarnings("ignore::celery_delayq.periodic.manage.UnknownTaskWarning")
+@pytest.mark.promise("periodic-versions-forward")
+def test_upserts_while_two_beats_pass_over_many_entries_never_run_an_older_version(
+    make_app, redis_server, redis_client
+) -> None:
+    """Two beats pass over 400 entries while argument-only upserts land: a beat that read
+    the entries before an upsert must not write the old version back. Every occurrence
+    due after an upsert's settle window runs that upsert's arguments, or a later one's."""
+    ballast = {  # routed to a queue no worker consumes: they only make each pass long
+        f"b{n:03}": {"task": TICK, "schedule": 2.0, "options": {"queue": "ballast"}}
+        for n in range(BALLAST)
+    }
+    hot = {f"z{n:02}": {"task": TICK, "schedule": 1.0, "args": [0]} for n in range(HOT)}
+    settings = {"delayq_periodic_horizon": 20, "beat_schedule": {**ballast, **hot}}
+    app = make_app(delayq_periodic_horizon=20)
+    settle = OccurrenceWriter(app).settle
+    upserts: dict[str, list[tuple[datetime, int]]] = {name: [] for name in hot}
+    pace = random.Random(36)
+    with ExitStack() as stack:
+        stack.enter_context(worker(redis_server.url, settings))
+        for _ in range(2):
+            stack.enter_context(beat(redis_server.url, settings, timeout=90))
+        wait_until(
+            lambda: all(occurrences(redis_client, name) for name in hot), timeout=90, interval=0.2
+        )
+        for version in range(1, UPSERTS + 1):
+            name = f"z{version % HOT:02}"
+            moment = datetime.now(timezone.utc)
+            periodic.upsert(app, name, TICK, 1.0, args=(version,), now=moment)
+            upserts[name].append((moment, version))
+            # paced by the runs of the upserted entries: 10 a second
+            paced = redis_client.llen("test:runs") + pace.randint(2 * HOT, 4 * HOT)
+            wait_until(lambda ran=paced: redis_client.llen("test:runs") >= ran, timeout=30)
+        # every beat passed twice since each entry's last upsert, and what it wrote ran
+        settled = {name: max(upserts[name])[0] + settle for name in hot}
+        wait_until(
+            lambda: all(
+                max(occurrences(redis_client, name)) > settled[name] + timedelta(seconds=12)
+                for name in hot
+            ),
+            timeout=90,
+            interval=0.2,
+        )
+    older, checked = [], 0
+    for run in runs(redis_client):
+        if run.get("entry") not in upserts:
+            continue
+        when = datetime.fromisoformat(run["occurrence"])
+        due = [version for moment, version in upserts[run["entry"]] if when > moment + settle]
+        if due:
+            checked += 1
+            if run["args"][0] < max(due):
+                older.append((run["entry"], when.isoformat(), run["args"][0], max(due)))
+    assert checked > 10 * UPSERTS
+    assert older == []

@@ -1,22 +1,30 @@
 """Periodic occurrences written ahead by beats (periodic/writer.py) through a real app's
 celery-delayq channel into a real Redis, at injected times: once each across racing
-beats, withdrawn on a change or a pause, and missed ones caught up by each policy."""
+beats, withdrawn on a change or a pause, never of an older version than a change wrote
+(beats interleaved with the change by force), and missed ones caught up by each policy."""
 
 from __future__ import annotations
 
 import json
 import threading
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
 
+from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.core.store.ahead import GONE_KEPT_MS
+from celery_delayq.periodic import writer as writer_module
 from celery_delayq.periodic.entry import PeriodicEntry
 from celery_delayq.periodic.history import EntryHistory
 from celery_delayq.periodic.records import ENTRY_HEADER, OCCURRENCE_HEADER, Mark
-from celery_delayq.periodic.registry import Versioned
-from celery_delayq.periodic.writer import MOST_AHEAD, OccurrenceWriter
+from celery_delayq.periodic.registry import EntryRegistry, Versioned
+from celery_delayq.periodic.writer import MOST_AHEAD, MOST_READ_AGE, OccurrenceWriter
+
+from ..helpers import PERIODIC_TASK as TASK
+from ..helpers import pending_runs
 
 pytestmark = pytest.mark.integration
 
@@ -232,3 +240,90 @@ def test_a_pass_over_many_entries_writes_only_those_that_need_it(make_app, redis
     behind = writer.advance_all([paused, *every[1:]], NOW + timedelta(seconds=3))
     assert sorted(behind) == sorted(e.entry.name for e in every)  # 13 s: each wants 16 s
     assert behind["e0"].withdrawn == 3
+
+
+def read_registry(app) -> list[Versioned]:
+    """A beat's read of the registry, at the start of its pass."""
+    with open_store(app) as store:
+        return EntryRegistry(store.client, store.keys).all()
+
+
+def upsert_v2(app, at: datetime) -> None:
+    periodic.upsert(app, "heartbeat", TASK, 1.0, args=("v2",), now=at)
+
+
+def pause(app, at: datetime) -> None:
+    periodic.pause(app, "heartbeat", now=at)
+
+
+def remove(app, at: datetime) -> None:
+    periodic.remove(app, "heartbeat", now=at)
+
+
+@pytest.mark.parametrize("change", [upsert_v2, pause, remove], ids=lambda f: f.__name__)
+@pytest.mark.promise("periodic-versions-forward")
+def test_a_beat_that_read_an_entry_before_a_change_writes_none_of_the_old_version(
+    periodic_app, change
+) -> None:
+    """Beat A reads the registry (version 1), a change is made and written, then A's pass
+    writes: nothing of version 1 is written after the change's settle window, and what
+    the change wrote stays (the old code wrote version 1 back until A's next pass)."""
+    app = periodic_app
+    periodic.upsert(app, "heartbeat", TASK, 1.0, args=("v1",), now=NOW)
+    held = read_registry(app)
+    changed_at = NOW + timedelta(seconds=2)
+    change(app, changed_at)
+    before = pending_runs(app)
+    beat = OccurrenceWriter(app, HORIZON)
+    settled = changed_at + beat.settle
+
+    passed = beat.advance_all(held, changed_at + timedelta(seconds=1))
+    assert pending_runs(app) == before
+    assert [arg for when, arg in before if when > settled and arg != "v2"] == []
+    assert passed == {}  # its read of the marks finds a newer version: nothing to do
+    advanced = beat.advance(held[0].entry, held[0].version, changed_at + timedelta(seconds=1))
+    assert (advanced.stale, advanced.stored, advanced.withdrawn) == (True, 0, 0)
+    assert pending_runs(app) == before
+
+
+@pytest.mark.promise("periodic-versions-forward")
+def test_the_store_refuses_an_old_version_that_a_beat_planned_before_a_change(
+    periodic_app, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The change lands between a beat's read of the mark and its write: the store's
+    compare-and-set finds the newer version and refuses, in the same atomic call."""
+    app = periodic_app
+    periodic.upsert(app, "heartbeat", TASK, 1.0, args=("v1",), now=NOW)  # 300 s ahead
+    held = read_registry(app)[0]
+    pass_at = NOW + timedelta(seconds=295)  # version 1 needs writing on to 305 s
+    changed_at = pass_at + timedelta(milliseconds=500)
+    beat = OccurrenceWriter(app, HORIZON)
+    messages = writer_module.occurrence_messages
+    interleaved: list[bool] = []
+
+    def built_while_an_upsert_lands(*args: Any) -> Any:
+        if not interleaved:
+            interleaved.append(True)
+            upsert_v2(app, changed_at)
+        return messages(*args)
+
+    monkeypatch.setattr(writer_module, "occurrence_messages", built_while_an_upsert_lands)
+    advanced = beat.advance(held.entry, held.version, pass_at)
+    settled = changed_at + beat.settle
+    assert {arg for when, arg in pending_runs(app) if when > settled} == {"v2"}
+    assert interleaved and advanced.stale and advanced.stored == 0
+
+
+def test_a_writer_that_read_an_entry_too_long_ago_leaves_it_to_the_next_read(
+    periodic_app,
+) -> None:
+    """A removal's tombstone is kept far longer than a writer may hold what it read."""
+    assert MOST_READ_AGE * 1000 * 10 <= GONE_KEPT_MS
+    beat = OccurrenceWriter(periodic_app, HORIZON)
+    long_ago = time.monotonic() - MOST_READ_AGE - 1
+    advanced = beat.advance(entry(), 1, NOW, read_at=long_ago)
+    assert (advanced.stale, advanced.stored) == (True, 0)
+    assert beat.advance_all([Versioned(entry(), 1)], NOW, read_at=long_ago) == {
+        "heartbeat": advanced
+    }
+    assert pending_runs(periodic_app) == []

@@ -45,9 +45,13 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
                                 classic queue) delivered message M again; expires a day
                                 after the last (worker/poison.py)
     P:{Q}:periodic      HASH   periodic entry name -> its mark: the version of the entry
-                                and the last occurrence written ahead (store/ahead.py)
+                                and the last occurrence written ahead, or that it is
+                                paused, or removed (a tombstone) (store/ahead.py)
     P:{Q}:periodic:ahead HASH  periodic entry name -> message keys of the occurrences
                                 written ahead, each "<len>:<bytes>" (lua/write_ahead.lua)
+    P:{Q}:periodic:gone ZSET   removed periodic entry name -> when its tombstone mark was
+                                written (ms); a write ahead in the queue forgets those a
+                                day old, with their marks (lua/write_ahead.lua)
     P:{Q}:inspect:<T>   STRING the worker (node name) that lists Q's delayed messages in
                                 its reply to the remote-control request with ticket T;
                                 set once (NX), expires after a minute
@@ -140,6 +144,10 @@ class QueueKeys(NamedTuple):
     @property
     def periodic_ahead(self) -> str:
         return f"{self.tagged}:periodic:ahead"
+
+    @property
+    def periodic_gone(self) -> str:
+        return f"{self.tagged}:periodic:gone"
 
     @property
     def dead_reasons(self) -> str:

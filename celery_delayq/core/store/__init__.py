@@ -317,8 +317,11 @@ class DelayedStore:
         new_mark: str | None,
         occurrences: Sequence[Scheduled] = (),
         withdraw_after_ms: int | None = None,
+        gone_kept_ms: int | None = None,
     ) -> AheadOutcome:
-        return self.ahead.write(queue, entry, read_mark, new_mark, occurrences, withdraw_after_ms)
+        return self.ahead.write(
+            queue, entry, read_mark, new_mark, occurrences, withdraw_after_ms, gone_kept_ms
+        )
 
 
 def _handover_maker(

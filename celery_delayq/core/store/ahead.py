@@ -4,7 +4,11 @@ A beat that finds an entry's next occurrences unwritten stores them as delayed m
 in one atomic call that also moves the entry's mark from the value the beat read to a new
 one. If another beat moved the mark first, the call writes nothing and returns the mark it
 found, so of any number of beats, one writes each occurrence. The mark is the caller's
-text (periodic/ says what it holds); the store only compares it.
+text (periodic/records.py says what it holds), led by the entry's version: the store
+also refuses a mark of a lower version than the one it finds, so a beat that read the
+entry before a change never writes the old version back over the new one. A removal
+leaves a tombstone mark (``removed``) for the same reason, forgotten after
+``gone_kept_ms``.
 
 An entry's mark and occurrences live in one shard of its queue, chosen by the entry's
 name, so each call touches one Redis Cluster slot.
@@ -20,6 +24,11 @@ from ..layout.keys import QueueKeys
 from .state import StoreState
 from .writes import Scheduled, Writes
 
+#: How long a removed entry's tombstone mark is kept (ms): far longer than a writer may
+#: go on writing an entry it read (periodic/writer.py, ``MOST_READ_AGE``), so no writer
+#: still holds the removed entry when its tombstone is forgotten.
+GONE_KEPT_MS = 86_400_000
+
 
 @dataclass(frozen=True)
 class AheadOutcome:
@@ -29,6 +38,7 @@ class AheadOutcome:
     mark: str | None  # the entry's mark now: the new one, or the one found
     stored: int = 0  # occurrences stored
     withdrawn: int = 0  # occurrences written ahead before and withdrawn, still pending
+    stale: bool = False  # not written: the mark found is of a newer version than the new
 
 
 class WriteAhead:
@@ -73,12 +83,15 @@ class WriteAhead:
         new_mark: str | None,
         occurrences: Sequence[Scheduled] = (),
         withdraw_after_ms: int | None = None,
+        gone_kept_ms: int | None = None,
     ) -> AheadOutcome:
-        """If the entry's mark is still ``read_mark``: withdraw the occurrences written
-        ahead before that are due after ``withdraw_after_ms`` (None: none; 0: all), store
-        ``occurrences`` (messages of ``queue``) and set the mark to ``new_mark`` (None:
-        forget the entry), in one atomic call. Those due by then stay: they are the
-        movers' to deliver, the entry's change taking effect from the next one."""
+        """If the entry's mark is still ``read_mark`` and of no newer version than
+        ``new_mark``: withdraw the occurrences written ahead before that are due after
+        ``withdraw_after_ms`` (None: none; 0: all), store ``occurrences`` (messages of
+        ``queue``) and set the mark to ``new_mark`` (None: forget the entry), in one
+        atomic call. Those due by then stay: they are the movers' to deliver, the entry's
+        change taking effect from the next one. Tombstones of this shard older than
+        ``gone_kept_ms`` (None: ``GONE_KEPT_MS``) are forgotten by the same call."""
         keys = self.keys_of(queue, entry)
         triples: list[Any] = []
         for message in occurrences:
@@ -93,6 +106,7 @@ class WriteAhead:
                 *keys.as_list(),
                 keys.periodic_marks,
                 keys.periodic_ahead,
+                keys.periodic_gone,
                 *self.state.registry_in_scripts(),
             ],
             args=[
@@ -101,6 +115,7 @@ class WriteAhead:
                 read_mark or "",
                 new_mark or "",
                 "" if withdraw_after_ms is None else withdraw_after_ms,
+                GONE_KEPT_MS if gone_kept_ms is None else gone_kept_ms,
                 self.state.keys.wakeup_channel,
                 queue,
                 len(occurrences),
@@ -108,7 +123,8 @@ class WriteAhead:
             ],
         )
         if not int(reply[0]):
-            return AheadOutcome(written=False, mark=_text(reply[1]) if reply[1] else None)
+            found = _text(reply[1]) if reply[1] else None
+            return AheadOutcome(written=False, mark=found, stale=bool(int(reply[2])))
         return AheadOutcome(True, new_mark, stored=int(reply[1]), withdrawn=int(reply[2]))
 
 

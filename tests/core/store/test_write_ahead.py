@@ -11,6 +11,7 @@ import redis
 
 from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.store import DelayedStore, Scheduled
+from celery_delayq.periodic.records import Mark
 
 pytestmark = pytest.mark.integration
 
@@ -159,3 +160,95 @@ def test_entries_on_a_redis_cluster_write_once_each_in_one_slot(
     assert len(shards) > 1
     assert len(store.pending(queue=QUEUE, limit=100)) == len(names)
     client.close()
+
+
+@pytest.mark.promise("periodic-versions-forward")
+def test_a_mark_of_an_older_version_is_refused_as_stale(redis_client):
+    """A writer that read the mark of version 2 (as the store holds it) and writes its
+    version 1 (read from the registry before the change) writes nothing."""
+    store = make_store(redis_client)
+    base = store.server_time_ms() + 3_600 * SECOND
+    store.write_ahead(QUEUE, ENTRY, None, f"2 {base}", [occurrence(base, version=2)])
+
+    stale = store.write_ahead(
+        QUEUE, ENTRY, f"2 {base}", f"1 {base + SECOND}", [occurrence(base + SECOND)], 0
+    )
+    assert (stale.written, stale.stale, stale.mark) == (False, True, f"2 {base}")
+    assert pending_dues(store) == [base]
+    # a conflict (another beat moved the mark) is no staleness: it is retried
+    moved = store.write_ahead(QUEUE, ENTRY, "2 1", f"2 {base + SECOND}", [])
+    assert (moved.written, moved.stale) == (False, False)
+    # the same version, and a newer one, go on
+    assert store.write_ahead(QUEUE, ENTRY, f"2 {base}", f"2 {base} 7", []).written
+    assert store.write_ahead(QUEUE, ENTRY, f"2 {base} 7", f"10 {base}", [], 0).written
+    assert pending_dues(store) == []
+
+
+@pytest.mark.promise("periodic-versions-forward")
+def test_a_tombstone_holds_off_older_versions_until_it_is_forgotten(redis_client):
+    store = make_store(redis_client)
+    keys = store.keys.for_queue(QUEUE)
+    base = store.server_time_ms() + 3_600 * SECOND
+    store.write_ahead(QUEUE, ENTRY, None, f"3 {base}", [occurrence(base, version=3)])
+    removed = store.write_ahead(QUEUE, ENTRY, f"3 {base}", "4 removed", [], 0)
+    assert (removed.written, removed.withdrawn) == (True, 1)
+    assert not redis_client.hexists(keys.periodic_ahead, ENTRY)
+    assert redis_client.zscore(keys.periodic_gone, ENTRY) is not None
+
+    again = store.write_ahead(QUEUE, ENTRY, "4 removed", f"3 {base}", [occurrence(base)])
+    assert (again.written, again.stale, pending_dues(store)) == (False, True, [])
+
+    # re-added with a newer version: the tombstone is replaced, and no longer listed
+    readded = store.write_ahead(QUEUE, ENTRY, "4 removed", f"5 {base}", [occurrence(base)])
+    assert readded.written and pending_dues(store) == [base]
+    assert redis_client.zcard(keys.periodic_gone) == 0
+    store.write_ahead(QUEUE, ENTRY, f"5 {base}", "6 removed", [], 0)
+    # other entries' removals forget tombstones older than they keep them, with their marks
+    for n in range(3):
+        store.write_ahead(QUEUE, f"other {n}", None, f"{7 + n} removed", [], 0, 3_600_000)
+    assert redis_client.hlen(keys.periodic_marks) == 4
+    store.write_ahead(QUEUE, "last", None, "20 removed", [], 0, gone_kept_ms=0)
+    assert redis_client.hkeys(keys.periodic_marks) == [b"last"]
+    assert redis_client.zrange(keys.periodic_gone, 0, -1) == [b"last"]
+
+
+MARK_TEXTS = [
+    "7 1700000000000",
+    "7 1700000000000 1699999999000",
+    "7 paused",
+    "7 paused 1699999999000",
+    "7 removed",
+    "7 removed 1699999999000",
+    "0007 5",
+    "7 5 ",
+    "7 5  ",
+    "7  5",
+    "7 paused5",
+    "7 PAUSED",
+    "7 5 x",
+    "7 5 6 7",
+    "7 x5",
+    "7\t5",
+    "7 5\n",
+    "7 \u00b2",
+    "\u00b27 5",
+    "7 " + "9" * 16,
+    "7 5 " + "9" * 16,
+    "9" * 19 + " 5",
+    "7",
+    "x 7",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", MARK_TEXTS)
+def test_the_store_reads_a_marks_version_as_the_writer_does(redis_client, text) -> None:
+    """A mark the writer cannot read (it writes the entry anew) counts as version 0 in
+    the store, else the store would refuse that write for good; one it reads has the same
+    version in both."""
+    store = make_store(redis_client)
+    redis_client.hset(store.keys.for_queue(QUEUE).periodic_marks, ENTRY, text)
+    outcome = store.write_ahead(QUEUE, ENTRY, text, "6 5", [])
+    mark = Mark.parse(text)
+    assert outcome.written == (mark is None or mark.version <= 6)
+    assert outcome.stale == (mark is not None and mark.version > 6)
