@@ -118,6 +118,7 @@ class StoreScripts:
     release_claimed: Script
     resend_dead: Script
     write_ahead: Script
+    count_run: Script
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
