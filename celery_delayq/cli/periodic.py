@@ -5,15 +5,17 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 from celery.schedules import crontab
 
 from ..ops.when import iso
 from ..periodic import manage
-from ..periodic.describe import schedule_text
+from ..periodic.describe import entry_text
 from ..periodic.entry import CATCH_UP_POLICIES, schedule_json
 from ..periodic.registry import Unreadable
+from ..periodic.schedules.clocked import clocked
 from .render import current_app, emit, json_option, table
 
 
@@ -30,12 +32,17 @@ def entry_json(info: manage.EntryInfo) -> dict[str, Any]:
         "catch_up": entry.catch_up,
         "enabled": entry.enabled,
         "origin": entry.origin,
+        "one_off": entry.one_off,
+        "start_time": _iso(entry.start_time),
+        "expires": _iso(entry.expires),
+        "description": entry.description,
         "version": info.version,
         "next_runs": [when.isoformat() for when in info.next_runs],
         "last_run": _iso(info.history.last_occurrence),
         "last_started": _iso(info.history.last_started),
         "late": info.history.late,
         "missed": info.history.missed,
+        "total_run_count": info.history.total_run_count,
     }
 
 
@@ -43,21 +50,24 @@ def _iso(moment: datetime | None) -> str | None:
     return iso(None if moment is None else moment.timestamp())
 
 
-def entries_table(entries: list[dict[str, Any]]) -> str:
-    rows = [
-        [
-            e["name"],
-            e["task"],
-            schedule_text(e["schedule"]),
-            e["timezone"],
-            "yes" if e["enabled"] else "paused",
-            e["origin"],
-            e["next_runs"][0] if e["next_runs"] else "",
-            e["last_run"] or "",
-            f"{e['late']}/{e['missed']}",
-        ]
-        for e in entries
-    ]
+def entries_table(infos: list[manage.EntryInfo]) -> str:
+    rows = []
+    for info in infos:
+        e = entry_json(info)
+        rows.append(
+            [
+                e["name"],
+                e["task"],
+                entry_text(info.entry),
+                e["timezone"],
+                "yes" if e["enabled"] else "paused",
+                e["origin"],
+                e["next_runs"][0] if e["next_runs"] else "",
+                e["last_run"] or "",
+                str(e["total_run_count"]),
+                f"{e['late']}/{e['missed']}",
+            ]
+        )
     headers = [
         "name",
         "task",
@@ -67,6 +77,7 @@ def entries_table(entries: list[dict[str, Any]]) -> str:
         "from",
         "next run (UTC)",
         "last run (UTC)",
+        "runs",
         "late/missed",
     ]
     return table(headers, rows)
@@ -84,7 +95,8 @@ def list_entries(as_json: bool) -> None:
     stderr, with why."""
     found = manage.listing(current_app())
     entries = [entry_json(info) for info in found.entries]
-    emit(as_json, entries, entries_table(entries) if entries else "no periodic entries")
+    human = entries_table(found.entries) if entries else "no periodic entries"
+    emit(as_json, entries, human)
     for each in found.unreadable:
         click.echo(unreadable_line(each), err=True)
 
@@ -115,45 +127,81 @@ def show(as_json: bool, name: str) -> None:
 @click.option("--task", required=True, help="The task's name.")
 @click.option("--every", type=float, help="An interval, in seconds.")
 @click.option("--crontab", "cron", help='A crontab line: "minute hour day month weekday".')
+@click.option("--rrule", help='An RFC 5545 rule: "FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0".')
+@click.option("--at", "--clocked", "at", help="Once, at this ISO 8601 time.")
 @click.option("--args", "args_json", default="[]", help="Positional arguments, as JSON.")
 @click.option("--kwargs", "kwargs_json", default="{}", help="Keyword arguments, as JSON.")
 @click.option("--options", "options_json", default="{}", help="apply_async options, as JSON.")
 @click.option("--timezone", help="An IANA time zone (default: the app's).")
 @click.option("--catch-up", type=click.Choice(CATCH_UP_POLICIES), default="latest")
+@click.option("--one-off", is_flag=True, help="Run its first occurrence only.")
+@click.option("--start", help="No run before this ISO 8601 time.")
+@click.option("--expires", help="No run after this ISO 8601 time: then the entry has ended.")
+@click.option("--description", default="", help="Free text, for people.")
 @click.option("--paused", is_flag=True, help="Add it paused.")
-def add(
-    as_json: bool, name: str, task: str, every: float | None, cron: str | None, **rest: Any
-) -> None:
-    """Add an entry, or replace the one of that name (from its next run)."""
-    if (every is None) == (cron is None):
-        raise click.UsageError("give --every or --crontab (one of them)")
-    schedule: Any = every
-    if cron is not None:
-        fields = cron.split()
-        if len(fields) != 5:
-            raise click.BadParameter("five fields", param_hint="--crontab")
-        minute, hour, day, month, weekday = fields  # cron's order, not crontab()'s
-        try:
-            schedule = crontab(minute, hour, weekday, day, month)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--crontab") from None
+def add(as_json: bool, name: str, task: str, **rest: Any) -> None:
+    """Add an entry, or replace the one of that name (from its next run). A time with no
+    offset is read in the entry's time zone."""
+    app = current_app()
+    zone = rest["timezone"] or manage.app_zone(app)
     try:
         done = manage.upsert(
-            current_app(),
+            app,
             name,
             task,
-            schedule,
+            _schedule_of(rest, zone),
             args=_json_of(rest["args_json"], "--args", list),
             kwargs=_json_of(rest["kwargs_json"], "--kwargs", dict),
             options=_json_of(rest["options_json"], "--options", dict),
             timezone=rest["timezone"],
             catch_up=rest["catch_up"],
             enabled=not rest["paused"],
+            one_off=rest["one_off"],
+            start_time=_time_of(rest["start"], "--start", zone),
+            expires=_time_of(rest["expires"], "--expires", zone),
+            description=rest["description"],
         )
     except ValueError as exc:
         raise click.ClickException(str(exc)) from None
     verb = "replaced" if done.replaced else "added"
     emit(as_json, {"name": name, verb: True, "version": done.version}, f"{verb} {name!r}")
+
+
+#: The options that give a schedule, one of which ``add`` takes.
+SCHEDULE_OPTIONS = {"every": "--every", "cron": "--crontab", "rrule": "--rrule", "at": "--at"}
+
+
+def _schedule_of(rest: dict[str, Any], zone: str) -> Any:
+    """The schedule of the one schedule option given."""
+    given = [key for key in SCHEDULE_OPTIONS if rest[key] is not None]
+    if len(given) != 1:
+        raise click.UsageError(f"give one of {', '.join(SCHEDULE_OPTIONS.values())}")
+    kind, value = given[0], rest[given[0]]
+    if kind == "at":
+        moment = _time_of(value, "--at", zone)
+        assert moment is not None
+        return clocked(moment)
+    if kind != "cron":
+        return value  # seconds, or the rule's text
+    fields = value.split()
+    if len(fields) != 5:
+        raise click.BadParameter("five fields", param_hint="--crontab")
+    minute, hour, day, month, weekday = fields  # cron's order, not crontab()'s
+    try:
+        return crontab(minute, hour, weekday, day, month)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--crontab") from None
+
+
+def _time_of(text: str | None, option: str, zone: str) -> datetime | None:
+    """An ISO 8601 time (``Z`` for UTC); one with no offset is read in ``zone``."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+        return moment if moment.tzinfo else moment.replace(tzinfo=ZoneInfo(zone))
+    except (ValueError, KeyError) as exc:  # KeyError: ZoneInfoNotFoundError
+        raise click.BadParameter(f"not an ISO 8601 time: {exc}", param_hint=option) from None
 
 
 @periodic.command()

@@ -5,8 +5,9 @@
 records that cannot be read) manage them at run time (manage.py); the
 modules below say when each occurrence falls (``cron_times``, ``occurrences``), how an
 entry is kept (``entry``, ``registry``) and how beats write its occurrences ahead once
-(``writer``). The API is imported on first use: ``cron_times`` needs the standard library
-only.
+(``writer``); ``clocked(datetime)`` and ``rrule_schedule`` are schedule kinds beyond
+Celery's (``schedules``). The API is imported on first use: ``cron_times`` needs the
+standard library only.
 """
 
 from __future__ import annotations
@@ -29,7 +30,13 @@ _API = frozenset(
 )
 
 
+#: The schedule kinds beyond Celery's, by the module that defines each.
+_SCHEDULES = {"clocked": ".schedules.clocked", "rrule_schedule": ".schedules.rrules"}
+
+
 def __getattr__(name: str) -> Any:
     if name in _API:
         return getattr(import_module(".manage", __name__), name)
+    if name in _SCHEDULES:
+        return getattr(import_module(_SCHEDULES[name], __name__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -35,6 +35,7 @@ __all__ = [
     "LAST_YEAR",
     "CronFields",
     "as_utc",
+    "fixed_instant",
     "follows_real_time",
     "next_occurrence",
     "occurrences",
@@ -197,6 +198,13 @@ def _day_firings(
         for step in steps:
             firings.extend(_instants(start + step, zone, follows_real_time))
     return firings
+
+
+def fixed_instant(wall: datetime, zone: ZoneInfo) -> datetime:
+    """The instant (UTC) at which a fixed local wall time (naive) fires in ``zone``, by
+    cron's rules: a time in a DST gap at the first instant after the gap, a time that
+    occurs twice at the first. Never earlier than a wall time before it (in order)."""
+    return _instants(wall, zone, False)[0]
 
 
 def _steady_offset(start: datetime, zone: ZoneInfo) -> timedelta | None:

@@ -3,7 +3,9 @@ not at all.
 
 - A worker records each run of an entry's task as it starts (worker/periodic_runs.py):
   ``P:periodic:runs`` maps the entry's name to the occurrence and the start time of its
-  last run, so an operator sees that it ran, not only that it was sent.
+  last run, so an operator sees that it ran, not only that it was sent; and counts it, in
+  ``P:periodic:counts`` (``runs:<entry>``, django-celery-beat's ``total_run_count``),
+  once per occurrence (core/lua/count_run.lua: a retry of the last run is not counted again).
 - The beat that writes an entry ahead after every beat was down for longer than the
   horizon counts the occurrences it finds missed (periodic/writer.py): those its
   ``catch_up`` runs late and those it skips, in ``P:periodic:counts``. ``status``, the
@@ -22,6 +24,7 @@ from datetime import datetime
 import redis
 
 from ..core.layout.keys import KeySpace
+from ..core.lua import StoreScripts
 from .entry import from_ms, to_ms
 
 __all__ = ["EntryHistory", "History"]
@@ -35,6 +38,7 @@ class History:
     last_started: datetime | None = None  # when a worker started it
     late: int = 0  # missed occurrences run late (catch_up "latest" or "all")
     missed: int = 0  # missed occurrences not run (catch_up "none", or past the bound)
+    total_run_count: int = 0  # runs workers started, one per occurrence
 
 
 class EntryHistory:
@@ -44,9 +48,13 @@ class EntryHistory:
         self.client = client
         self.keys = keys
 
-    def ran(self, name: str, occurrence: datetime, started: datetime) -> None:
-        """Record that a worker started the run of ``name`` for ``occurrence``."""
-        self.client.hset(self.keys.periodic_runs, name, f"{to_ms(occurrence)} {to_ms(started)}")
+    def ran(self, name: str, occurrence: datetime, started: datetime) -> int:
+        """Record that a worker started the run of ``name`` for ``occurrence``, and count
+        it (unless it is the last occurrence counted again); the runs counted so far."""
+        when = to_ms(occurrence)
+        self.client.hset(self.keys.periodic_runs, name, f"{when} {to_ms(started)}")
+        count = StoreScripts(self.client).count_run
+        return int(count(keys=[self.keys.periodic_counts], args=[name, when]))
 
     def count(self, name: str, late: int, missed: int) -> None:
         """Add to the entry's counts of occurrences run late and not run."""
@@ -66,9 +74,10 @@ class EntryHistory:
             pipe.hmget(self.keys.periodic_runs, names)
             pipe.hmget(self.keys.periodic_counts, [f"late:{n}" for n in names])
             pipe.hmget(self.keys.periodic_counts, [f"missed:{n}" for n in names])
-            runs, late, missed = pipe.execute()
+            pipe.hmget(self.keys.periodic_counts, [f"runs:{n}" for n in names])
+            runs, late, missed, counted = pipe.execute()
         return {
-            name: History(*_run(runs[i]), _count(late[i]), _count(missed[i]))
+            name: History(*_run(runs[i]), _count(late[i]), _count(missed[i]), _count(counted[i]))
             for i, name in enumerate(names)
         }
 
@@ -76,7 +85,8 @@ class EntryHistory:
         """Drop the history of a removed entry."""
         with self.client.pipeline(transaction=False) as pipe:
             pipe.hdel(self.keys.periodic_runs, name)
-            pipe.hdel(self.keys.periodic_counts, f"late:{name}", f"missed:{name}")
+            fields = (f"{kind}:{name}" for kind in ("late", "missed", "runs", "counted"))
+            pipe.hdel(self.keys.periodic_counts, *fields)
             pipe.execute()
 
 

@@ -12,19 +12,19 @@ name this app does not know is written, with a warning (the workers may know it)
 
 from __future__ import annotations
 
+import json
 import logging
 import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 from typing import Any
 from weakref import WeakSet
 
 from celery import Celery
-from celery.schedules import schedule as celery_schedule
 
 from ..brokers.connect import open_store
-from .entry import PeriodicEntry, error_text, schedule_json
+from .entry import PeriodicEntry, entry_from_settings, error_text
 from .history import EntryHistory, History
 from .registry import EntryRegistry, Unreadable, Versioned
 from .sending import send_occurrence
@@ -88,35 +88,45 @@ def upsert(
     catch_up: str = "latest",
     enabled: bool = True,
     *,
+    one_off: bool = False,
+    start_time: datetime | None = None,
+    expires: datetime | None = None,
+    description: str = "",
     origin: str = "api",
     now: datetime | None = None,
 ) -> Upserted:
     """Add the entry ``name``, or replace the one of that name, from its next occurrence.
 
     ``schedule``: a ``crontab``, a ``solar``, a ``celery.schedules.schedule``, a
-    ``timedelta`` or a number of seconds. ``timezone``: an IANA name (default: the app's
-    ``timezone``, else UTC). ``catch_up``: ``latest``, ``all`` or ``none``.
+    ``timedelta``, a number of seconds, a ``clocked(datetime)``, or an RFC 5545 rule (a
+    ``dateutil`` rrule or its text). ``timezone``: an IANA name (default: the app's
+    ``timezone``, else UTC). ``catch_up``: ``latest``, ``all`` or ``none``. As in
+    django-celery-beat: ``one_off`` (only the first occurrence runs), ``start_time`` and
+    ``expires`` (aware datetimes: none before, none after) and a ``description``.
     """
     moment = _now(now)
     with open_store(app) as store:
         registry = EntryRegistry(store.client, store.keys)
         old = registry.get(name)
-        same_rhythm = old is not None and schedule_json(old.entry.schedule) == schedule_json(
-            schedule
-        )
         entry = PeriodicEntry(
             name=name,
             task=task,
             schedule=schedule,
-            anchor=old.entry.anchor if old is not None and same_rhythm else moment,
-            timezone=timezone or _app_zone(app),
+            anchor=moment,
+            timezone=timezone or app_zone(app),
             args=tuple(args),
             kwargs=dict(kwargs or {}),
             options=dict(options or {}),
             catch_up=catch_up,
             enabled=enabled,
             origin=origin,
+            one_off=one_off,
+            start_time=start_time,
+            expires=expires,
+            description=description,
         )
+        if old is not None and old.entry.rhythm() == entry.rhythm():
+            entry = replace(entry, anchor=old.entry.anchor)  # the same occurrences go on
         writer = OccurrenceWriter(app)
         writer.check(entry, moment)
         if not _task_known(app, task):
@@ -277,7 +287,7 @@ def _sync_one(
         if _definition(old.entry) == _definition(entry):
             return _KEPT
         entry = replace(entry, enabled=old.entry.enabled)
-        if schedule_json(old.entry.schedule) == schedule_json(entry.schedule):
+        if old.entry.rhythm() == entry.rhythm():
             entry = replace(entry, anchor=old.entry.anchor)
     try:
         writer.check(entry, now)
@@ -292,45 +302,15 @@ def _sync_one(
 
 
 def settings_entry(app: Celery, name: str, spec: Mapping[str, Any], now: datetime) -> PeriodicEntry:
-    """A ``beat_schedule`` item as an entry: Celery's keys (``task``, ``schedule``,
-    ``args``, ``kwargs``, ``options``, ``relative``) and ours (``timezone``,
-    ``catch_up``); a ``ValueError`` naming the entry for anything else."""
-    unknown = set(spec) - {
-        "task",
-        "schedule",
-        "args",
-        "kwargs",
-        "options",
-        "relative",
-        "timezone",
-        "catch_up",
-    }
-    if unknown:
-        raise ValueError(f"beat_schedule[{name!r}]: unknown keys {sorted(unknown)}")
-    try:
-        rhythm = spec["schedule"]
-        if spec.get("relative") and isinstance(rhythm, (int, float, timedelta)):
-            seconds = rhythm if isinstance(rhythm, timedelta) else timedelta(seconds=rhythm)
-            rhythm = celery_schedule(seconds, relative=True)
-        return PeriodicEntry(
-            name=name,
-            task=spec["task"],
-            schedule=rhythm,
-            anchor=now,
-            timezone=spec.get("timezone") or _app_zone(app),
-            args=tuple(spec.get("args") or ()),
-            kwargs=dict(spec.get("kwargs") or {}),
-            options=dict(spec.get("options") or {}),
-            catch_up=spec.get("catch_up", "latest"),
-            origin="settings",
-        )
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ValueError(f"beat_schedule[{name!r}]: {exc}") from None
+    """A ``beat_schedule`` item as an entry, in the app's zone unless it names its own
+    (entry.py's ``entry_from_settings`` says which keys it takes)."""
+    return entry_from_settings(name, spec, app_zone(app), now)
 
 
-def _definition(entry: PeriodicEntry) -> str:
+def _definition(entry: PeriodicEntry) -> dict[str, Any]:
     """What defines an entry, its anchor and pause left out."""
-    return replace(entry, anchor=datetime.fromtimestamp(0, timezone.utc), enabled=True).to_json()
+    kept = json.loads(entry.to_json())
+    return {key: value for key, value in kept.items() if key not in ("anchor_ms", "enabled")}
 
 
 def _set_enabled(app: Celery, name: str, enabled: bool, moment: datetime) -> Upserted:
@@ -389,7 +369,8 @@ def _info(found: Versioned, after: datetime, history: History) -> EntryInfo:
     return EntryInfo(found.entry, found.version, runs, history)
 
 
-def _app_zone(app: Celery) -> str:
+def app_zone(app: Celery) -> str:
+    """The app's ``timezone``, else UTC: an entry's zone unless it names one."""
     zone = app.conf.timezone
     return str(zone) if zone else "UTC"
 

@@ -15,7 +15,12 @@ created, which the store keeps), so any beat, at any time, names the same occurr
   zone (:class:`_RelativeChain`);
 - a ``crontab`` fires by ``cron_times`` in the entry's zone, DST included;
 - a ``solar`` event fires when ``ephem`` says it happens; where it does not happen every
-  day (the polar night's sunrise), at its next occurrence, up to a year ahead.
+  day (the polar night's sunrise), at its next occurrence, up to a year ahead;
+- a ``clocked`` schedule fires once, at its instant; an ``rrule_schedule`` at its rule's
+  wall-clock times in the entry's zone (schedules/rule_times.py).
+
+An entry's ``start_time``, ``expires`` and ``one_off`` bound any of them
+(schedules/window.py).
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ from celery.schedules import crontab, schedule, solar
 from dateutil.tz import datetime_exists, resolve_imaginary
 
 from .cron_times import LAST_YEAR, CronFields, as_utc, next_occurrence, offset_change
+from .schedules import rule_times
+from .schedules.clocked import clocked
+from .schedules.rrules import rrule_schedule
+from .schedules.window import Window
 
 __all__ = ["Occurrences"]
 
@@ -54,9 +63,13 @@ PROBE_SECONDS = 6 * 3600
 class Occurrences:
     """The occurrences of one entry's schedule (``crontab``, ``solar``, or an interval)."""
 
-    def __init__(self, entry_schedule: Any, zone: ZoneInfo, anchor: datetime) -> None:
+    def __init__(
+        self, entry_schedule: Any, zone: ZoneInfo, anchor: datetime, window: Window | None = None
+    ) -> None:
         self.zone = zone
         self._next = _next_function(entry_schedule, zone, as_utc(anchor, "anchor"))
+        if window is not None:  # the entry's start_time, expires and one_off
+            self._next = window.bound(self._next)
         #: The earliest moment after which none was found: "none" is for good (a schedule
         #: that never fires, or has ended), and finding it walks the calendar to the
         #: year 9998 (a fraction of a second), so it is found once.
@@ -113,6 +126,10 @@ class Occurrences:
 
 
 def _next_function(entry_schedule: Any, zone: ZoneInfo, anchor: datetime) -> Any:
+    if isinstance(entry_schedule, clocked):
+        return entry_schedule.next_after
+    if isinstance(entry_schedule, rrule_schedule):
+        return rule_times.next_function(entry_schedule, zone, anchor).after
     if isinstance(entry_schedule, crontab):
         fields = CronFields.from_crontab(entry_schedule)
         return lambda moment: next_occurrence(fields, zone, moment)

@@ -118,7 +118,7 @@ class OccurrenceWriter:
         try:
             occurrence = entry.occurrences().after(now)
             if occurrence is None:
-                raise ValueError(f"it never fires in time zone {entry.timezone}")
+                raise ValueError(f"it never fires in time zone {entry.timezone}, or has ended")
             queue = self.queue_of(entry)
             with self.app.producer_or_acquire() as producer:
                 outages += tuple(producer.connection.connection_errors)

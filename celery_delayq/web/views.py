@@ -34,8 +34,7 @@ from ..ops.browse import Cursor, Task, TaskFilter, browse
 from ..ops.health import doctor as run_doctor
 from ..ops.when import parse_moment
 from ..periodic import manage
-from ..periodic.describe import schedule_text
-from ..periodic.entry import schedule_json
+from ..periodic.describe import entry_text
 from .charts import bar_chart, line_chart
 from .context import context, problem
 from .links import back_to
@@ -237,9 +236,7 @@ def periodic() -> Any:
     with open_store(app, fail_fast=True):  # Redis down: a 503 at once, not kombu's retries
         found = manage.listing(app)
     listed = found.entries
-    schedules = {
-        info.entry.name: schedule_text(schedule_json(info.entry.schedule)) for info in listed
-    }
+    schedules = {info.entry.name: entry_text(info.entry) for info in listed}
     return render_template(
         "periodic.html", entries=listed, schedules=schedules, unreadable=found.unreadable
     )

@@ -51,8 +51,15 @@ def test_add_list_show_pause_resume_run_and_remove(app) -> None:
 @pytest.mark.parametrize(
     "args, says",
     [
-        (["--every", "60", "--crontab", "* * * * *"], "--every or --crontab"),
-        ([], "--every or --crontab"),
+        (["--every", "60", "--crontab", "* * * * *"], "give one of --every, --crontab"),
+        ([], "give one of --every, --crontab, --rrule, --at"),
+        (["--every", "60", "--rrule", "FREQ=DAILY"], "give one of"),
+        (["--at", "tomorrow"], "not an ISO 8601 time"),
+        (["--at", "2020-01-01T00:00:00Z"], "or has ended"),
+        (["--every", "60", "--expires", "2020-01-01T00:00:00+01:00"], "or has ended"),
+        (["--every", "60", "--start", "2030-01-01", "--expires", "2029-01-01"], "after start_time"),
+        (["--rrule", "FREQ=FORTNIGHTLY"], "RFC 5545"),
+        (["--every", "60", "--description", "x" * 1001], "description"),
         (["--crontab", "* * *"], "five fields"),
         (["--crontab", "61 * * * *"], "61"),
         (["--every", "60", "--timezone", "Moon/Base"], "time zone"),
@@ -125,3 +132,37 @@ def test_list_show_and_status_tell_the_last_run_and_the_missed_occurrences(app) 
     assert invoke(app, "periodic", "remove", "minutely").exit_code == 0
     status = json.loads(invoke(app, "status", "--json").stdout)["periodic"]
     assert (status["entries"], status["missed"]) == (1, 0)  # its history went with it
+
+
+@pytest.mark.promise("periodic-one-off-once", "periodic-rrule", "periodic-description")
+def test_add_takes_the_entry_model_of_django_celery_beat(app) -> None:
+    """--at (a time with no offset is read in --timezone), --one-off, --start, --expires,
+    --description and --rrule; show and list give them back, in words too."""
+    at = ["--at", "2030-06-01T09:00", "--timezone", "Europe/Berlin", "--description", "launch"]
+    assert invoke(app, "periodic", "add", "launch", "--task", TASK, *at).exit_code == 0
+    rule = ["--rrule", "FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0;BYSECOND=0", "--one-off"]
+    window = ["--start", "2030-01-01T00:00:00Z", "--expires", "2030-12-31T00:00:00Z"]
+    added = invoke(app, "periodic", "add", "mondays", "--task", TASK, *rule, *window)
+    assert added.exit_code == 0, added.output
+
+    launch = json.loads(invoke(app, "periodic", "show", "launch", "--json").stdout)
+    assert launch["schedule"] == {"clocked": 1906527600000}  # 07:00 UTC
+    assert launch["next_runs"] == ["2030-06-01T07:00:00+00:00"]
+    assert (launch["description"], launch["one_off"], launch["total_run_count"]) == (
+        "launch",
+        False,
+        0,
+    )
+    mondays = json.loads(invoke(app, "periodic", "show", "mondays", "--json").stdout)
+    assert mondays["schedule"]["rrule"] == "FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0;BYSECOND=0"
+    assert (mondays["one_off"], mondays["start_time"], mondays["expires"]) == (
+        True,
+        "2030-01-01T00:00:00.000+00:00",
+        "2030-12-31T00:00:00.000+00:00",
+    )
+    assert mondays["next_runs"] == ["2030-01-07T09:00:00+00:00"]  # the first Monday only
+
+    table = invoke(app, "periodic", "list").stdout
+    assert "once at 2030-06-01 09:00 Europe/Berlin" in table
+    assert "every week on Monday at 09:00 (rrule); one-off" in table
+    assert "runs" in table.splitlines()[0]

@@ -15,6 +15,7 @@ from kombu.exceptions import OperationalError
 
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
+from celery_delayq.periodic.history import EntryHistory
 from celery_delayq.periodic.records import OCCURRENCE_HEADER
 from celery_delayq.periodic.registry import EntryRegistry
 from celery_delayq.periodic.writer import OccurrenceWriter
@@ -172,3 +173,111 @@ def test_a_resume_within_the_settle_window_of_a_pause_writes_each_occurrence_onc
     assert named is not None
     kept = OccurrenceWriter(app).settle + timedelta(seconds=1)
     assert named.next_runs[0] == min(when for when in times if when > NOW + kept)
+
+
+# --- the entry model: one-off, start and end, rules, description, runs counted ----------
+
+
+@pytest.mark.promise("periodic-one-off-once")
+def test_a_one_off_upserted_again_keeps_its_one_occurrence(app) -> None:
+    """The same definition again (a deploy script run twice) keeps the entry's anchor, so
+    its one occurrence is the same; turning one_off on starts it afresh from now."""
+    periodic.upsert(app, "once", TASK, 60, one_off=True, description="first", now=NOW)
+    first = periodic.get(app, "once", now=NOW)
+    assert first is not None and first.next_runs == [NOW + timedelta(minutes=1)]
+    later = NOW + timedelta(seconds=30)
+    periodic.upsert(app, "once", TASK, 60, one_off=True, description="again", now=later)
+    again = periodic.get(app, "once", now=later)
+    assert again is not None and again.next_runs == [NOW + timedelta(minutes=1)]
+    assert pending_occurrences(app) == [(NOW + timedelta(minutes=1)).isoformat()]
+    periodic.upsert(app, "every", TASK, 60, now=NOW)
+    periodic.upsert(app, "every", TASK, 60, one_off=True, now=later)
+    turned = periodic.get(app, "every", now=later)
+    assert turned is not None and turned.next_runs == [later + timedelta(minutes=1)]
+
+
+@pytest.mark.promise("periodic-start-and-expires")
+def test_an_entry_with_a_start_time_and_expires_lists_its_runs_between_them(app) -> None:
+    start, end = NOW + timedelta(hours=1), NOW + timedelta(hours=1, minutes=2)
+    periodic.upsert(app, "window", TASK, 60, start_time=start, expires=end, now=NOW)
+    info = periodic.get(app, "window", now=NOW)
+    assert info is not None and (info.entry.start_time, info.entry.expires) == (start, end)
+    assert info.next_runs == [start, start + timedelta(minutes=1), end]
+    assert pending_occurrences(app) == [start.isoformat()]  # at least the next one
+    with pytest.raises(ValueError, match="or has ended"):
+        periodic.upsert(app, "gone", TASK, 60, expires=NOW - timedelta(seconds=1), now=NOW)
+    assert periodic.get(app, "gone") is None
+
+
+@pytest.mark.promise("periodic-rrule")
+def test_an_rrule_entry_lists_its_rules_times(app) -> None:
+    rule = "DTSTART;TZID=Europe/Berlin:20300107T090000\nRRULE:FREQ=WEEKLY;BYDAY=MO;COUNT=2"
+    periodic.upsert(app, "mondays", TASK, rule, timezone="Europe/Berlin", now=NOW)
+    info = periodic.get(app, "mondays", now=NOW)
+    assert info is not None
+    assert info.entry.schedule.rule == "FREQ=WEEKLY;COUNT=2;BYDAY=MO"
+    when = datetime(2030, 1, 7, 8, tzinfo=timezone.utc)  # 09:00 CET
+    assert info.next_runs == [when, when + timedelta(weeks=1)]
+    until = "FREQ=DAILY;BYHOUR=9;BYMINUTE=0;BYSECOND=0;UNTIL=20300102T080000Z"
+    start = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    periodic.upsert(app, "daily", TASK, until, timezone="Europe/Berlin", start_time=start, now=NOW)
+    days = periodic.get(app, "daily", now=NOW)
+    assert days is not None and days.next_runs == [when.replace(day=d) for d in (1, 2)]
+
+
+@pytest.mark.promise("periodic-description")
+def test_a_description_is_kept_and_a_long_one_refused(app) -> None:
+    told = "Sends the report.\nTo: ops"
+    periodic.upsert(app, "told", TASK, 60, description=told, now=NOW)
+    assert described(app, "told") == told
+    with pytest.raises(ValueError, match="at most 1000 characters"):
+        periodic.upsert(app, "told", TASK, 60, description="x" * 1001, now=NOW)
+    assert described(app, "told") == told
+
+
+def described(app, name: str) -> str:
+    info = periodic.get(app, name)
+    assert info is not None
+    return info.entry.description
+
+
+@pytest.mark.promise("periodic-old-entries-read-same")
+def test_an_entry_stored_before_these_fields_reads_and_runs_as_before(app, redis_client) -> None:
+    """A record as the earlier release wrote it: read with the defaults, written ahead, and
+    stored again byte for byte when nothing changed."""
+    anchor_ms = int(NOW.timestamp() * 1000)
+    old = (
+        f'{{"anchor_ms": {anchor_ms}, "args": [], "catch_up": "latest", "enabled": true, '
+        f'"kwargs": {{}}, "name": "old", "options": {{}}, "origin": "api", '
+        f'"schedule": {{"every": 60.0, "relative": false}}, "task": "{TASK}", '
+        f'"timezone": "UTC"}}'
+    )
+    with open_store(app) as store:
+        redis_client.hset(store.keys.periodic_entries, "old", f"7 {old}")
+    info = periodic.get(app, "old", now=NOW)
+    assert info is not None and info.version == 7 and info.entry.to_json() == old
+    assert (info.entry.one_off, info.entry.start_time, info.entry.expires) == (False, None, None)
+    assert info.entry.description == "" and info.history.total_run_count == 0
+    assert info.next_runs == [NOW + timedelta(minutes=n) for n in (1, 2, 3)]
+    periodic.pause(app, "old", now=NOW)
+    with open_store(app) as store:
+        stored = redis_client.hget(store.keys.periodic_entries, "old").decode()
+    assert stored.partition(" ")[2] == old.replace('"enabled": true', '"enabled": false')
+
+
+@pytest.mark.promise("periodic-total-run-count")
+def test_runs_are_counted_once_per_occurrence_and_forgotten_with_the_entry(app) -> None:
+    periodic.upsert(app, "tick", TASK, 60, now=NOW)
+    first, second = NOW + timedelta(minutes=1), NOW + timedelta(minutes=2)
+    with open_store(app) as store:
+        history = EntryHistory(store.client, store.keys)
+        assert history.ran("tick", first, first) == 1
+        assert history.ran("tick", first, first + timedelta(seconds=5)) == 1  # a retry
+        assert history.ran("tick", second, second) == 2
+    info = periodic.get(app, "tick", now=NOW)
+    assert info is not None and info.history.total_run_count == 2
+    assert info.history.last_started == second
+    periodic.remove(app, "tick")
+    periodic.upsert(app, "tick", TASK, 60, now=NOW)
+    again = periodic.get(app, "tick", now=NOW)
+    assert again is not None and again.history.total_run_count == 0

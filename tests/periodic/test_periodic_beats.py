@@ -374,3 +374,50 @@ def test_upserts_while_two_beats_pass_over_many_entries_never_run_an_older_versi
                 older.append((run["entry"], when.isoformat(), run["args"][0], max(due)))
     assert checked > 10 * UPSERTS
     assert older == []
+
+
+@pytest.mark.promise(
+    "periodic-one-off-once",
+    "periodic-rrule",
+    "periodic-total-run-count",
+    "periodic-start-and-expires",
+)
+def test_with_two_beats_a_one_off_runs_once_and_a_counted_rule_its_count(
+    make_app, redis_server, redis_client
+) -> None:
+    """Two beats run: a one-off interval from beat_schedule, then, added at run time, a
+    clocked entry, an rrule with COUNT=3 and an entry between a start time and its
+    expiry. The 1-second tick runs on past them all, so whatever else would have run has
+    run when they are checked."""
+    one_off = {"task": TICK, "schedule": 1.0, "one_off": True, "description": "first only"}
+    settings = {"beat_schedule": {**SETTINGS["beat_schedule"], "one-off": one_off}}
+    app = make_app()
+    with ExitStack() as stack:
+        stack.enter_context(worker(redis_server.url, settings))
+        for _ in range(2):
+            stack.enter_context(beat(redis_server.url, settings))
+        start = datetime.now(timezone.utc).replace(microsecond=0) + timedelta(seconds=10)
+        rule = f"DTSTART:{start:%Y%m%dT%H%M%S}Z\nRRULE:FREQ=SECONDLY;INTERVAL=2;COUNT=3"
+        with pytest.warns(periodic.UnknownTaskWarning):  # the worker knows it; this app not
+            periodic.upsert(app, "once", TICK, periodic.clocked(start))
+            periodic.upsert(app, "thrice", TICK, rule)
+            end = start + timedelta(seconds=2)
+            periodic.upsert(app, "window", TICK, 1.0, start_time=start, expires=end)
+        thrice = [start + timedelta(seconds=n) for n in (0, 2, 4)]
+        wait_until(
+            lambda: (
+                max(occurrences(redis_client), default=start) > thrice[-1] + timedelta(seconds=3)
+            ),
+            timeout=60,
+        )
+    assert occurrences(redis_client, "once") == Counter({start: 1})
+    assert list(occurrences(redis_client, "one-off").values()) == [1]
+    assert occurrences(redis_client, "thrice") == Counter(dict.fromkeys(thrice, 1))
+    window = [start + timedelta(seconds=n) for n in (0, 1, 2)]  # at its start, to its end
+    assert occurrences(redis_client, "window") == Counter(dict.fromkeys(window, 1))
+    for name, count in (("once", 1), ("one-off", 1), ("thrice", 3), ("window", 3)):
+        info = periodic.get(app, name)
+        assert info is not None and info.next_runs == [], name  # ended
+        assert info.history.total_run_count == count, name
+    told = periodic.get(app, "one-off")
+    assert told is not None and told.entry.description == "first only"

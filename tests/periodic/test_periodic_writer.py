@@ -10,8 +10,10 @@ import threading
 import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
+from zoneinfo import ZoneInfo
 
 import pytest
+from celery.schedules import crontab
 
 from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
@@ -21,6 +23,8 @@ from celery_delayq.periodic.entry import PeriodicEntry
 from celery_delayq.periodic.history import EntryHistory
 from celery_delayq.periodic.records import ENTRY_HEADER, OCCURRENCE_HEADER, Mark
 from celery_delayq.periodic.registry import EntryRegistry, Versioned
+from celery_delayq.periodic.schedules.clocked import clocked
+from celery_delayq.periodic.schedules.rrules import rrule_schedule
 from celery_delayq.periodic.writer import MOST_AHEAD, MOST_READ_AGE, OccurrenceWriter
 
 from ..helpers import PERIODIC_TASK as TASK
@@ -327,3 +331,90 @@ def test_a_writer_that_read_an_entry_too_long_ago_leaves_it_to_the_next_read(
         "heartbeat": advanced
     }
     assert pending_runs(periodic_app) == []
+
+
+# --- the entry model: one-off, start and end, rules ---------------------------------------
+
+
+@pytest.mark.promise("periodic-one-off-once")
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"schedule": clocked(NOW + timedelta(seconds=3))},
+        {"schedule": 3.0, "anchor": NOW, "one_off": True},
+        {"schedule": crontab(), "anchor": NOW, "one_off": True},  # the next whole minute
+    ],
+    ids=["clocked", "one_off interval", "one_off crontab"],
+)
+def test_a_one_off_entry_is_written_once_then_has_ended(make_app, changes) -> None:
+    """Its one occurrence is written; beats passing later, or racing, write nothing more,
+    and find it ended once."""
+    app = make_app()
+    one = entry(**changes)
+    only = one.occurrences().after(NOW)
+    assert only is not None and only > NOW
+    writers = [OccurrenceWriter(app, HORIZON, settle=timedelta(0)) for _ in range(2)]
+    first = [writer.advance(one, 1, NOW) for writer in writers]
+    assert sorted(done.stored for done in first) == [0, 1]
+    for step in (1, 5, 60, 3600):
+        later = [w.advance_all([Versioned(one, 1)], NOW + timedelta(seconds=step)) for w in writers]
+        assert all(done.stored == 0 and done.late == 0 for each in later for done in each.values())
+    assert occurrence_times(app) == [only]
+    assert all(w.advance(one, 1, NOW + timedelta(hours=2)).ended for w in writers)
+
+
+@pytest.mark.promise("periodic-start-and-expires")
+def test_no_occurrence_is_written_before_the_start_time_nor_after_expires(make_app) -> None:
+    app = make_app()
+    writer = OccurrenceWriter(app, timedelta(seconds=30), settle=timedelta(0))
+    bounded = entry(start_time=NOW + timedelta(seconds=5), expires=NOW + timedelta(seconds=40))
+    assert writer.advance(bounded, 1, NOW).stored == 26  # 5 to 30 s: from the start time
+    ended = writer.advance(bounded, 1, NOW + timedelta(seconds=30))
+    assert (ended.stored, ended.ended) == (10, False)  # 31 to 40 s
+    last = writer.advance(bounded, 1, NOW + timedelta(seconds=45))
+    assert (last.stored, last.late, last.ended) == (0, 0, True)
+    assert occurrence_times(app) == seconds(*range(5, 41))
+
+
+@pytest.mark.promise("periodic-start-and-expires")
+def test_an_upsert_of_an_entry_that_has_ended_is_refused(make_app) -> None:
+    writer = OccurrenceWriter(make_app(), HORIZON, settle=timedelta(0))
+    with pytest.raises(ValueError, match="or has ended"):
+        writer.check(entry(expires=NOW - timedelta(seconds=1)), NOW)
+    with pytest.raises(ValueError, match="or has ended"):
+        writer.check(entry(schedule=clocked(NOW - timedelta(seconds=1))), NOW)
+
+
+@pytest.mark.promise("periodic-rrule")
+def test_a_counted_rule_writes_its_times_then_has_ended(make_app) -> None:
+    app = make_app()
+    writer = OccurrenceWriter(app, timedelta(seconds=30), settle=timedelta(0))
+    start = NOW.astimezone(ZoneInfo("Europe/Berlin")).replace(tzinfo=None) + timedelta(seconds=2)
+    rule = entry(
+        schedule=rrule_schedule("FREQ=SECONDLY;INTERVAL=5;COUNT=3", start), timezone="Europe/Berlin"
+    )
+    assert writer.advance(rule, 1, NOW).stored == 3
+    assert occurrence_times(app) == seconds(2, 7, 12)
+    assert writer.advance(rule, 1, NOW + timedelta(minutes=5)).ended
+
+
+@pytest.mark.promise("periodic-rrule-dst")
+def test_a_rules_wall_time_in_a_dst_gap_is_written_at_the_gaps_end(make_app) -> None:
+    """02:30 every day in Berlin: on the last Sunday of March the clocks jump from 02:00
+    to 03:00 CEST (01:00 UTC), and that day's occurrence is at 03:00 CEST, once. (Next
+    year's: the messages must lie ahead of the wall clock to be kept in the store.)"""
+    year = NOW.year + 1
+    gap = max(day for day in range(25, 32) if datetime(year, 3, day).weekday() == 6)
+    app = make_app()
+    writer = OccurrenceWriter(app, timedelta(days=3), settle=timedelta(0))
+    daily = entry(
+        schedule="FREQ=DAILY;BYHOUR=2;BYMINUTE=30;BYSECOND=0",
+        anchor=NOW,
+        timezone="Europe/Berlin",
+    )
+    assert writer.advance(daily, 1, datetime(year, 3, gap - 2, 12, tzinfo=timezone.utc)).stored == 3
+    assert occurrence_times(app) == [
+        datetime(year, 3, gap - 1, 1, 30, tzinfo=timezone.utc),  # 02:30 CET
+        datetime(year, 3, gap, 1, 0, tzinfo=timezone.utc),  # 03:00 CEST: the gap's end
+        datetime(year, 3, gap + 1, 0, 30, tzinfo=timezone.utc),  # 02:30 CEST
+    ]

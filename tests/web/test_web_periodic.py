@@ -15,6 +15,7 @@ import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 from urllib.parse import quote, unquote
+from zoneinfo import ZoneInfo
 
 import pytest
 from celery import Celery
@@ -370,3 +371,47 @@ def test_without_credentials_the_page_and_its_actions_are_refused(app) -> None:
     form = {"ids": ["tick"], "confirmed": "yes", "csrf_token": csrf_token(client, "/login")}
     response = client.post("/periodic/pause", data=form)  # a valid token, but no login
     assert response.status_code == 401 and enabled(app, "tick")
+
+
+@pytest.mark.promise("periodic-total-run-count", "periodic-description")
+def test_the_page_shows_the_entry_model_in_words_and_the_runs_counted(app, client) -> None:
+    """A clocked one-off, an rrule between a start time and its expiry, a description (as
+    text), each entry's runs counted, and an entry that has ended."""
+    launch = datetime(2030, 6, 1, 9, tzinfo=ZoneInfo("Europe/Berlin"))
+    periodic.upsert(
+        app, "launch", TASK, periodic.clocked(launch), timezone="Europe/Berlin", description=XSS
+    )
+    start = datetime(2030, 1, 1, tzinfo=timezone.utc)
+    periodic.upsert(
+        app,
+        "mondays",
+        TASK,
+        "FREQ=WEEKLY;BYDAY=MO;BYHOUR=9;BYMINUTE=0;BYSECOND=0",
+        start_time=start,
+        expires=start + timedelta(days=30),
+    )
+    soon = datetime.now(timezone.utc) + timedelta(hours=1)
+    periodic.upsert(app, "soon", TASK, periodic.clocked(soon))
+    with open_store(app) as store:
+        history = EntryHistory(store.client, store.keys)
+        for minute in (1, 2, 2, 3):  # a retry of the second: counted once
+            history.ran("mondays", start + timedelta(minutes=minute), start)
+    with open_store(app) as store:  # "soon" ran, and has ended since
+        raw = store.client.hget(store.keys.periodic_entries, "soon").decode()
+        version, _, body = raw.partition(" ")
+        ended = json.loads(body)
+        ended["schedule"] = {"clocked": 1_000}
+        store.client.hset(store.keys.periodic_entries, "soon", f"{version} {json.dumps(ended)}")
+
+    body = client.get("/periodic").get_data(as_text=True)
+    rows = dict(zip(["launch", "mondays", "soon"], body.split("<tr>")[2:]))
+    assert "once at 2030-06-01 09:00 Europe/Berlin" in rows["launch"]
+    assert "&lt;script&gt;" in rows["launch"] and XSS not in body  # the description, as text
+    assert (
+        "every week on Monday at 09:00 (rrule); from 2030-01-01 00:00 UTC; "
+        "until 2030-01-31 00:00 UTC" in rows["mondays"]
+    )
+    assert (
+        '<td class="num">3</td>' in rows["mondays"] and '<td class="num">0</td>' in rows["launch"]
+    )
+    assert "none: ended" in rows["soon"]

@@ -119,6 +119,7 @@ class StoreScripts:
     resend_dead: Script
     write_ahead: Script
     swap_field: Script
+    count_run: Script
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client

@@ -1,0 +1,293 @@
+"""RFC 5545 rules as periodic schedules (periodic/schedules/rrules.py, rule_times.py): kept
+as their text and start in the entry's zone, and firing where dateutil's own rrule says,
+DST included, whatever time they are asked from, however long ago they started."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
+from zoneinfo import ZoneInfo
+
+import pytest
+from dateutil.rrule import DAILY, MO, WEEKLY, rrule, rrulestr
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+from celery_delayq.periodic.cron_times import fixed_instant
+from celery_delayq.periodic.occurrences import Occurrences
+from celery_delayq.periodic.schedules.rrules import as_rrule_schedule, rrule_schedule
+
+pytestmark = pytest.mark.unit
+
+UTC = timezone.utc
+BERLIN = ZoneInfo("Europe/Berlin")
+ZONES = ["Europe/Berlin", "America/New_York", "Australia/Lord_Howe", "Pacific/Chatham", "UTC"]
+ANCHOR = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def utc(*parts: int) -> datetime:
+    return datetime(*parts, tzinfo=UTC)
+
+
+def occurrences(text: str, zone: ZoneInfo = BERLIN, dtstart: datetime | None = None) -> Occurrences:
+    return Occurrences(rrule_schedule(text, dtstart), zone, ANCHOR)
+
+
+def between(text: str, after: datetime, until: datetime, **options) -> list[datetime]:
+    return list(occurrences(text, **options).between(after, until))
+
+
+# --- what dateutil says, the property ---------------------------------------------------------
+
+#: How long a window each frequency is asked over (a few thousand times at most).
+FREQS = {
+    "YEARLY": timedelta(days=2 * 366),
+    "MONTHLY": timedelta(days=366),
+    "WEEKLY": timedelta(days=90),
+    "DAILY": timedelta(days=60),
+    "HOURLY": timedelta(days=6),
+    "MINUTELY": timedelta(hours=8),
+    "SECONDLY": timedelta(minutes=20),
+}
+#: How far from its start a rule is asked from, at most: the oracle walks the rule from its
+#: start (some 50,000 times at most), where Occurrences restarts it near the time asked.
+REACH = {
+    "YEARLY": timedelta(days=11 * 365),
+    "MONTHLY": timedelta(days=11 * 365),
+    "WEEKLY": timedelta(days=11 * 365),
+    "DAILY": timedelta(days=11 * 365),
+    "HOURLY": timedelta(days=3 * 365),
+    "MINUTELY": timedelta(days=20),
+    "SECONDLY": timedelta(hours=8),
+}
+DAYS = ["MO", "TU", "WE", "TH", "FR", "SA", "SU"]
+
+
+def listed(values: set[int]) -> str:
+    return ",".join(map(str, sorted(values)))
+
+
+def sets(low: int, high: int, most: int) -> st.SearchStrategy[set[int]]:
+    return st.sets(
+        st.integers(low, high).filter(bool if low < 0 else lambda _: True),
+        min_size=1,
+        max_size=most,
+    )
+
+
+@st.composite
+def day_parts(draw: st.DrawFn, freq: str) -> list[str]:
+    """At most one way to pick days (BYDAY, BYMONTHDAY, BYWEEKNO or BYYEARDAY): a rule
+    that never fires would be searched to the year 9999."""
+    kinds = ["none", "BYDAY"]
+    kinds += ["BYMONTHDAY"] if freq in ("YEARLY", "MONTHLY") else []
+    kinds += ["BYWEEKNO", "BYYEARDAY"] if freq == "YEARLY" else []
+    kind = draw(st.sampled_from(kinds))
+    if kind == "none":
+        return []
+    if kind == "BYDAY":
+        days = ",".join(sorted(draw(st.sets(st.sampled_from(DAYS), min_size=1))))
+        setpos = freq == "MONTHLY" and draw(st.booleans())  # 4 or 5 of each weekday
+        return [
+            f"BYDAY={days}",
+            *([f"BYSETPOS={draw(st.sampled_from([1, 2, -1]))}"] if setpos else []),
+        ]
+    values = {
+        "BYMONTHDAY": sets(-3, 28, 3),
+        "BYWEEKNO": sets(-2, 53, 2),
+        "BYYEARDAY": sets(-3, 365, 3),
+    }
+    return [f"{kind}={listed(draw(values[kind]))}"]
+
+
+@st.composite
+def time_parts(draw: st.DrawFn, freq: str) -> list[str]:
+    parts = []
+    if freq in ("YEARLY", "MONTHLY", "WEEKLY", "DAILY") and draw(st.booleans()):
+        parts.append(f"BYHOUR={listed(draw(sets(0, 23, 2)))}")
+    if freq != "SECONDLY" and draw(st.booleans()):
+        parts.append(f"BYMINUTE={listed(draw(sets(0, 59, 2)))}")
+    if draw(st.booleans()):
+        parts.append(f"BYSECOND={listed(draw(sets(0, 59, 2)))}")
+    return parts
+
+
+@st.composite
+def rules(draw: st.DrawFn) -> tuple[str, datetime]:
+    """A rule's text (FREQ, INTERVAL, WKST, COUNT or UNTIL, a few BY parts) and its start."""
+    freq = draw(st.sampled_from(sorted(FREQS)))
+    parts = [f"FREQ={freq}", f"INTERVAL={draw(st.integers(1, 5))}"]
+    parts += draw(day_parts(freq)) + draw(time_parts(freq))
+    if freq == "WEEKLY" and draw(st.booleans()):
+        parts.append(f"WKST={draw(st.sampled_from(DAYS))}")
+    start = draw(st.datetimes(datetime(2016, 1, 1), datetime(2026, 1, 1))).replace(microsecond=0)
+    ending = draw(st.sampled_from(["none", "count", "until"]))
+    if ending == "count":
+        parts.append(f"COUNT={draw(st.integers(1, 40))}")
+    elif ending == "until":
+        until = start + draw(st.timedeltas(timedelta(days=1), timedelta(days=4000)))
+        parts.append(until.strftime("UNTIL=%Y%m%dT%H%M%S"))
+    return ";".join(parts), start
+
+
+def dateutils_own(text: str, start: datetime, zone: ZoneInfo, after: datetime, until: datetime):
+    """The oracle: dateutil's rrule from its start, ``between`` the wall times around
+    (after, until], each wall time read by cron's rule for a fixed time, once."""
+    rule = rrulestr(f"RRULE:{text}", dtstart=start)
+    margin = timedelta(days=2)
+    walls = rule.between(
+        after.astimezone(zone).replace(tzinfo=None) - margin,
+        until.astimezone(zone).replace(tzinfo=None) + margin,
+        inc=True,
+    )
+    return sorted({t for t in (fixed_instant(w, zone) for w in walls) if after < t <= until})
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(rule=rules(), zone=st.sampled_from(ZONES), where=st.floats(0, 1), again=st.floats(0, 1))
+def test_a_rules_occurrences_are_dateutils_own(rule, zone: str, where: float, again: float) -> None:
+    """Asked from anywhere, far from the rule's start or not, twice on one rule (the
+    second time from earlier or later: the walk kept is reused or started again)."""
+    text, start = rule
+    try:  # an INTERVAL that never meets a BYSECOND, say: dateutil refuses it
+        rrulestr(f"RRULE:{text}", dtstart=start)
+    except ValueError:
+        assume(False)
+    tz = ZoneInfo(zone)
+    freq = text.split(";")[0][5:]
+    times = Occurrences(rrule_schedule(text, start), tz, ANCHOR)
+    for fraction in (where, again):
+        after = start.replace(tzinfo=UTC) + REACH[freq] * fraction
+        until = after + FREQS[freq]
+        assert list(times.between(after, until)) == dateutils_own(text, start, tz, after, until)
+
+
+# --- DST -----------------------------------------------------------------------------------------
+
+
+def test_a_wall_time_in_the_gap_fires_at_the_gaps_end_and_a_repeated_one_at_the_first() -> None:
+    """Berlin: on 29 March 2026 02:00-02:59 does not exist (01:00 UTC the clocks jump to
+    03:00); on 25 October 02:00-02:59 happens twice (CEST, then CET)."""
+    daily = "FREQ=DAILY;BYHOUR=2;BYMINUTE=30"
+    spring = between(daily, utc(2026, 3, 27), utc(2026, 3, 31))
+    assert spring == [
+        utc(2026, 3, 27, 1, 30),
+        utc(2026, 3, 28, 1, 30),
+        utc(2026, 3, 29, 1),
+        utc(2026, 3, 30, 0, 30),
+    ]
+    fall = between(daily, utc(2026, 10, 24), utc(2026, 10, 27))
+    assert fall == [utc(2026, 10, 24, 0, 30), utc(2026, 10, 25, 0, 30), utc(2026, 10, 26, 1, 30)]
+
+
+def test_several_wall_times_in_one_gap_are_one_firing() -> None:
+    """Every quarter hour: 02:00, 02:15, 02:30 and 02:45 do not exist, and 03:00 is the
+    gap's end: one firing at 01:00 UTC, then every quarter hour again."""
+    quarter = between("FREQ=MINUTELY;INTERVAL=15", utc(2026, 3, 29, 0, 30), utc(2026, 3, 29, 1, 30))
+    assert quarter == [
+        utc(2026, 3, 29, 0, 45),
+        utc(2026, 3, 29, 1),
+        utc(2026, 3, 29, 1, 15),
+        utc(2026, 3, 29, 1, 30),
+    ]
+
+
+def test_an_hourly_rule_fires_once_per_wall_hour_across_fall_back() -> None:
+    """A rule's times are wall-clock times: 02:00 on 25 October is one time (the first)."""
+    hourly = between("FREQ=HOURLY;BYMINUTE=0", utc(2026, 10, 24, 22, 30), utc(2026, 10, 25, 3, 30))
+    assert hourly == [
+        utc(2026, 10, 24, 23),
+        utc(2026, 10, 25, 0),
+        utc(2026, 10, 25, 2),
+        utc(2026, 10, 25, 3),
+    ]
+
+
+# --- count, until, start --------------------------------------------------------------------------
+
+
+def test_count_and_until_end_the_rule() -> None:
+    counted = occurrences("FREQ=DAILY;COUNT=3", dtstart=datetime(2026, 6, 1, 9))
+    assert list(counted.between(utc(2026, 1, 1), utc(2027, 1, 1))) == [
+        utc(2026, 6, d, 7) for d in (1, 2, 3)
+    ]
+    assert counted.after(utc(2026, 6, 3, 7)) is None
+    until = occurrences("FREQ=DAILY;UNTIL=20260603T090000", dtstart=datetime(2026, 6, 1, 9))
+    assert list(until.between(utc(2026, 1, 1), utc(2027, 1, 1))) == [
+        utc(2026, 6, d, 7) for d in (1, 2, 3)
+    ]
+
+
+@pytest.mark.timeout(20)
+def test_a_rule_started_long_ago_is_asked_from_now_without_walking_its_past() -> None:
+    """Every 3 seconds since 2000: 300 million times lie before 2029, which dateutil
+    alone walks on each call; this is restarted near the time asked."""
+    secondly = occurrences(
+        "FREQ=SECONDLY;INTERVAL=3", zone=ZoneInfo("UTC"), dtstart=datetime(2000, 1, 1)
+    )
+    assert secondly.after(utc(2029, 5, 1, 0, 0, 1)) == utc(2029, 5, 1, 0, 0, 3)
+    weekly = occurrences("FREQ=WEEKLY;INTERVAL=2;BYDAY=MO", dtstart=datetime(2000, 1, 3, 9))
+    assert weekly.after(utc(2026, 6, 1)) == utc(2026, 6, 1, 7)  # 2000-01-03 + 1378 weeks
+    assert weekly.after(utc(2026, 6, 1, 7)) == utc(2026, 6, 15, 7)
+
+
+def test_with_no_start_the_rule_starts_at_the_anchor() -> None:
+    """dateutil takes a weekly rule's day, hour, minute and second from its start."""
+    weekly = Occurrences(rrule_schedule("FREQ=WEEKLY"), BERLIN, utc(2026, 6, 3, 7, 15, 30))
+    assert weekly.after(utc(2026, 6, 3, 8)) == utc(2026, 6, 10, 7, 15, 30)
+
+
+# --- what is kept ---------------------------------------------------------------------------------
+
+FALLBACK = datetime(2026, 1, 1, 10, 23, 17)
+
+
+@pytest.mark.parametrize(
+    "given, kept",
+    [
+        ("FREQ=WEEKLY;BYDAY=MO", rrule_schedule("FREQ=WEEKLY;BYDAY=MO")),
+        ("rrule:freq=weekly;byday=mo;interval=1", rrule_schedule("FREQ=WEEKLY;BYDAY=MO")),
+        (
+            "DTSTART;TZID=America/New_York:20260105T090000\nRRULE:FREQ=WEEKLY;BYDAY=MO;COUNT=3",
+            rrule_schedule("FREQ=WEEKLY;COUNT=3;BYDAY=MO", datetime(2026, 1, 5, 15)),
+        ),
+        (  # UNTIL in UTC: a wall time of Berlin (01:00 in winter)
+            "FREQ=DAILY;BYHOUR=9;UNTIL=20261231T000000Z",
+            rrule_schedule("FREQ=DAILY;UNTIL=20261231T010000;BYHOUR=9"),
+        ),
+        (
+            rrule(WEEKLY, byweekday=MO, dtstart=datetime(2026, 1, 5, 9, tzinfo=UTC)),
+            rrule_schedule("FREQ=WEEKLY;BYDAY=MO", datetime(2026, 1, 5, 10)),
+        ),
+        (
+            rrule(DAILY, count=2, dtstart=datetime(2026, 3, 29, 2, 30)),  # a wall time, kept
+            rrule_schedule("FREQ=DAILY;COUNT=2", datetime(2026, 3, 29, 2, 30)),
+        ),
+        (
+            rrule_schedule("FREQ=DAILY", datetime(2026, 1, 5, 9, tzinfo=UTC)),
+            rrule_schedule("FREQ=DAILY", datetime(2026, 1, 5, 10)),
+        ),
+    ],
+)
+def test_a_rule_is_kept_as_its_text_and_its_start_in_the_entrys_zone(given, kept) -> None:
+    assert as_rrule_schedule(given, BERLIN, FALLBACK) == kept
+    assert as_rrule_schedule(kept, BERLIN, FALLBACK) == kept  # read back: the same
+
+
+@pytest.mark.parametrize(
+    "given, says",
+    [
+        ("FREQ=YEARLY;BYEASTER=0", "BYEASTER"),
+        ("RRULE:FREQ=DAILY\nEXDATE:20260101T000000", "one RRULE"),
+        ("RRULE:FREQ=DAILY\nRRULE:FREQ=WEEKLY", "one RRULE"),
+        ("FREQ=FORTNIGHTLY", "not an RFC 5545 rule"),
+        ("every monday", "not an RFC 5545 rule"),
+        ("DTSTART;TZID=Mars/Olympus:20260101T000000\nRRULE:FREQ=DAILY", "not an RFC 5545 rule"),
+        ("FREQ=DAILY;COUNT=1000000", "COUNT is at most"),
+        (rrule_schedule("DTSTART:20260101T000000\nRRULE:FREQ=DAILY"), "dtstart"),
+        (rrule_schedule("FREQ=DAILY", "2026-01-01"), "dtstart"),
+        (42, "dateutil rrule or RFC 5545 text"),
+    ],
+)
+def test_what_is_no_single_rfc_5545_rule_is_refused(given, says) -> None:
+    with pytest.raises(ValueError, match=says):
+        as_rrule_schedule(given, BERLIN, FALLBACK)
