@@ -18,27 +18,16 @@ from celery_delayq.periodic.entry import PeriodicEntry, entry_from_settings, sch
 from celery_delayq.periodic.schedules.clocked import clocked
 from celery_delayq.periodic.schedules.rrules import rrule_schedule
 
+from .test_periodic_entries import ANCHOR, entry
+
 pytestmark = pytest.mark.unit
 
 UTC = timezone.utc
 BERLIN = ZoneInfo("Europe/Berlin")
-ANCHOR = datetime(2026, 3, 1, 8, 0, 7, tzinfo=UTC)
 
 
 def utc(*parts: int) -> datetime:
     return datetime(*parts, tzinfo=UTC)
-
-
-def entry(**changes: Any) -> PeriodicEntry:
-    values: dict[str, Any] = {
-        "name": "report",
-        "task": "shop.tasks.report",
-        "schedule": timedelta(minutes=5),
-        "anchor": ANCHOR,
-        "timezone": "Europe/Berlin",
-        **changes,
-    }
-    return PeriodicEntry(**values)
 
 
 def times(periodic: PeriodicEntry, after: datetime, until: datetime) -> list[datetime]:
