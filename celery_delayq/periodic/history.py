@@ -3,7 +3,8 @@ not at all.
 
 - A worker records each run of an entry's task as it starts (worker/periodic_runs.py):
   ``P:periodic:runs`` maps the entry's name to the occurrence and the start time of its
-  last run, so an operator sees that it ran, not only that it was sent.
+  last run, so an operator sees that it ran, not only that it was sent; and counts it, in
+  ``P:periodic:counts`` (``runs:<entry>``, django-celery-beat's ``total_run_count``).
 - The beat that writes an entry ahead after every beat was down for longer than the
   horizon counts the occurrences it finds missed (periodic/writer.py): those its
   ``catch_up`` runs late and those it skips, in ``P:periodic:counts``. ``status``, the
@@ -35,6 +36,7 @@ class History:
     last_started: datetime | None = None  # when a worker started it
     late: int = 0  # missed occurrences run late (catch_up "latest" or "all")
     missed: int = 0  # missed occurrences not run (catch_up "none", or past the bound)
+    total_run_count: int = 0  # runs workers started
 
 
 class EntryHistory:
@@ -45,8 +47,11 @@ class EntryHistory:
         self.keys = keys
 
     def ran(self, name: str, occurrence: datetime, started: datetime) -> None:
-        """Record that a worker started the run of ``name`` for ``occurrence``."""
-        self.client.hset(self.keys.periodic_runs, name, f"{to_ms(occurrence)} {to_ms(started)}")
+        """Record that a worker started the run of ``name`` for ``occurrence``, and count it."""
+        with self.client.pipeline(transaction=False) as pipe:
+            pipe.hset(self.keys.periodic_runs, name, f"{to_ms(occurrence)} {to_ms(started)}")
+            pipe.hincrby(self.keys.periodic_counts, f"runs:{name}", 1)
+            pipe.execute()
 
     def count(self, name: str, late: int, missed: int) -> None:
         """Add to the entry's counts of occurrences run late and not run."""
@@ -66,9 +71,10 @@ class EntryHistory:
             pipe.hmget(self.keys.periodic_runs, names)
             pipe.hmget(self.keys.periodic_counts, [f"late:{n}" for n in names])
             pipe.hmget(self.keys.periodic_counts, [f"missed:{n}" for n in names])
-            runs, late, missed = pipe.execute()
+            pipe.hmget(self.keys.periodic_counts, [f"runs:{n}" for n in names])
+            runs, late, missed, counted = pipe.execute()
         return {
-            name: History(*_run(runs[i]), _count(late[i]), _count(missed[i]))
+            name: History(*_run(runs[i]), _count(late[i]), _count(missed[i]), _count(counted[i]))
             for i, name in enumerate(names)
         }
 
@@ -76,7 +82,8 @@ class EntryHistory:
         """Drop the history of a removed entry."""
         with self.client.pipeline(transaction=False) as pipe:
             pipe.hdel(self.keys.periodic_runs, name)
-            pipe.hdel(self.keys.periodic_counts, f"late:{name}", f"missed:{name}")
+            fields = (f"{kind}:{name}" for kind in ("late", "missed", "runs"))
+            pipe.hdel(self.keys.periodic_counts, *fields)
             pipe.execute()
 
 
