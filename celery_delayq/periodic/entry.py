@@ -44,8 +44,9 @@ __all__ = [
 #: horizon): run the latest once (Celery's behaviour, the default), run each (up to a
 #: bound), or skip to the next.
 CATCH_UP_POLICIES = ("latest", "all", "none")
-#: Where an entry came from: ``beat_schedule`` (synced at beat's start) or run time.
-ORIGINS = ("settings", "api")
+#: Where an entry came from: ``beat_schedule`` (synced at beat's start), run time, or
+#: django-celery-beat's rows (contrib/django_celery_beat syncs those).
+ORIGINS = ("settings", "api", "django")
 #: apply_async options an entry may not set: each occurrence's ``eta`` is its time, and
 #: Celery would count a ``countdown`` from when the occurrence is written ahead.
 TIMED_OPTIONS = frozenset({"eta", "countdown"})

@@ -76,7 +76,14 @@ CELERY_TASK_IGNORE_RESULT = True
 CELERY_DELAYQ_WORKER_MOVER = True
 CELERY_DELAYQ_KEY_PREFIX = "shop-delayq"
 
-# django-celery-beat: periodic tasks are edited in the admin and sent by `celery beat`
-# through the delayq transport, like any other task; the workers' movers deliver the
-# delayed ones.
-CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# Periodic tasks: edited in the admin (django-celery-beat's models) and kept in the
+# delayed store by celery-delayq's scheduler, so any number of beats run each occurrence
+# once. The workers' movers deliver them, and countdown tasks, while every beat is down.
+CELERY_BEAT_SCHEDULER = "celery_delayq.contrib.django_celery_beat:Scheduler"
+# Entries defined in code sit beside the admin's (they are not shown in its list).
+CELERY_BEAT_SCHEDULE = {
+    "confirm-overdue-orders": {
+        "task": "example_project.django_site.shop.tasks.confirm_overdue_orders",
+        "schedule": 60.0,
+    },
+}

@@ -1,6 +1,7 @@
-"""The example Django site with the settings the Django guide gives for celery-delayq's own
-beat scheduler (settings_delayq_beat.py): with every beat stopped, a countdown task and the
-occurrences already written ahead still run, as the periodic guide promises."""
+"""The example Django site with the settings the Django guide gives (celery-delayq's beat
+scheduler, with the admin's rows and ``CELERY_BEAT_SCHEDULE``): with every beat stopped, a
+countdown task and the occurrences already written ahead still run, as the periodic guide
+promises."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from .test_site_worker import site_process
 
 pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.django_db(transaction=True)]
 
-SETTINGS_MODULE = "example_project.django_site.settings_delayq_beat"
 SWEEP = "example_project.django_site.shop.tasks.confirm_overdue_orders"
 
 
@@ -32,12 +32,8 @@ def test_with_every_beat_stopped_a_countdown_and_the_occurrences_written_ahead_s
     site_app, redis_server
 ):
     worker_args = ("worker", "-l", "info", "-c", "1", "--without-mingle")
-    with site_process(
-        redis_server.url, *worker_args, ready="ready.", settings=SETTINGS_MODULE
-    ) as worker:
-        with site_process(
-            redis_server.url, "beat", "-l", "info", ready="beat: Starting", settings=SETTINGS_MODULE
-        ):
+    with site_process(redis_server.url, *worker_args, ready="ready.") as worker:
+        with site_process(redis_server.url, "beat", "-l", "info", ready="beat: Starting"):
             wait_until(lambda: periodic.get(site_app, "confirm-overdue-orders") is not None)
             periodic.upsert(site_app, "every-second", SWEEP, 1.0)  # beat writes it ahead
             wait_until(lambda: last_run(site_app, "every-second") is not None, timeout=30)

@@ -1,6 +1,6 @@
 """The example Django site with a real ``celery worker`` and ``celery beat`` (its
-django-celery-beat scheduler), both started from the site's Django settings, on the
-tests' own Redis and the test database file in use."""
+scheduler: django-celery-beat's rows kept in the delayed store), both started from the
+site's Django settings, on the tests' own Redis and the test database file in use."""
 
 from __future__ import annotations
 
@@ -75,12 +75,10 @@ def test_a_worker_runs_the_delayed_confirmation_and_beat_sends_periodic_tasks(
             wait_until(lambda: confirmed(order), timeout=60, abort=worker.exited)
         except TimeoutError as exc:
             raise AssertionError(f"{exc}; the worker printed:\n{worker.output}") from exc
-        with site_process(
-            redis_server.url, "beat", "-l", "info", ready="Sending due task confirm the pen"
-        ) as beat:
-            assert "django_celery_beat.schedulers.DatabaseScheduler" in beat.output
+        assert pending(site_app) == 0  # before beat writes the periodic task's occurrences
+        with site_process(redis_server.url, "beat", "-l", "info", ready="beat: Starting") as beat:
+            assert "celery_delayq.contrib.django_celery_beat.scheduler.Scheduler" in beat.output
             wait_until(lambda: confirmed(pen.pk), timeout=30, abort=worker.exited)
 
     placed = Order.objects.get(pk=order)
     assert placed.confirmed_at - placed.placed_at >= timedelta(seconds=CONFIRM_AFTER)
-    assert pending(site_app) == 0

@@ -4,7 +4,7 @@ crafted headers and a Redis outage never stop the task, and record nothing false
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -46,6 +46,19 @@ def test_a_periodic_run_is_recorded(app) -> None:
     assert last_run(app) == OCCURRENCE
 
 
+def test_each_run_is_counted_and_the_count_goes_with_its_entry(app) -> None:
+    for hours in (0, 1, 2, 2):  # the last one delivered again: one run of its occurrence
+        occurrence = OCCURRENCE + timedelta(hours=hours)
+        run_with(app, {"delayq-periodic": "nightly", "delayq-occurrence": occurrence.isoformat()})
+    found = periodic.get(app, "nightly")
+    assert found is not None and found.history.total_run_count == 3
+    periodic.remove(app, "nightly")
+    with pytest.warns(periodic.UnknownTaskWarning):
+        periodic.upsert(app, "nightly", "x.y", 3600)
+    found = periodic.get(app, "nightly")
+    assert found is not None and found.history.total_run_count == 0
+
+
 @pytest.mark.parametrize(
     "headers",
     [
@@ -63,6 +76,8 @@ def test_a_periodic_run_is_recorded(app) -> None:
 def test_crafted_headers_record_nothing_and_raise_nothing(app, headers) -> None:
     run_with(app, headers)
     assert last_run(app) is None
+    found = periodic.get(app, "nightly")
+    assert found is not None and found.history.total_run_count == 0
 
 
 def test_with_redis_out_of_reach_the_task_runs_unrecorded_with_a_warning(

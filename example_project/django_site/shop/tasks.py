@@ -20,7 +20,7 @@ def confirm_order(order_id: int) -> None:
 @shared_task
 def confirm_overdue_orders() -> int:
     """Confirm the orders whose confirmation is a minute overdue: a periodic safety net
-    (settings_delayq_beat.py runs it); how many it confirmed."""
+    (settings.py's ``CELERY_BEAT_SCHEDULE`` runs it); how many it confirmed."""
     overdue = timezone.now() - timedelta(seconds=CONFIRM_AFTER + 60)
     return Order.objects.filter(confirmed_at__isnull=True, placed_at__lt=overdue).update(
         confirmed_at=timezone.now()
