@@ -149,7 +149,9 @@ def test_remove_of_an_entry_gone_meanwhile_is_a_clear_404(app, client) -> None:
     assert stored(app) == []
 
 
-@pytest.mark.promise("security-web-read-only", "web-read-only-refuses-actions")
+@pytest.mark.promise(
+    "security-web-read-only", "web-read-only-refuses-actions", "web-periodic-form-guarded"
+)
 def test_read_only_hides_the_form_and_refuses_every_write(app) -> None:
     periodic.upsert(app, "tick", TASK, 60)
     before = stored(app)
@@ -167,7 +169,7 @@ def test_read_only_hides_the_form_and_refuses_every_write(app) -> None:
 
 @pytest.mark.parametrize("path", WRITES)
 @pytest.mark.parametrize("token", [None, "forged"])
-@pytest.mark.promise("security-web-csrf", "web-actions-need-csrf")
+@pytest.mark.promise("security-web-csrf", "web-actions-need-csrf", "web-periodic-form-guarded")
 def test_a_write_without_its_csrf_token_changes_nothing(app, client, path, token) -> None:
     periodic.upsert(app, "tick", TASK, 60)
     before = stored(app)
@@ -178,6 +180,7 @@ def test_a_write_without_its_csrf_token_changes_nothing(app, client, path, token
     assert stored(app) == before
 
 
+@pytest.mark.promise("web-periodic-form-guarded")
 def test_without_credentials_the_form_and_its_writes_are_refused(app) -> None:
     periodic.upsert(app, "tick", TASK, 60)
     before = stored(app)

@@ -185,7 +185,7 @@ EDITED = {
 
 
 @pytest.mark.parametrize("kind", EDITED)
-@pytest.mark.promise("web-periodic-edit-keeps")
+@pytest.mark.promise("web-periodic-edit-keeps", "web-periodic-pause-note")
 def test_an_entry_edited_through_its_form_unchanged_stays_as_it_was(app, client, kind) -> None:
     periodic.upsert(app, "edited", TASK, **EDITED[kind])
     periodic.pause(app, "edited", note="waiting for the migration")
@@ -204,6 +204,7 @@ def test_an_entry_edited_through_its_form_unchanged_stays_as_it_was(app, client,
     assert flashes(client.get("/periodic")) == ["Saved periodic entry &#39;edited&#39;."]
 
 
+@pytest.mark.promise("web-periodic-edit-keeps", "web-periodic-pause-note")
 def test_an_edit_changes_the_entry_from_its_next_run_and_keeps_its_pause(app, client) -> None:
     periodic.upsert(app, "edited", TASK, 3600, kwargs={"a": 1})
     periodic.pause(app, "edited", note="on hold")
@@ -282,6 +283,7 @@ def test_an_edit_refused_leaves_the_entry_as_it_was(app, client, do) -> None:
     assert stored(app) == before
 
 
+@pytest.mark.promise("web-periodic-errors-beside-fields")
 def test_a_new_entry_may_not_take_the_name_of_another(app, client) -> None:
     periodic.upsert(app, "nightly", TASK, 60)
     before = stored(app)
@@ -324,10 +326,13 @@ def test_the_form_edits_an_entry_of_any_name(app, client) -> None:
         ("solar", 409, "This entry is not edited here"),
     ],
 )
+@pytest.mark.promise("web-periodic-edit-keeps")
 def test_an_entry_the_form_cannot_edit_is_refused_clearly(app, client, name, status, title):
     periodic.upsert(app, "from settings", TASK, 60, origin="settings")
     periodic.upsert(app, "solar", TASK, solar("dawn_civil", 52, 13))
     before = stored(app)
+    listed = client.get("/periodic").get_data(as_text=True)
+    assert listed.count("/periodic/edit?") == 0 and listed.count('class="muted locked"') == 2
     answer = client.get(f"/periodic/edit?name={quote(name)}")
     assert answer.status_code == status and page_title(answer) == title
     form = {"entry": quote(name), "kind": "interval", "every": "5", "task": TASK}
