@@ -18,7 +18,7 @@ from celery_delayq import beat, periodic, transport, web
 from celery_delayq.brokers import redis, sqs
 from celery_delayq.cli.periodic import list_entries
 from celery_delayq.ops import browse
-from celery_delayq.web import actions, app, present, views
+from celery_delayq.web import actions, app, periodic_form, present, views
 from celery_delayq.worker import bootstep, due_timers, inspect
 
 # Python: a module's __getattr__ (PEP 562) serves its lazily imported names.
@@ -61,6 +61,9 @@ views.logout
 actions.writable
 actions.act_on_dead
 actions.act_on_periodic
+periodic_form.new
+periodic_form.edit
+periodic_form.save
 app.SessionCookies.get_cookie_secure
 app.SessionCookies.get_cookie_path
 flask.Flask.session_interface

@@ -31,6 +31,8 @@ ACTIONS = {
     "/periodic/pause",
     "/periodic/resume",
     "/periodic/run",
+    "/periodic/remove",
+    "/periodic/save",
 }
 #: The most pages fetched: the dashboard has a handful, each with a few variants.
 MOST_PAGES = 300
@@ -57,7 +59,8 @@ class Form:
 
 
 class Page(HTMLParser):
-    """The URLs and forms of one page (every checkbox ticked, as a user picking all)."""
+    """The URLs and forms of one page (every checkbox ticked, as a user picking all; the
+    radio buttons as checked)."""
 
     def __init__(self, body: str, typed: dict[str, str] | None = None) -> None:
         super().__init__()
@@ -82,7 +85,8 @@ class Page(HTMLParser):
             self._form.buttons.append((a.get("formaction"), a.get("name"), a.get("value")))
         elif tag == "input" and a.get("name"):
             kind, name, value = a.get("type") or "text", a["name"] or "", a.get("value") or ""
-            if kind in ("hidden", "checkbox") or (kind == "text" and value):
+            checked = kind == "radio" and "checked" in a
+            if kind in ("hidden", "checkbox") or (kind == "text" and value) or checked:
                 self._form.fields.append((name, value))
             elif kind in ("text", "password") and name in self.typed:
                 self._form.fields.append((name, self.typed[name]))
@@ -194,8 +198,10 @@ class Crawl:
 
 
 def _all(form: Form, button: tuple[str | None, str | None, str | None]) -> bool:
-    """Whether a form acts on all that match (it empties the page of the others)."""
-    return ("scope", "all") in [*form.fields, button[1:]]
+    """Whether a form acts on all that match, or removes a periodic entry (it empties the
+    page of the others): those go last."""
+    removes = (button[0] or form.action or "").endswith("/periodic/remove")
+    return removes or ("scope", "all") in [*form.fields, button[1:]]
 
 
 def dead_letter(app: Celery, task_id: str) -> None:

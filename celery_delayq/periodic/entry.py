@@ -7,7 +7,8 @@ one of Celery's: an interval (a ``timedelta``, a number of seconds or a
 ``celery.schedules.schedule``), a ``crontab`` or a ``solar``; or one of ours
 (schedules/): a ``clocked`` instant, or an RFC 5545 rule (a ``dateutil`` rrule or its
 text, kept as an ``rrule_schedule``). As in django-celery-beat, an entry may also have a
-``start_time``, an ``expires`` (both instants), ``one_off`` and a ``description``; an entry
+``start_time``, an ``expires`` (both instants), ``one_off`` and a ``description``, and a
+``note`` on its pause (why it is paused: ``pause`` sets it, ``resume`` clears it); an entry
 stored before these existed reads back as it was. Bad input is refused here with a
 ``ValueError`` that says which field is wrong, before anything is written.
 """
@@ -54,6 +55,8 @@ TIMED_OPTIONS = frozenset({"eta", "countdown"})
 MAX_NAME_LENGTH = 200
 #: The longest description accepted (free text for people; every beat reads it each pass).
 MAX_DESCRIPTION_LENGTH = 1000
+#: The longest pause note accepted (a line or two for people: why the entry is paused).
+MAX_NOTE_LENGTH = 500
 #: The keys of a ``beat_schedule`` item: Celery's, then ours, then django-celery-beat's.
 SETTINGS_KEYS = frozenset(
     {"task", "schedule", "args", "kwargs", "options", "relative"}
@@ -83,6 +86,7 @@ class PeriodicEntry:
     start_time: datetime | None = None  # no occurrence before it
     expires: datetime | None = None  # no occurrence after it: then the entry has ended
     description: str = ""
+    note: str = ""  # why it is paused, for people; kept with the pause until resumed
 
     def __post_init__(self) -> None:
         _check_text("name", self.name, MAX_NAME_LENGTH)
@@ -112,8 +116,8 @@ class PeriodicEntry:
         self.to_json()  # and arguments that JSON cannot carry
 
     def _check_bounds(self) -> None:
-        """``one_off``, ``start_time``, ``expires`` and ``description``, checked; the
-        times kept to the millisecond, as the anchor."""
+        """``one_off``, ``start_time``, ``expires``, ``description`` and ``note``, checked;
+        the times kept to the millisecond, as the anchor."""
         if not isinstance(self.one_off, bool):
             raise ValueError(f"one_off must be True or False, not {self.one_off!r}")
         for name in ("start_time", "expires"):
@@ -124,10 +128,9 @@ class PeriodicEntry:
                 object.__setattr__(self, name, from_ms(to_ms(as_utc(moment, name))))
         if self.start_time and self.expires and self.expires <= self.start_time:
             raise ValueError("expires must be after start_time")
-        if not isinstance(self.description, str) or len(self.description) > MAX_DESCRIPTION_LENGTH:
-            raise ValueError(
-                f"description must be text of at most {MAX_DESCRIPTION_LENGTH} characters"
-            )
+        for name, longest in (("description", MAX_DESCRIPTION_LENGTH), ("note", MAX_NOTE_LENGTH)):
+            if not isinstance(getattr(self, name), str) or len(getattr(self, name)) > longest:
+                raise ValueError(f"{name} must be text of at most {longest} characters")
 
     def occurrences(self) -> Occurrences:
         """When this entry fires (the same answer in every beat), within its start time,
@@ -180,6 +183,7 @@ class PeriodicEntry:
             "start_ms": None if self.start_time is None else to_ms(self.start_time),
             "expires_ms": None if self.expires is None else to_ms(self.expires),
             "description": self.description or None,
+            "note": self.note or None,
         }
         return {key: value for key, value in found.items() if value is not None}
 
@@ -205,6 +209,7 @@ class PeriodicEntry:
                 start_time=_maybe_ms(data.get("start_ms")),
                 expires=_maybe_ms(data.get("expires_ms")),
                 description=data.get("description", ""),
+                note=data.get("note", ""),
             )
         except Exception as exc:  # RecursionError (deep nesting), crontab's ParseException...
             raise ValueError(f"not a periodic entry: {error_text(exc)}") from None

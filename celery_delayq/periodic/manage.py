@@ -92,6 +92,7 @@ def upsert(
     start_time: datetime | None = None,
     expires: datetime | None = None,
     description: str = "",
+    note: str = "",
     origin: str = "api",
     now: datetime | None = None,
 ) -> Upserted:
@@ -102,7 +103,8 @@ def upsert(
     ``dateutil`` rrule or its text). ``timezone``: an IANA name (default: the app's
     ``timezone``, else UTC). ``catch_up``: ``latest``, ``all`` or ``none``. As in
     django-celery-beat: ``one_off`` (only the first occurrence runs), ``start_time`` and
-    ``expires`` (aware datetimes: none before, none after) and a ``description``.
+    ``expires`` (aware datetimes: none before, none after) and a ``description``;
+    ``note``: why it is paused (as ``pause`` keeps it).
     """
     moment = _now(now)
     with open_store(app) as store:
@@ -124,6 +126,7 @@ def upsert(
             start_time=start_time,
             expires=expires,
             description=description,
+            note=note,
         )
         if old is not None and old.entry.rhythm() == entry.rhythm():
             entry = replace(entry, anchor=old.entry.anchor)  # the same occurrences go on
@@ -151,14 +154,15 @@ def remove(app: Celery, name: str, *, now: datetime | None = None) -> bool:
     return removed is not None
 
 
-def pause(app: Celery, name: str, *, now: datetime | None = None) -> Upserted:
-    """Stop the entry ``name`` from its next occurrence (it stays, paused)."""
-    return _set_enabled(app, name, False, _now(now))
+def pause(app: Celery, name: str, *, note: str = "", now: datetime | None = None) -> Upserted:
+    """Stop the entry ``name`` from its next occurrence (it stays, paused); ``note``, why,
+    is kept with it until it is resumed."""
+    return _set_enabled(app, name, False, _now(now), note)
 
 
 def resume(app: Celery, name: str, *, now: datetime | None = None) -> Upserted:
     """Run the paused entry ``name`` again from its next occurrence after now (those
-    that fell while it was paused do not run)."""
+    that fell while it was paused do not run); its pause note goes."""
     return _set_enabled(app, name, True, _now(now))
 
 
@@ -286,7 +290,7 @@ def _sync_one(
     if old is not None and old.entry.origin == "settings":
         if _definition(old.entry) == _definition(entry):
             return _KEPT
-        entry = replace(entry, enabled=old.entry.enabled)
+        entry = replace(entry, enabled=old.entry.enabled, note=old.entry.note)
         if old.entry.rhythm() == entry.rhythm():
             entry = replace(entry, anchor=old.entry.anchor)
     try:
@@ -308,18 +312,20 @@ def settings_entry(app: Celery, name: str, spec: Mapping[str, Any], now: datetim
 
 
 def _definition(entry: PeriodicEntry) -> dict[str, Any]:
-    """What defines an entry, its anchor and pause left out."""
+    """What defines an entry, its anchor and pause (and the pause's note) left out."""
     kept = json.loads(entry.to_json())
-    return {key: value for key, value in kept.items() if key not in ("anchor_ms", "enabled")}
+    return {k: v for k, v in kept.items() if k not in ("anchor_ms", "enabled", "note")}
 
 
-def _set_enabled(app: Celery, name: str, enabled: bool, moment: datetime) -> Upserted:
+def _set_enabled(
+    app: Celery, name: str, enabled: bool, moment: datetime, note: str = ""
+) -> Upserted:
     """Pause or resume: an entry resumed is checked as ``upsert`` checks it (a paused one
     sends nothing, so an entry that cannot be sent can always be paused)."""
     writer = OccurrenceWriter(app)
     with open_store(app) as store:
         registry = EntryRegistry(store.client, store.keys)
-        entry = replace(_found(registry, name).entry, enabled=enabled)
+        entry = replace(_found(registry, name).entry, enabled=enabled, note=note)
         if enabled:
             writer.check(entry, moment)
         version, replaced = registry.put(entry)

@@ -1,5 +1,6 @@
 """What the pages change: cancel, promote and reschedule pending tasks, send dead letters
-again or drop them, pause, resume or run now periodic entries. Every action is a POST
+again or drop them, pause (with a note), resume, run now or remove periodic entries (the
+periodic entry form: periodic_form.py). Every action is a POST
 (CSRF-checked by Flask-WTF), first answered with a confirmation that says how many tasks
 it will touch; the confirmed POST acts and redirects back (so reloading the page after
 it does not act twice)."""
@@ -12,7 +13,6 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import unquote
 
-from celery import Celery
 from flask import Blueprint, abort, flash, redirect, render_template, request, url_for
 
 from ..brokers.connect import open_store
@@ -20,7 +20,7 @@ from ..ops import api
 from ..ops.browse import TaskFilter, count_matching, matching
 from ..ops.when import iso, parse_moment
 from ..periodic import manage
-from ..periodic.entry import MAX_NAME_LENGTH
+from ..periodic.entry import MAX_NAME_LENGTH, MAX_NOTE_LENGTH
 from .context import context, problem
 from .links import back_to
 from .views import BadFilter, filter_from
@@ -31,10 +31,11 @@ actions = Blueprint("actions", __name__)
 PENDING_VERBS = ("cancel", "promote", "reschedule")
 DEAD_VERBS = ("resend", "drop")
 #: What each verb does to a periodic entry (by name), and how it reads done.
-PERIODIC_VERBS: dict[str, tuple[Callable[[Celery, str], Any], str]] = {
+PERIODIC_VERBS: dict[str, tuple[Callable[..., Any], str]] = {
     "pause": (manage.pause, "Paused"),
     "resume": (manage.resume, "Resumed"),
     "run": (manage.run_now, "Sent an extra run of"),
+    "remove": (manage.remove, "Removed"),
 }
 #: The most periodic entries one form may name (each is looked up before it is asked).
 PERIODIC_MOST = 100
@@ -83,6 +84,7 @@ class Selection:
             eta=eta,
             back=self.back,
             names=names,
+            note_max=MAX_NOTE_LENGTH,
         )
 
 
@@ -179,9 +181,10 @@ def act_on_dead(verb: str) -> Any:
 
 @actions.post("/periodic/<verb>")
 def act_on_periodic(verb: str) -> Any:
-    """Pause, resume or run now the periodic entries a form names (``ids``: each row's
-    form names its own, URL-quoted, since a browser changes a NUL or a line break in a
-    field but never ASCII). A name that is no entry's is a 404, and nothing is done."""
+    """Pause (with the ``note`` the confirmation asks for), resume, run now or remove the
+    periodic entries a form names (``ids``: each row's form names its own, URL-quoted,
+    since a browser changes a NUL or a line break in a field but never ASCII). A name
+    that is no entry's is a 404, and nothing is done."""
     if verb not in PERIODIC_VERBS:
         abort(404)
     picked = Selection.of(request.form, url_for("pages.periodic"))
@@ -197,27 +200,32 @@ def act_on_periodic(verb: str) -> Any:
     names = [unquote(each) for each in picked.ids]
     for name in names:
         if len(name) > MAX_NAME_LENGTH or manage.get(app, name) is None:
-            return _no_entry(name)
+            return no_entry(name)
     if not picked.confirmed:
         return picked.confirmation(verb, len(names), names=names)
-    _perform_periodic(verb, names)
+    _perform_periodic(verb, names, (picked.form.get("note") or "").strip())
     return redirect(picked.back)
 
 
-def _perform_periodic(verb: str, names: list[str]) -> None:
+def _perform_periodic(verb: str, names: list[str], note: str) -> None:
     """Act on each entry named, and say what was done, which were removed meanwhile, and
-    which were refused (an entry whose message cannot be sent is neither resumed nor run)."""
+    which were refused (an entry whose message cannot be sent is neither resumed nor run;
+    a pause note too long is refused)."""
     act, did = PERIODIC_VERBS[verb]
     done, gone, refused = [], [], []
+    noted = {"note": note} if verb == "pause" else {}
     for name in names:
         try:
-            result = act(context().celery, name)
+            result = act(context().celery, name, **noted)
         except KeyError:  # removed since it was looked up
             gone.append(repr(name))
         except ValueError as reason:
             refused.append(f"{name!r} ({reason})")
-        else:
-            done.append(repr(name) + (f" (task {result})" if verb == "run" else ""))
+        else:  # remove says False for an entry gone already
+            if result is False:
+                gone.append(repr(name))
+            else:
+                done.append(repr(name) + (f" (task {result})" if verb == "run" else ""))
     said = [f"{did} periodic {_entries(done)} {', '.join(done)}"] if done else []
     if gone:
         said.append(f"periodic {_entries(gone)} {', '.join(gone)} removed meanwhile")
@@ -231,7 +239,7 @@ def _entries(names: list[str]) -> str:
     return "entry" if len(names) == 1 else "entries"
 
 
-def _no_entry(name: str) -> tuple[str, int]:
+def no_entry(name: str) -> tuple[str, int]:
     return problem(
         404,
         "No periodic entry with that name",

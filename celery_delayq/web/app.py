@@ -33,6 +33,7 @@ from .guard.headers import secure_headers
 from .guard.hosts import HostCheck, allowed_hosts_of
 from .guard.throttle import FailedLogins
 from .links import this_page
+from .periodic_form import editing, not_editable
 from .present import clipped, utc
 from .sampler import CounterSampler, Totals
 from .views import pages
@@ -104,13 +105,14 @@ def create_app(
     )
     flask.register_blueprint(pages)
     flask.register_blueprint(actions)
+    flask.register_blueprint(editing)
     flask.before_request(check_host)
     flask.before_request(authenticate)
     flask.after_request(secure_headers)
     flask.context_processor(
         lambda: {"read_only": read_only, "now": time.time(), "logged_in": "login" in session}
     )
-    flask.jinja_env.globals["this_page"] = this_page
+    flask.jinja_env.globals.update(this_page=this_page, not_editable=not_editable)
     flask.jinja_env.filters.update(
         iso=iso, duration=ago, number="{:,}".format, clip=clipped, utc=utc
     )

@@ -8,11 +8,9 @@ Screenshots go to ``DELAYQ_SCREENSHOTS`` if set, else to the test's temporary di
 
 from __future__ import annotations
 
-import os
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -36,13 +34,6 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(180), pytest.mark.slow]
 def browser() -> Iterator[Any]:
     with chromium() as browser:
         yield browser
-
-
-@pytest.fixture
-def screenshots(tmp_path: Path) -> Path:
-    folder = Path(os.environ.get("DELAYQ_SCREENSHOTS") or tmp_path)
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder
 
 
 @contextmanager

@@ -343,7 +343,7 @@ def test_an_unknown_name_is_a_clear_404(app, client, redis_client, verb, confirm
 
 def test_an_unknown_verb_no_name_or_all_is_refused(app, client) -> None:
     periodic.upsert(app, "tick", TASK, 60)
-    assert act(client, "remove", "tick").status_code == 404
+    assert act(client, "delete", "tick").status_code == 404
     token = csrf_token(client)
     for form, title in (
         ({}, "Nothing selected"),
