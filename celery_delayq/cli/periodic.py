@@ -30,6 +30,7 @@ def entry_json(info: manage.EntryInfo) -> dict[str, Any]:
         "catch_up": entry.catch_up,
         "enabled": entry.enabled,
         "origin": entry.origin,
+        "added_by": info.added_by,
         "version": info.version,
         "next_runs": [when.isoformat() for when in info.next_runs],
         "last_run": _iso(info.history.last_occurrence),
@@ -51,7 +52,7 @@ def entries_table(entries: list[dict[str, Any]]) -> str:
             schedule_text(e["schedule"]),
             e["timezone"],
             "yes" if e["enabled"] else "paused",
-            e["origin"],
+            "celery" if e["added_by"] else e["origin"],
             e["next_runs"][0] if e["next_runs"] else "",
             e["last_run"] or "",
             f"{e['late']}/{e['missed']}",
@@ -84,7 +85,9 @@ def list_entries(as_json: bool) -> None:
     stderr, with why."""
     found = manage.listing(current_app())
     entries = [entry_json(info) for info in found.entries]
-    emit(as_json, entries, entries_table(entries) if entries else "no periodic entries")
+    added = [f"{e['name']}: {e['added_by']}" for e in entries if e["added_by"]]
+    human = "\n".join([entries_table(entries), *added]) if entries else "no periodic entries"
+    emit(as_json, entries, human)
     for each in found.unreadable:
         click.echo(unreadable_line(each), err=True)
 

@@ -24,6 +24,7 @@ from celery import Celery
 from celery.schedules import schedule as celery_schedule
 
 from ..brokers.connect import open_store
+from .describe import added_by_celery
 from .entry import PeriodicEntry, error_text, schedule_json
 from .history import EntryHistory, History
 from .registry import EntryRegistry, Unreadable, Versioned
@@ -74,6 +75,7 @@ class EntryInfo:
     version: int
     next_runs: list[datetime]
     history: History = History()
+    added_by: str | None = None  # why it is there though no one wrote it (Celery's own)
 
 
 def upsert(
@@ -90,12 +92,15 @@ def upsert(
     *,
     origin: str = "api",
     now: datetime | None = None,
+    anchor: datetime | None = None,
 ) -> Upserted:
     """Add the entry ``name``, or replace the one of that name, from its next occurrence.
 
     ``schedule``: a ``crontab``, a ``solar``, a ``celery.schedules.schedule``, a
     ``timedelta`` or a number of seconds. ``timezone``: an IANA name (default: the app's
-    ``timezone``, else UTC). ``catch_up``: ``latest``, ``all`` or ``none``.
+    ``timezone``, else UTC). ``catch_up``: ``latest``, ``all`` or ``none``. ``anchor``:
+    where an interval counts from (default: the replaced entry's if its schedule is the
+    same, else now), such as another scheduler's last run of it.
     """
     moment = _now(now)
     with open_store(app) as store:
@@ -108,7 +113,7 @@ def upsert(
             name=name,
             task=task,
             schedule=schedule,
-            anchor=old.entry.anchor if old is not None and same_rhythm else moment,
+            anchor=anchor or (old.entry.anchor if old is not None and same_rhythm else moment),
             timezone=timezone or _app_zone(app),
             args=tuple(args),
             kwargs=dict(kwargs or {}),
@@ -172,7 +177,7 @@ def get(app: Celery, name: str, *, now: datetime | None = None) -> EntryInfo | N
             return None
         history = EntryHistory(store.client, store.keys).read([name])
         after = OccurrenceWriter(app).run_starts(store, [found], moment)
-    return _info(found, after[0], history[name])
+    return _info(app, found, after[0], history[name])
 
 
 def entries(app: Celery, *, now: datetime | None = None) -> list[EntryInfo]:
@@ -202,7 +207,7 @@ def listing(app: Celery, *, now: datetime | None = None) -> Listing:
     unreadable = list(scan.unreadable)
     for each, after in zip(found, starts):
         try:
-            infos.append(_info(each, after, history[each.entry.name]))
+            infos.append(_info(app, each, after, history[each.entry.name]))
         except Exception as exc:  # a schedule whose next time overflows the calendar
             unreadable.append(Unreadable(each.entry.name, error_text(exc)))
     return Listing(infos, sorted(unreadable, key=lambda each: each.name))
@@ -295,16 +300,8 @@ def settings_entry(app: Celery, name: str, spec: Mapping[str, Any], now: datetim
     """A ``beat_schedule`` item as an entry: Celery's keys (``task``, ``schedule``,
     ``args``, ``kwargs``, ``options``, ``relative``) and ours (``timezone``,
     ``catch_up``); a ``ValueError`` naming the entry for anything else."""
-    unknown = set(spec) - {
-        "task",
-        "schedule",
-        "args",
-        "kwargs",
-        "options",
-        "relative",
-        "timezone",
-        "catch_up",
-    }
+    unknown = set(spec) - {"task", "schedule", "args", "kwargs", "options", "relative"}
+    unknown -= {"timezone", "catch_up"}  # ours
     if unknown:
         raise ValueError(f"beat_schedule[{name!r}]: unknown keys {sorted(unknown)}")
     try:
@@ -378,7 +375,7 @@ def _found(registry: EntryRegistry, name: str) -> Versioned:
     return found
 
 
-def _info(found: Versioned, after: datetime, history: History) -> EntryInfo:
+def _info(app: Celery, found: Versioned, after: datetime, history: History) -> EntryInfo:
     """``found`` with its next occurrences after ``after`` (writer.py's ``run_starts``)."""
     runs: list[datetime] = []
     occurrences = found.entry.occurrences() if found.entry.enabled else None
@@ -386,7 +383,8 @@ def _info(found: Versioned, after: datetime, history: History) -> EntryInfo:
     while occurrences is not None and last is not None and len(runs) < NEXT_LISTED:
         last = occurrences.after(last)
         runs += [last] if last is not None else []
-    return EntryInfo(found.entry, found.version, runs, history)
+    added_by = added_by_celery(app, found.entry.name, found.entry.origin)
+    return EntryInfo(found.entry, found.version, runs, history, added_by)
 
 
 def _app_zone(app: Celery) -> str:
