@@ -30,6 +30,7 @@ from .brokers.connect import log_startup, mover_thread
 from .config.settings import config_of
 from .core.moving.mover import MoverThread
 from .metrics import start_configured_exporter
+from .periodic.describe import BACKEND_CLEANUP
 from .periodic.manage import settings_entry, sync_settings
 from .periodic.registry import EntryRegistry, Read, Stored
 from .periodic.sending import store_of
@@ -104,11 +105,11 @@ class Scheduler(CeleryScheduler):
         conf = self.app.conf
         if (
             conf.result_expires
-            and "celery.backend_cleanup" not in schedule
+            and BACKEND_CLEANUP not in schedule
             and not self.app.backend.supports_autoexpire
         ):
-            schedule["celery.backend_cleanup"] = {
-                "task": "celery.backend_cleanup",
+            schedule[BACKEND_CLEANUP] = {
+                "task": BACKEND_CLEANUP,
                 "schedule": crontab("0", "4", "*"),
                 "options": {"expires": 12 * 3600},
             }

@@ -36,9 +36,10 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "celery_delayq"
 GUIDE = ROOT / "docs" / "guides" / "redis-production.md"
-#: Parts of the package that run no production process: the test helpers and the demo,
-#: which starts a Redis of its own.
-NOT_SCANNED = {"testing", "demo"}
+#: Parts of the package that run no production process (the test helpers, and the demo,
+#: which starts a Redis of its own) or send their commands to another Redis than the
+#: app's (``periodic import --redbeat-url`` reads redbeat's).
+NOT_SCANNED = {"testing", "demo", "redbeat_keys.py"}
 
 #: Who the user is and what it may reach: keys and channels under the prefix ``app1:``
 #: (broker URL ``redis://app1:secret@host:6379/0``). The PSUBSCRIBE patterns must equal

@@ -13,6 +13,7 @@ import click
 from .dead import dead
 from .doctor import doctor
 from .periodic import periodic
+from .periodic_transfer import clear_entries, export, import_entries
 from .rescue import rescue_command
 from .run import exporter, mover
 from .status import status
@@ -31,5 +32,7 @@ delayq.add_command(rescue_command, name="rescue")
 delayq.add_command(exporter)
 delayq.add_command(web)
 delayq.add_command(periodic)
+for command in (export, import_entries, clear_entries):
+    periodic.add_command(command)
 
 __all__ = ["delayq"]

@@ -36,6 +36,7 @@ def entry_json(info: manage.EntryInfo) -> dict[str, Any]:
         "start_time": _iso(entry.start_time),
         "expires": _iso(entry.expires),
         "description": entry.description,
+        "added_by": info.added_by,
         "version": info.version,
         "next_runs": [when.isoformat() for when in info.next_runs],
         "last_run": _iso(info.history.last_occurrence),
@@ -61,7 +62,7 @@ def entries_table(infos: list[manage.EntryInfo]) -> str:
                 entry_text(info.entry),
                 e["timezone"],
                 "yes" if e["enabled"] else "paused",
-                e["origin"],
+                "celery" if e["added_by"] else e["origin"],
                 e["next_runs"][0] if e["next_runs"] else "",
                 e["last_run"] or "",
                 str(e["total_run_count"]),
@@ -95,7 +96,9 @@ def list_entries(as_json: bool) -> None:
     stderr, with why."""
     found = manage.listing(current_app())
     entries = [entry_json(info) for info in found.entries]
-    human = entries_table(found.entries) if entries else "no periodic entries"
+    added = [f"{e['name']}: {e['added_by']}" for e in entries if e["added_by"]]
+    table = entries_table(found.entries)
+    human = "\n".join([table, *added]) if entries else "no periodic entries"
     emit(as_json, entries, human)
     for each in found.unreadable:
         click.echo(unreadable_line(each), err=True)

@@ -1,4 +1,5 @@
-"""A periodic entry's schedule in words, as the CLI and the dashboard show it."""
+"""A periodic entry's schedule in words, as the CLI and the dashboard show it; and the
+entry Celery's beat adds by itself, with why."""
 
 from __future__ import annotations
 
@@ -7,9 +8,21 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo
 
+from celery import Celery
+
 from .entry import PeriodicEntry, from_ms, schedule_json
 
-__all__ = ["entry_text", "schedule_text"]
+__all__ = ["BACKEND_CLEANUP", "added_by_celery", "entry_text", "schedule_text"]
+
+#: The entry Celery's beat adds by itself (``Scheduler.install_default_entries``), as
+#: delayq's beat does (beat.py), when ``result_expires`` is set and the result backend
+#: does not expire results itself.
+BACKEND_CLEANUP = "celery.backend_cleanup"
+#: Why it is there, in one line, for an operator who did not write it.
+BACKEND_CLEANUP_WHY = (
+    "added by Celery: its beat deletes expired task results daily at 04:00, as "
+    "result_expires is set and the result backend does not expire them itself"
+)
 
 #: Interval units, largest first, for a schedule in words.
 UNITS = (("day", 86400), ("hour", 3600), ("minute", 60))
@@ -154,3 +167,12 @@ def _interval(seconds: float) -> str:
             count = int(seconds // size)
             return f"{count} {unit}" if count == 1 else f"{count} {unit}s"
     return "1 second" if seconds == 1 else f"{seconds:g} seconds"
+
+
+def added_by_celery(app: Celery, name: str, origin: str) -> str | None:
+    """Why the entry ``name`` is there though no one wrote it (one line), or None: beat
+    adds ``celery.backend_cleanup`` to the settings' entries unless ``beat_schedule``
+    names it."""
+    if name != BACKEND_CLEANUP or origin != "settings":
+        return None
+    return None if name in (app.conf.beat_schedule or {}) else BACKEND_CLEANUP_WHY

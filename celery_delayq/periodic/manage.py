@@ -24,6 +24,7 @@ from weakref import WeakSet
 from celery import Celery
 
 from ..brokers.connect import open_store
+from .describe import added_by_celery
 from .entry import PeriodicEntry, entry_from_settings, error_text
 from .history import EntryHistory, History
 from .registry import EntryRegistry, Unreadable, Versioned
@@ -74,6 +75,7 @@ class EntryInfo:
     version: int
     next_runs: list[datetime]
     history: History = History()
+    added_by: str | None = None  # why it is there though no one wrote it (Celery's own)
 
 
 def upsert(
@@ -95,6 +97,7 @@ def upsert(
     note: str = "",
     origin: str = "api",
     now: datetime | None = None,
+    anchor: datetime | None = None,
 ) -> Upserted:
     """Add the entry ``name``, or replace the one of that name, from its next occurrence.
 
@@ -104,7 +107,9 @@ def upsert(
     ``timezone``, else UTC). ``catch_up``: ``latest``, ``all`` or ``none``. As in
     django-celery-beat: ``one_off`` (only the first occurrence runs), ``start_time`` and
     ``expires`` (aware datetimes: none before, none after) and a ``description``;
-    ``note``: why it is paused (as ``pause`` keeps it).
+    ``note``: why it is paused (as ``pause`` keeps it). ``anchor``: where an interval
+    counts from (default: the replaced entry's if its rhythm is the same, else now), such as
+    another scheduler's last run of it.
     """
     moment = _now(now)
     with open_store(app) as store:
@@ -114,7 +119,7 @@ def upsert(
             name=name,
             task=task,
             schedule=schedule,
-            anchor=moment,
+            anchor=anchor or moment,
             timezone=timezone or app_zone(app),
             args=tuple(args),
             kwargs=dict(kwargs or {}),
@@ -128,7 +133,7 @@ def upsert(
             description=description,
             note=note,
         )
-        if old is not None and old.entry.rhythm() == entry.rhythm():
+        if anchor is None and old is not None and old.entry.rhythm() == entry.rhythm():
             entry = replace(entry, anchor=old.entry.anchor)  # the same occurrences go on
         writer = OccurrenceWriter(app)
         writer.check(entry, moment)
@@ -186,7 +191,7 @@ def get(app: Celery, name: str, *, now: datetime | None = None) -> EntryInfo | N
             return None
         history = EntryHistory(store.client, store.keys).read([name])
         after = OccurrenceWriter(app).run_starts(store, [found], moment)
-    return _info(found, after[0], history[name])
+    return _info(app, found, after[0], history[name])
 
 
 def entries(app: Celery, *, now: datetime | None = None) -> list[EntryInfo]:
@@ -216,7 +221,7 @@ def listing(app: Celery, *, now: datetime | None = None) -> Listing:
     unreadable = list(scan.unreadable)
     for each, after in zip(found, starts):
         try:
-            infos.append(_info(each, after, history[each.entry.name]))
+            infos.append(_info(app, each, after, history[each.entry.name]))
         except Exception as exc:  # a schedule whose next time overflows the calendar
             unreadable.append(Unreadable(each.entry.name, error_text(exc)))
     return Listing(infos, sorted(unreadable, key=lambda each: each.name))
@@ -364,7 +369,7 @@ def _found(registry: EntryRegistry, name: str) -> Versioned:
     return found
 
 
-def _info(found: Versioned, after: datetime, history: History) -> EntryInfo:
+def _info(app: Celery, found: Versioned, after: datetime, history: History) -> EntryInfo:
     """``found`` with its next occurrences after ``after`` (writer.py's ``run_starts``)."""
     runs: list[datetime] = []
     occurrences = found.entry.occurrences() if found.entry.enabled else None
@@ -372,7 +377,8 @@ def _info(found: Versioned, after: datetime, history: History) -> EntryInfo:
     while occurrences is not None and last is not None and len(runs) < NEXT_LISTED:
         last = occurrences.after(last)
         runs += [last] if last is not None else []
-    return EntryInfo(found.entry, found.version, runs, history)
+    added_by = added_by_celery(app, found.entry.name, found.entry.origin)
+    return EntryInfo(found.entry, found.version, runs, history, added_by)
 
 
 def app_zone(app: Celery) -> str:

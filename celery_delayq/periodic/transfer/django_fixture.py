@@ -1,0 +1,239 @@
+"""django-celery-beat's form: a ``PeriodicTask`` row and the row of its schedule
+(``IntervalSchedule``, ``CrontabSchedule``, ``SolarSchedule`` or ``ClockedSchedule``).
+
+Export writes a fixture of those rows for ``manage.py loaddata``; import reads such
+rows, from a fixture or from the tables (contrib/django_beat_rows.py), as plain column
+values. An interval's ``last_run_at`` (else its ``date_changed``, as the
+``DatabaseScheduler`` counts) is where it counts from, both ways. A row that needs what
+an entry here cannot hold (a one-off or clocked task, a start time, an end time) is
+skipped, with why.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import datetime, timedelta
+from typing import Any
+
+from celery import Celery
+from celery.schedules import crontab, schedule, solar
+
+from ..entry import PeriodicEntry, schedule_json
+from ..manage import EntryInfo
+from .model import (
+    Export,
+    Found,
+    Incoming,
+    Skipped,
+    app_zone,
+    catch_up_note,
+    celerys_own,
+    every_of,
+    last_run,
+    read_each,
+    unfit_elsewhere,
+)
+
+APP = "django_celery_beat"
+#: The schedule columns of a ``PeriodicTask``, each the name of its model (``<kind>schedule``).
+KINDS = ("interval", "crontab", "solar", "clocked")
+#: ``IntervalSchedule.period``'s choices from the largest, in seconds (and microseconds).
+PERIODS = (("days", 86400), ("hours", 3600), ("minutes", 60), ("seconds", 1))
+#: The apply_async options a ``PeriodicTask`` has a column for (``expires`` in seconds).
+COLUMNS = ("queue", "exchange", "routing_key", "priority")
+CRON_FIELDS = ("minute", "hour", "day_of_week", "day_of_month", "month_of_year")
+WHAT = "django-celery-beat"
+
+
+@dataclass(frozen=True)
+class TaskRow:
+    """One ``PeriodicTask``'s columns (a foreign key as its row's pk), with the kind and
+    the columns of its schedule's row."""
+
+    fields: Mapping[str, Any]
+    kind: str | None
+    schedule: Mapping[str, Any]
+
+
+def fixture_rows(objects: Any) -> list[TaskRow]:
+    """The ``PeriodicTask`` rows of a fixture (``dumpdata``'s list), each with its
+    schedule's row."""
+    rows = {(obj.get("model"), obj.get("pk")): obj.get("fields") or {} for obj in objects}
+    found = []
+    for (model, _), fields in rows.items():
+        if model == f"{APP}.periodictask":
+            kind = next((k for k in KINDS if fields.get(k) is not None), None)
+            row = rows.get((f"{APP}.{kind}schedule", fields.get(kind)), {}) if kind else {}
+            found.append(TaskRow(fields, kind, row))
+    return found
+
+
+def is_fixture(document: Any) -> bool:
+    return isinstance(document, list) and all(isinstance(obj, Mapping) for obj in document)
+
+
+def read(app: Celery, rows: list[TaskRow], now: datetime) -> list[Found]:
+    """Each row as an entry, or why it cannot be one."""
+    return [read_each(str(row.fields.get("name")), _reader(app, row, now)) for row in rows]
+
+
+def _reader(app: Celery, row: TaskRow, now: datetime) -> Any:
+    def build() -> Found:
+        fields = row.fields
+        own = celerys_own(str(fields.get("name")), str(fields.get("task")))
+        if own is not None:
+            return own
+        _check_representable(fields, row.kind, now)
+        entry = PeriodicEntry(
+            name=fields["name"],
+            task=fields["task"],
+            schedule=_schedule(row.kind, row.schedule),
+            anchor=now,
+            timezone=str(row.schedule.get("timezone") or app_zone(app)),
+            args=json.loads(fields.get("args") or "[]"),
+            kwargs=json.loads(fields.get("kwargs") or "{}"),
+            options=_options(fields),
+            enabled=fields.get("enabled", True) is not False,
+        )
+        notes = (f"{entry.name}: its description is not kept",) if fields.get("description") else ()
+        return _anchored(entry, fields, now, notes)
+
+    return build
+
+
+def _check_representable(fields: Mapping[str, Any], kind: str | None, now: datetime) -> None:
+    """Refuse what an entry here cannot hold, with why."""
+    if fields.get("one_off") or kind == "clocked":
+        raise ValueError("a one-off task (one_off or a clocked schedule): entries here have none")
+    if fields.get("expires"):
+        raise ValueError(f"it stops at {fields['expires']} (expires): entries here have no end")
+    start = moment(fields.get("start_time"))
+    if start is not None and start > now and kind != "interval":
+        raise ValueError(f"it starts at {start} (start_time): entries here have no start time")
+
+
+def _schedule(kind: str | None, row: Mapping[str, Any]) -> Any:
+    if kind == "interval":
+        return schedule(timedelta(**{row["period"]: row["every"]}))
+    if kind == "crontab":
+        return crontab(**{name: row[name] for name in CRON_FIELDS})
+    if kind == "solar":
+        return solar(row["event"], float(row["latitude"]), float(row["longitude"]))
+    raise ValueError(f"no schedule row ({kind or 'none'} found)")
+
+
+def _options(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """The apply_async options ``DatabaseScheduler`` sends the task with."""
+    options = {name: fields[name] for name in COLUMNS if fields.get(name) not in (None, "")}
+    headers = json.loads(fields.get("headers") or "{}")
+    if headers:
+        options["headers"] = headers
+    if fields.get("expire_seconds"):
+        options["expires"] = fields["expire_seconds"]
+    return options
+
+
+def _anchored(
+    entry: PeriodicEntry, fields: Mapping[str, Any], now: datetime, notes: tuple[str, ...]
+) -> Incoming:
+    """An interval counts from its last run (``date_changed`` if none, as
+    ``DatabaseScheduler`` counts), or runs first at a start time still to come."""
+    every = every_of(entry)
+    if every is None:
+        return Incoming(entry, notes=notes)
+    start = moment(fields.get("start_time"))
+    if start is not None and start > now:
+        anchor = start - every
+    else:
+        anchor = moment(fields.get("last_run_at")) or moment(fields.get("date_changed")) or now
+    return Incoming(replace(entry, anchor=anchor), True, notes)
+
+
+def moment(value: Any) -> datetime | None:
+    """A fixture's time (ISO 8601) or a column's (a datetime, aware)."""
+    if value is None or isinstance(value, datetime):
+        return value
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+
+
+def export(app: Celery, infos: list[EntryInfo], now: datetime) -> Export:
+    """A fixture of the rows ``DatabaseScheduler`` runs each entry from."""
+    objects: list[dict[str, Any]] = []
+    schedules: dict[tuple[str, str], int] = {}
+    skipped, notes = [], []
+    for info in infos:
+        entry = info.entry
+        reason = unfit_elsewhere(app, info, WHAT, own_zones=True) or _unfit(entry)
+        if reason is not None:
+            skipped.append(Skipped(entry.name, reason))
+            continue
+        notes += catch_up_note(entry, WHAT)
+        kind, row = _schedule_row(entry)
+        key = (kind, json.dumps(row, sort_keys=True))
+        if key not in schedules:
+            schedules[key] = len([k for k in schedules if k[0] == kind]) + 1
+            objects.append({"model": f"{APP}.{kind}schedule", "pk": schedules[key], "fields": row})
+        pk = len([o for o in objects if o["model"] == f"{APP}.periodictask"]) + 1
+        task = _task_row(entry, kind, schedules[key], now)
+        objects.append({"model": f"{APP}.periodictask", "pk": pk, "fields": task})
+    return Export(json.dumps(objects, indent=2) + "\n", skipped, notes)
+
+
+def _unfit(entry: PeriodicEntry) -> str | None:
+    if schedule_json(entry.schedule).get("relative"):
+        return "a relative interval: django-celery-beat has none"
+    extra = set(entry.options) - {*COLUMNS, "headers", "expires"}
+    expires = entry.options.get("expires")
+    if expires is not None and not isinstance(expires, int):
+        extra.add("expires")  # a time, not seconds: its column stops the task as well
+    if extra:
+        return f"options {sorted(extra)}: django-celery-beat has no column for them"
+    return None
+
+
+def _schedule_row(entry: PeriodicEntry) -> tuple[str, dict[str, Any]]:
+    data = schedule_json(entry.schedule)
+    if "crontab" in data:
+        cron = {name: _cron_text(value) for name, value in data["crontab"].items()}
+        return "crontab", {**cron, "timezone": entry.timezone}
+    if "solar" in data:
+        where = data["solar"]
+        place = {"latitude": f"{where['lat']:.6f}", "longitude": f"{where['lon']:.6f}"}
+        return "solar", {"event": where["event"], **place}
+    return "interval", interval_row(data["every"])
+
+
+def interval_row(seconds: float) -> dict[str, Any]:
+    """An interval in ``IntervalSchedule``'s whole periods: the largest that divides it."""
+    for period, size in PERIODS:
+        if seconds == int(seconds) and int(seconds) % size == 0:
+            return {"every": int(seconds) // size, "period": period}
+    return {"every": round(seconds * 1_000_000), "period": "microseconds"}
+
+
+def _cron_text(value: Any) -> str:
+    return ",".join(str(each) for each in value) if isinstance(value, list) else str(value)
+
+
+def _task_row(entry: PeriodicEntry, kind: str, pk: int, now: datetime) -> dict[str, Any]:
+    options = dict(entry.options)
+    return {
+        "name": entry.name,
+        "task": entry.task,
+        **{each: pk if each == kind else None for each in KINDS},
+        "args": json.dumps(list(entry.args)),
+        "kwargs": json.dumps(dict(entry.kwargs)),
+        **{name: options.get(name) for name in COLUMNS},
+        "headers": json.dumps(options.get("headers") or {}),
+        "expires": None,
+        "expire_seconds": options.get("expires"),
+        "one_off": False,
+        "start_time": None,
+        "enabled": entry.enabled,
+        "last_run_at": last_run(entry, now).isoformat(),
+        "total_run_count": 0,
+        "date_changed": now.isoformat(),
+        "description": "",
+    }

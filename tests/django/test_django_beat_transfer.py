@@ -1,0 +1,158 @@
+"""``celery delayq periodic import --django-settings``: django-celery-beat's rows (real
+model rows in the site's SQLite test database) are imported with the times
+django-celery-beat's ``DatabaseScheduler`` gives them, for a year; those an entry cannot
+hold are skipped, with why; and the ``django-celery-beat`` export, loaded with
+``loaddata``, gives rows with our times."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+from django.core.management import call_command
+from django_celery_beat.models import (
+    ClockedSchedule,
+    CrontabSchedule,
+    IntervalSchedule,
+    PeriodicTask,
+    SolarSchedule,
+)
+from django_celery_beat.schedulers import ModelEntry
+from django_celery_beat.tzcrontab import TzAwareCrontab
+
+from celery_delayq import periodic
+
+from ..helpers import invoke
+from ..periodic.transfer.stepping import YEAR, assert_same_times, celery_runs
+from .conftest import SETTINGS_MODULE
+
+pytestmark = [pytest.mark.integration, pytest.mark.django_db]
+
+UTC = timezone.utc
+NOW = datetime.now(UTC)
+SWEEP = "example_project.django_site.shop.tasks.confirm_overdue_orders"
+#: The rows an entry holds, and those it cannot (with a word of why).
+IMPORTED = ["every-3h", "every-90m", "starts-later", "weekdays", "six-hourly", "monthly", "sunrise"]
+SKIPPED = {
+    "once": "one-off",
+    "ends": "expires",
+    "cron-later": "start_time",
+    "celery.backend_cleanup": "Celery's beat",
+}
+
+
+def make_rows() -> None:
+    """Rows of every kind, made as the admin makes them (``save``)."""
+    every_3h = IntervalSchedule.objects.create(every=3, period=IntervalSchedule.HOURS)
+    every_90m = IntervalSchedule.objects.create(every=90, period=IntervalSchedule.MINUTES)
+    berlin = CrontabSchedule.objects.create(
+        minute="30", hour="9", day_of_week="1-5", timezone=ZoneInfo("Europe/Berlin")
+    )
+    tokyo = CrontabSchedule.objects.create(minute="0", hour="*/6", timezone=ZoneInfo("Asia/Tokyo"))
+    monthly = CrontabSchedule.objects.create(minute="0", hour="0", day_of_month="1")
+    sunrise = SolarSchedule.objects.create(event="sunrise", latitude=52.52, longitude=13.405)
+    clocked = ClockedSchedule.objects.create(clocked_time=NOW + timedelta(days=1))
+    make = PeriodicTask.objects.create
+    make(
+        name="every-3h",
+        task=SWEEP,
+        interval=every_3h,
+        last_run_at=NOW - timedelta(minutes=61),
+        args='[1, "a"]',
+        kwargs='{"k": true}',
+        queue="default",
+        priority=3,
+        headers='{"h": "v"}',
+        expire_seconds=60,
+    )
+    make(name="every-90m", task=SWEEP, interval=every_90m)  # never ran: from date_changed
+    make(name="starts-later", task=SWEEP, interval=every_3h, start_time=NOW + timedelta(days=2))
+    make(name="weekdays", task=SWEEP, crontab=berlin, description="the morning sweep")
+    make(name="six-hourly", task=SWEEP, crontab=tokyo)
+    make(name="monthly", task=SWEEP, crontab=monthly, enabled=False)
+    make(name="sunrise", task=SWEEP, solar=sunrise)
+    make(name="once", task=SWEEP, clocked=clocked, one_off=True)
+    make(name="ends", task=SWEEP, interval=every_3h, expires=NOW + timedelta(days=30))
+    make(name="cron-later", task=SWEEP, crontab=tokyo, start_time=NOW + timedelta(days=2))
+    make(name="celery.backend_cleanup", task="celery.backend_cleanup", crontab=monthly)
+
+
+def their_runs(app: Any, name: str, after: datetime, until: datetime) -> list[datetime]:
+    """The runs ``DatabaseScheduler`` makes of the row ``name`` in ``(after, until]``: from
+    its last run (``ModelEntry``'s: ``date_changed`` if none), in the crontab's zone; a
+    start time still to come is its first run (its last run is then set 30 years back)."""
+    task = PeriodicTask.objects.get(name=name)
+    entry = ModelEntry(task, app=app)
+    zone = entry.schedule.tz if isinstance(entry.schedule, TzAwareCrontab) else ZoneInfo("UTC")
+    if task.start_time is not None and task.start_time > after:
+        first = task.start_time
+        return [first, *celery_runs(entry.schedule, first, zone, after, until)]
+    return celery_runs(entry.schedule, entry.last_run_at, zone, after, until)
+
+
+def assert_rows_give_our_times(app: Any, names: list[str]) -> None:
+    after, until = datetime.now(UTC), datetime.now(UTC) + YEAR
+    for name in names:
+        info = periodic.get(app, name)
+        assert info is not None, name
+        assert_same_times(info.entry, their_runs(app, name, after, until), after, until)
+
+
+@pytest.mark.promise("periodic-import-same-occurrences", "periodic-import-skipped-named")
+def test_rows_are_imported_with_the_times_django_celery_beat_gives_them_for_a_year(
+    site_app: Any,
+) -> None:
+    make_rows()
+    done = invoke(site_app, "periodic", "import", "--django-settings", SETTINGS_MODULE, "--json")
+    assert done.exit_code == 1, done.output  # some are skipped
+    steps = {step["name"]: step for step in json.loads(done.stdout)}
+    assert sorted(n for n, s in steps.items() if s["outcome"] == "added") == sorted(IMPORTED)
+    for name, why in SKIPPED.items():
+        assert steps[name]["outcome"] == "skipped" and why in steps[name]["reason"], name
+    assert steps["weekdays"]["notes"] == ["weekdays: its description is not kept"]
+
+    every_3h = periodic.get(site_app, "every-3h")
+    assert every_3h is not None and every_3h.entry.args == (1, "a")
+    assert dict(every_3h.entry.options) == {
+        "queue": "default",
+        "priority": 3,
+        "headers": {"h": "v"},
+        "expires": 60,
+    }
+    weekdays = periodic.get(site_app, "weekdays")
+    assert weekdays is not None and weekdays.entry.timezone == "Europe/Berlin"
+    monthly = periodic.get(site_app, "monthly")
+    assert monthly is not None and not monthly.entry.enabled
+    assert_rows_give_our_times(site_app, IMPORTED)
+
+    again = invoke(site_app, "periodic", "import", "--django-settings", SETTINGS_MODULE, "--json")
+    assert {s["outcome"] for s in json.loads(again.stdout) if s["name"] in IMPORTED} == {"same"}
+
+
+@pytest.mark.promise("periodic-export-import-round-trip")
+def test_the_export_loaded_with_loaddata_gives_rows_with_our_times(
+    site_app: Any, tmp_path: Path
+) -> None:
+    make_rows()
+    assert invoke(site_app, "periodic", "import", "--django-settings", SETTINGS_MODULE)
+    before = {info.entry.name: info.entry.to_json() for info in periodic.entries(site_app)}
+    path = tmp_path / "fixture.json"
+    exported = invoke(
+        site_app, "periodic", "export", "--format", "django-celery-beat", "-o", str(path)
+    )
+    assert exported.exit_code == 0 and exported.stderr == "", exported.output
+    for model in (PeriodicTask, IntervalSchedule, CrontabSchedule, SolarSchedule, ClockedSchedule):
+        model.objects.all().delete()
+    call_command("loaddata", str(path), verbosity=0)
+    assert sorted(PeriodicTask.objects.values_list("name", flat=True)) == sorted(IMPORTED)
+    assert_rows_give_our_times(site_app, IMPORTED)
+
+    assert invoke(site_app, "periodic", "clear", "--yes").exit_code == 0
+    back = invoke(site_app, "periodic", "import", "--django-settings", SETTINGS_MODULE)
+    assert back.exit_code == 0, back.output
+    after = {info.entry.name: info.entry.to_json() for info in periodic.entries(site_app)}
+    assert sorted(after) == sorted(before)

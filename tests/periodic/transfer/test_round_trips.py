@@ -1,0 +1,210 @@
+"""``celery delayq periodic export`` then ``import`` (in-process, against a real Redis):
+each form gives back the entries it can hold, and names those it cannot; a dry run says
+what would change and writes nothing; one entry a source holds that cannot be kept here
+is skipped, with why, and stops no other."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+from celery import Celery
+from celery.schedules import crontab, schedule, solar
+
+from celery_delayq import periodic
+from celery_delayq.periodic.transfer.plan import same_times
+
+from ...helpers import PERIODIC_TASK as TASK
+from ...helpers import invoke
+
+pytestmark = pytest.mark.integration
+
+UTC = timezone.utc
+
+
+@pytest.fixture
+def app(periodic_app: Celery) -> Celery:
+    return periodic_app
+
+
+def add_entries(app: Celery) -> None:
+    """One of each kind: intervals (plain, relative, fractional), crontabs (one in
+    another zone than the app's), a solar, a paused entry, options, arguments."""
+    periodic.upsert(app, "every-3h", TASK, 3 * 3600.0, args=[1, "a"], kwargs={"k": [True]})
+    periodic.upsert(app, "every-2.5s", TASK, 2.5, options={"queue": "default", "priority": 3})
+    periodic.upsert(app, "relative", TASK, schedule(timedelta(minutes=90), relative=True))
+    periodic.upsert(app, "cron", TASK, crontab("*/15", "8-18", "mon-fri"), options={"expires": 60})
+    periodic.upsert(app, "berlin", TASK, crontab(30, 2), timezone="Europe/Berlin")
+    periodic.upsert(app, "sunrise", TASK, solar("sunrise", 52.52, 13.405))
+    periodic.upsert(app, "paused", TASK, 60.0, enabled=False, catch_up="all")
+
+
+def stored(app: Celery) -> dict[str, Any]:
+    """Every entry as the store keeps it, by name."""
+    return {info.entry.name: info.entry for info in periodic.entries(app)}
+
+
+def definition(entry: Any) -> dict[str, Any]:
+    """What defines an entry, its anchor left out."""
+    data = json.loads(entry.to_json())
+    del data["anchor_ms"]
+    return data
+
+
+#: What each form cannot hold of ``add_entries``' entries, and why (on stderr).
+SKIPPED = {
+    "json": {},
+    "beat_schedule": {"berlin": "Europe/Berlin is not the app's", "paused": "paused"},
+    "django-celery-beat": {"relative": "relative"},
+    "redbeat": {"berlin": "Europe/Berlin is not the app's", "sunrise": "solar"},
+}
+#: The forms that say where an interval counts from (the others: from the import).
+ANCHORED = {"json", "django-celery-beat", "redbeat"}
+
+
+@pytest.mark.promise("periodic-export-import-round-trip")
+@pytest.mark.parametrize("form", list(SKIPPED))
+def test_each_form_exported_then_imported_gives_back_the_entries_it_holds(
+    app: Celery, tmp_path: Path, form: str
+) -> None:
+    add_entries(app)
+    before = stored(app)
+    path = tmp_path / ("schedule.py" if form == "beat_schedule" else "entries.json")
+    exported = invoke(app, "periodic", "export", "--format", form, "-o", str(path))
+    assert exported.exit_code == 0, exported.output
+    for name, why in SKIPPED[form].items():
+        assert f"skipped {name!r}: " in exported.stderr and why in exported.stderr
+    assert invoke(app, "periodic", "clear", "--yes").exit_code == 0
+    assert stored(app) == {}
+
+    imported = invoke(app, "periodic", "import", str(path), "--json")
+    assert imported.exit_code == 0, imported.output
+    again = invoke(app, "periodic", "import", str(path), "--json")
+    assert {step["outcome"] for step in json.loads(again.stdout)} == {"same"}
+    after, now = stored(app), datetime.now(UTC)
+    kept = {name: entry for name, entry in before.items() if name not in SKIPPED[form]}
+    assert sorted(after) == sorted(kept)
+    for name, entry in kept.items():
+        expected = definition(entry)
+        if form == "beat_schedule":  # a beat_schedule item keeps no pause nor catch_up
+            expected.update(catch_up="latest", enabled=True)
+        if form in ("django-celery-beat", "redbeat"):
+            expected.update(catch_up="latest")
+        if form == "django-celery-beat" and "crontab" in expected["schedule"]:
+            cron = expected["schedule"]["crontab"]  # django-celery-beat keeps text
+            cron.update({field: str(value) for field, value in cron.items()})
+        assert definition(after[name]) == expected, name
+        if form in ANCHORED:  # the same times, not only the same rhythm
+            assert same_times(entry, after[name], now), name
+    if form == "json":
+        assert {n: e.anchor for n, e in after.items()} == {n: e.anchor for n, e in kept.items()}
+
+
+def keys_and_values(client: Any) -> dict[bytes, Any]:
+    """Every key of the Redis with its value (DUMP) and time to live."""
+    return {key: (client.dump(key), client.pttl(key)) for key in client.keys("*")}
+
+
+@pytest.mark.promise("periodic-import-dry-run-writes-nothing")
+def test_a_dry_run_says_what_would_change_and_writes_nothing(
+    app: Celery, redis_client: Any, tmp_path: Path
+) -> None:
+    add_entries(app)
+    path = tmp_path / "entries.json"
+    assert invoke(app, "periodic", "export", "-o", str(path)).exit_code == 0
+    document = json.loads(path.read_text())
+    entries = {each["name"]: each for each in document["entries"]}
+    entries["cron"]["args"] = [2]
+    berlin = entries["berlin"]["schedule"]["crontab"]  # as django-celery-beat keeps it
+    berlin.update(minute="30", hour="2")
+    entries["every-3h"]["anchor_ms"] += 60_000  # the same rhythm, a minute later
+    entries["new"] = {**entries["paused"], "name": "new"}
+    entries["broken"] = {**entries["paused"], "name": "broken", "timezone": "Moon/Base"}
+    entries["unsendable"] = {
+        **entries["paused"],
+        "name": "unsendable",
+        "options": {"serializer": "nope"},
+    }
+    document["entries"] = list(entries.values())
+    path.write_text(json.dumps(document))
+    periodic.remove(app, "sunrise")
+    before = keys_and_values(redis_client)
+
+    dry = invoke(app, "periodic", "import", str(path), "--dry-run", "--json")
+    assert keys_and_values(redis_client) == before
+    steps = {step["name"]: step for step in json.loads(dry.stdout)}
+    assert steps["cron"]["outcome"] == "changed" and steps["cron"]["fields"] == ["args"]
+    assert steps["every-3h"]["fields"] == ["anchor"]
+    assert {steps[name]["outcome"] for name in ("new", "sunrise", "unsendable")} == {"added"}
+    assert {steps[name]["outcome"] for name in ("paused", "relative", "berlin")} == {"same"}
+    assert steps["broken"]["outcome"] == "skipped" and "Moon/Base" in steps["broken"]["reason"]
+    assert dry.exit_code == 1  # one is skipped
+
+    table = invoke(app, "periodic", "import", str(path), "--dry-run").stdout
+    assert "would be changed  args" in table and "dry run: nothing was written" in table
+    assert keys_and_values(redis_client) == before
+
+    done = {
+        step["name"]: step
+        for step in json.loads(invoke(app, "periodic", "import", str(path), "--json").stdout)
+    }
+    # the dry run checks fields; the import builds each message too, and skips what fails
+    assert done.pop("unsendable")["reason"].startswith("periodic entry 'unsendable' refused")
+    assert {n: s["outcome"] for n, s in done.items()} == {
+        n: s["outcome"] for n, s in steps.items() if n != "unsendable"
+    }
+    assert periodic.get(app, "cron").entry.args == (2,)
+    assert periodic.get(app, "new") is not None and periodic.get(app, "broken") is None
+
+
+def fixture_rows(tmp_path: Path) -> Path:
+    """A django-celery-beat fixture (as ``dumpdata`` writes it) with rows an entry here
+    cannot hold among good ones."""
+    schedules = [
+        {"model": "django_celery_beat.intervalschedule", "pk": 1,
+         "fields": {"every": 10, "period": "minutes"}},
+        {"model": "django_celery_beat.crontabschedule", "pk": 1,
+         "fields": {"minute": "61", "hour": "*", "day_of_week": "*", "day_of_month": "*",
+                    "month_of_year": "*", "timezone": "UTC"}},
+        {"model": "django_celery_beat.clockedschedule", "pk": 1,
+         "fields": {"clocked_time": "2031-01-01T00:00:00Z"}},
+    ]  # fmt: skip
+    base = {"args": "[]", "kwargs": "{}", "enabled": True, "one_off": False,
+            "date_changed": "2020-01-01T00:00:00Z", "interval": 1}  # fmt: skip
+    tasks = [
+        {"name": "good", "task": TASK, **base, "last_run_at": "2020-01-01T00:03:00Z"},
+        {"name": "once", "task": TASK, **base, "interval": None, "clocked": 1, "one_off": True},
+        {"name": "ends", "task": TASK, **base, "expires": "2031-06-01T00:00:00Z"},
+        {"name": "bad-cron", "task": TASK, **base, "interval": None, "crontab": 1},
+        {"name": "bad-args", "task": TASK, **base, "args": "[not json"},
+        {"name": "nothing", "task": TASK, **base, "interval": None},
+        {"name": "also-good", "task": TASK, **base, "description": "why it runs"},
+    ]
+    rows = [{"model": "django_celery_beat.periodictask", "pk": n, "fields": task}
+            for n, task in enumerate(tasks, 1)]  # fmt: skip
+    path = tmp_path / "fixture.json"
+    path.write_text(json.dumps(schedules + rows))
+    return path
+
+
+@pytest.mark.promise("periodic-import-skipped-named")
+def test_a_row_that_cannot_be_kept_is_skipped_with_why_and_stops_no_other(
+    app: Celery, tmp_path: Path
+) -> None:
+    done = invoke(app, "periodic", "import", str(fixture_rows(tmp_path)))
+    assert done.exit_code == 1
+    lines = {line.split()[0]: line for line in done.stdout.splitlines()[2:] if line.strip()}
+    assert "one-off" in lines["once"] and "skipped" in lines["once"]
+    assert "expires" in lines["ends"] and "no end" in lines["ends"]
+    assert "61" in lines["bad-cron"] and "skipped" in lines["bad-args"]
+    assert "no schedule row" in lines["nothing"]
+    assert "also-good: its description is not kept" in done.stdout
+    assert sorted(stored(app)) == ["also-good", "good"]
+    good = periodic.get(app, "good")
+    assert good is not None  # counts from its last run there, every 10 minutes
+    assert (good.next_runs[0] - datetime(2020, 1, 1, 0, 3, tzinfo=UTC)) % timedelta(minutes=10) == (
+        timedelta(0)
+    )
