@@ -106,6 +106,13 @@ def unfit_elsewhere(app: Celery, info: EntryInfo, what: str, own_zones: bool = F
     if info.added_by:
         return "added by Celery: the other beat adds its own where the app needs it"
     entry = info.entry
+    kind = next(iter(schedule_json(entry.schedule)))
+    if kind in ("clocked", "rrule"):
+        article = "an" if kind == "rrule" else "a"
+        return f"{article} {kind} schedule: its export to {what} is not written yet"
+    bounds = [name for name in ("one_off", "start_time", "expires") if getattr(entry, name)]
+    if bounds:
+        return f"{', '.join(bounds)}: its export to {what} is not written yet"
     if not own_zones and zoned(entry) and entry.timezone != app_zone(app):
         return (
             f"its time zone {entry.timezone} is not the app's ({app_zone(app)}): {what} "

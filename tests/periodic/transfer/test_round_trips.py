@@ -15,6 +15,7 @@ from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
 from celery_delayq import periodic
+from celery_delayq.periodic.schedules.clocked import clocked
 from celery_delayq.periodic.transfer.plan import same_times
 
 from ...helpers import PERIODIC_TASK as TASK
@@ -40,6 +41,10 @@ def add_entries(app: Celery) -> None:
     periodic.upsert(app, "berlin", TASK, crontab(30, 2), timezone="Europe/Berlin")
     periodic.upsert(app, "sunrise", TASK, solar("sunrise", 52.52, 13.405))
     periodic.upsert(app, "paused", TASK, 60.0, enabled=False, catch_up="all")
+    soon = datetime(2030, 1, 1, 9, tzinfo=UTC)
+    periodic.upsert(app, "once", TASK, clocked(soon), description="the New Year report")
+    periodic.upsert(app, "rule", TASK, "FREQ=WEEKLY;BYDAY=MO;COUNT=3")
+    periodic.upsert(app, "bounded", TASK, 60.0, start_time=soon, expires=soon + timedelta(days=1))
 
 
 def stored(app: Celery) -> dict[str, Any]:
@@ -55,11 +60,12 @@ def definition(entry: Any) -> dict[str, Any]:
 
 
 #: What each form cannot hold of ``add_entries``' entries, and why (on stderr).
+NOT_YET = {"once": "a clocked schedule", "rule": "an rrule schedule", "bounded": "start_time"}
 SKIPPED = {
     "json": {},
-    "beat_schedule": {"berlin": "Europe/Berlin is not the app's", "paused": "paused"},
-    "django-celery-beat": {"relative": "relative"},
-    "redbeat": {"berlin": "Europe/Berlin is not the app's", "sunrise": "solar"},
+    "beat_schedule": {"berlin": "Europe/Berlin is not the app's", "paused": "paused", **NOT_YET},
+    "django-celery-beat": {"relative": "relative", **NOT_YET},
+    "redbeat": {"berlin": "Europe/Berlin is not the app's", "sunrise": "solar", **NOT_YET},
 }
 #: The forms that say where an interval counts from (the others: from the import).
 ANCHORED = {"json", "django-celery-beat", "redbeat"}
