@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 from datetime import datetime, timezone
 from typing import Any
-from urllib.parse import quote
 
 import pytest
 from celery import Celery
@@ -22,6 +21,7 @@ from celery_delayq.web.guard.access import Access
 
 from ..helpers import PERIODIC_TASK as TASK
 from .test_web import XSS, csrf_token, flashes, page_title
+from .test_web_periodic import act
 
 pytestmark = pytest.mark.integration
 
@@ -43,13 +43,6 @@ def app(periodic_app: Celery) -> Celery:
 @pytest.fixture
 def client(app: Celery) -> Any:
     return create_app(app, access=Access()).test_client()
-
-
-def act(client: Any, verb: str, name: str, confirmed: bool = True, **form: Any) -> Any:
-    data = {"csrf_token": csrf_token(client, "/periodic"), "ids": [quote(name)], **form}
-    if confirmed:
-        data["confirmed"] = "yes"
-    return client.post(f"/periodic/{verb}", data=data)
 
 
 def stored(app: Celery) -> list[str]:
