@@ -13,7 +13,7 @@ from celery import Celery
 
 from ..periodic import manage
 from ..periodic.entry import error_text
-from ..periodic.transfer import beat_module, delayq_json, django_fixture, redbeat_keys
+from ..periodic.transfer import beat_module, django_fixture, own_json, redbeat_keys
 from ..periodic.transfer.clear_all import clear
 from ..periodic.transfer.model import Export, Found
 from ..periodic.transfer.plan import ADDED, CHANGED, SAME, SKIPPED, Step, transfer
@@ -64,7 +64,7 @@ def _exported(
         return django_fixture.export(app, infos, now)
     if form == "redbeat":
         return redbeat_keys.export(app, infos, now, prefix)
-    return delayq_json.export(infos, now)
+    return own_json.export(infos, now)
 
 
 @click.command(name="import")

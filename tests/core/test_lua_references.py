@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import importlib.util
 import io
 import re
 import tokenize
@@ -69,6 +70,8 @@ def module_exists(dotted: str) -> bool:
             found: object = importlib.import_module(".".join(parts[:end]))
         except ImportError:
             continue
+        except Exception:  # it is there, but needs set-up to import (Django's settings)
+            return importlib.util.find_spec(".".join(parts[:end])) is not None
         for name in parts[end:]:
             if not hasattr(found, name):
                 return False

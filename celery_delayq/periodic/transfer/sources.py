@@ -12,7 +12,7 @@ from datetime import datetime
 
 from celery import Celery
 
-from . import beat_module, delayq_json, django_fixture, redbeat_keys
+from . import beat_module, django_fixture, own_json, redbeat_keys
 from .model import Found
 
 
@@ -26,8 +26,8 @@ def read_file(app: Celery, path: str, now: datetime) -> list[Found]:
         with open(path, encoding="utf-8") as file:
             text = file.read()
     document = json.loads(text)
-    if delayq_json.is_ours(document):
-        return delayq_json.read(document)
+    if own_json.is_ours(document):
+        return own_json.read(document)
     if redbeat_keys.is_redbeat(document):
         return redbeat_keys.read_document(app, document, now)
     if django_fixture.is_fixture(document):

@@ -92,7 +92,7 @@ def test_redbeats_entries_are_imported_with_the_times_redbeat_gives_them_for_a_y
     app: Celery, redbeat_app: Celery, redbeat_server: RedisServer
 ) -> None:
     save_entries(redbeat_app)
-    imported_at = datetime.now(UTC)
+    imported_at = datetime.now(UTC) - timedelta(milliseconds=1)  # the store keeps ms
     done = invoke(app, "periodic", "import", "--redbeat-url", redbeat_server.url, "--json")
     steps = {step["name"]: step for step in json.loads(done.stdout)}
     assert done.exit_code == 1  # some are skipped
