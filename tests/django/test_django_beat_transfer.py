@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo
 
+import celery
 import pytest
 from django.core.management import call_command
 from django_celery_beat.models import (
@@ -33,6 +34,11 @@ from .conftest import SETTINGS_MODULE
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
 
 UTC = timezone.utc
+#: Our times are Celery 5.7's: an older Celery steps an interval in wall-clock time and a
+#: crontab otherwise across the clocks' changes, so a year of them differs by a run or two.
+SAME_TIMES_AS_CELERY = pytest.mark.skipif(
+    celery.VERSION < (5, 7), reason="our times are Celery 5.7's; this Celery's differ at DST"
+)
 NOW = datetime.now(UTC)
 SWEEP = "example_project.django_site.shop.tasks.confirm_overdue_orders"
 #: The rows an entry holds, and those it cannot (with a word of why).
@@ -103,6 +109,7 @@ def assert_rows_give_our_times(app: Any, names: list[str]) -> None:
 
 
 @pytest.mark.promise("periodic-import-same-occurrences", "periodic-import-skipped-named")
+@SAME_TIMES_AS_CELERY
 def test_rows_are_imported_with_the_times_django_celery_beat_gives_them_for_a_year(
     site_app: Any,
 ) -> None:
@@ -134,6 +141,7 @@ def test_rows_are_imported_with_the_times_django_celery_beat_gives_them_for_a_ye
 
 
 @pytest.mark.promise("periodic-export-import-round-trip")
+@SAME_TIMES_AS_CELERY
 def test_the_export_loaded_with_loaddata_gives_rows_with_our_times(
     site_app: Any, tmp_path: Path
 ) -> None:
