@@ -80,9 +80,10 @@ def read_payload(message: bytes, tag: str = "") -> dict[str, Any]:
         raise UnreadableMessage('no "properties" object')
     if tag and properties.get("delivery_tag") != tag:
         raise UnreadableMessage("its delivery tag reads differently in Redis and in Python")
-    parts = payload.get("headers"), properties.get("delivery_info")
-    if any(part is not None and not isinstance(part, dict) for part in parts):
-        # kombu's restore writes "redelivered" into both; Redis's cjson reads [] as {}
+    parts = payload.get("headers", {}), properties.get("delivery_info", {})
+    if not all(isinstance(part, dict) for part in parts):
+        # kombu's restore writes "redelivered" into both when present (null too: it then
+        # fails, and the message is lost); Redis's cjson reads [] as {}
         raise UnreadableMessage('its "headers" or "delivery_info" would make its restore fail')
     return payload
 
