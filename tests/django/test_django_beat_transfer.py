@@ -2,7 +2,8 @@
 model rows in the site's SQLite test database) are imported with the times
 django-celery-beat's ``DatabaseScheduler`` gives them, for a year; those an entry cannot
 hold are skipped, with why; and the ``django-celery-beat`` export, loaded with
-``loaddata``, gives rows with our times."""
+``loaddata``, gives rows with our times. Clocked, one-off, start_time and expires rows
+included: each gives the same runs for a year both ways."""
 
 from __future__ import annotations
 
@@ -26,9 +27,11 @@ from django_celery_beat.schedulers import ModelEntry
 from django_celery_beat.tzcrontab import TzAwareCrontab
 
 from celery_delayq import periodic
+from celery_delayq.periodic.schedules.clocked import clocked
 
 from ..helpers import invoke
-from ..periodic.transfer.stepping import YEAR, assert_same_times, celery_runs
+from ..periodic.transfer.stepping import TO_THE_MS, YEAR, assert_same_times, celery_runs
+from ..periodic.transfer.test_round_trips import definition
 from .conftest import SETTINGS_MODULE
 
 pytestmark = [pytest.mark.integration, pytest.mark.django_db]
@@ -42,13 +45,23 @@ SAME_TIMES_AS_CELERY = pytest.mark.skipif(
 NOW = datetime.now(UTC)
 SWEEP = "example_project.django_site.shop.tasks.confirm_overdue_orders"
 #: The rows an entry holds, and those it cannot (with a word of why).
-IMPORTED = ["every-3h", "every-90m", "starts-later", "weekdays", "six-hourly", "monthly", "sunrise"]
-SKIPPED = {
-    "once": "one-off",
-    "ends": "expires",
-    "cron-later": "start_time",
-    "celery.backend_cleanup": "Celery's beat",
-}
+IMPORTED = [
+    "every-3h",
+    "every-90m",
+    "starts-later",
+    "weekdays",
+    "six-hourly",
+    "monthly",
+    "sunrise",
+    "once",
+    "ends",
+    "cron-later",
+    "started",
+    "next-monthly-once",
+]
+#: The rows of one run (a one-off has one run in the year).
+ONE_RUN = {"once", "next-monthly-once"}
+SKIPPED = {"celery.backend_cleanup": "Celery's beat"}
 
 
 def make_rows() -> None:
@@ -61,7 +74,7 @@ def make_rows() -> None:
     tokyo = CrontabSchedule.objects.create(minute="0", hour="*/6", timezone=ZoneInfo("Asia/Tokyo"))
     monthly = CrontabSchedule.objects.create(minute="0", hour="0", day_of_month="1")
     sunrise = SolarSchedule.objects.create(event="sunrise", latitude=52.52, longitude=13.405)
-    clocked = ClockedSchedule.objects.create(clocked_time=NOW + timedelta(days=1))
+    at = ClockedSchedule.objects.create(clocked_time=NOW + timedelta(days=1))
     make = PeriodicTask.objects.create
     make(
         name="every-3h",
@@ -81,23 +94,40 @@ def make_rows() -> None:
     make(name="six-hourly", task=SWEEP, crontab=tokyo)
     make(name="monthly", task=SWEEP, crontab=monthly, enabled=False)
     make(name="sunrise", task=SWEEP, solar=sunrise)
-    make(name="once", task=SWEEP, clocked=clocked, one_off=True)
+    make(name="once", task=SWEEP, clocked=at, one_off=True)
     make(name="ends", task=SWEEP, interval=every_3h, expires=NOW + timedelta(days=30))
     make(name="cron-later", task=SWEEP, crontab=tokyo, start_time=NOW + timedelta(days=2))
+    make(  # its start passed: it counts from its last run
+        name="started",
+        task=SWEEP,
+        interval=every_90m,
+        start_time=NOW - timedelta(days=10, minutes=7),
+        last_run_at=NOW - timedelta(minutes=50),
+    )
+    make(name="next-monthly-once", task=SWEEP, crontab=monthly, one_off=True)
     make(name="celery.backend_cleanup", task="celery.backend_cleanup", crontab=monthly)
 
 
 def their_runs(app: Any, name: str, after: datetime, until: datetime) -> list[datetime]:
-    """The runs ``DatabaseScheduler`` makes of the row ``name`` in ``(after, until]``: from
-    its last run (``ModelEntry``'s: ``date_changed`` if none), in the crontab's zone; a
-    start time still to come is its first run (its last run is then set 30 years back)."""
+    """The runs ``DatabaseScheduler`` makes of the row ``name`` in ``(after, until]``
+    (``ModelEntry.is_due``): from its last run (``date_changed`` if none), in the
+    crontab's zone; with a start time still to come, first at its ``due_start_time``
+    (the start, or a crontab's next time from it; the last run is then set 30 years
+    back); a clocked one at its time; none from its ``expires`` on (it is disabled
+    then); a one-off's first only (then it is disabled)."""
     task = PeriodicTask.objects.get(name=name)
     entry = ModelEntry(task, app=app)
     zone = entry.schedule.tz if isinstance(entry.schedule, TzAwareCrontab) else ZoneInfo("UTC")
-    if task.start_time is not None and task.start_time > after:
-        first = task.start_time
-        return [first, *celery_runs(entry.schedule, first, zone, after, until)]
-    return celery_runs(entry.schedule, entry.last_run_at, zone, after, until)
+    if task.clocked is not None:
+        runs = [task.clocked.clocked_time]
+    elif task.start_time is not None and task.start_time > after:
+        first = task.due_start_time(zone)
+        runs = [first, *celery_runs(entry.schedule, first, zone, after, until)]
+    else:
+        runs = celery_runs(entry.schedule, entry.last_run_at, zone, after, until)
+    if task.expires is not None:
+        runs = [run for run in runs if run < task.expires]
+    return runs[:1] if task.one_off else runs
 
 
 def assert_rows_give_our_times(app: Any, names: list[str]) -> None:
@@ -105,7 +135,8 @@ def assert_rows_give_our_times(app: Any, names: list[str]) -> None:
     for name in names:
         info = periodic.get(app, name)
         assert info is not None, name
-        assert_same_times(info.entry, their_runs(app, name, after, until), after, until)
+        theirs = their_runs(app, name, after, until)
+        assert_same_times(info.entry, theirs, after, until, 1 if name in ONE_RUN else 11)
 
 
 @pytest.mark.promise("periodic-import-same-occurrences", "periodic-import-skipped-named")
@@ -120,7 +151,8 @@ def test_rows_are_imported_with_the_times_django_celery_beat_gives_them_for_a_ye
     assert sorted(n for n, s in steps.items() if s["outcome"] == "added") == sorted(IMPORTED)
     for name, why in SKIPPED.items():
         assert steps[name]["outcome"] == "skipped" and why in steps[name]["reason"], name
-    assert steps["weekdays"]["notes"] == ["weekdays: its description is not kept"]
+    assert steps["weekdays"]["notes"] == []
+    assert "started: its start_time" in steps["started"]["notes"][0]
 
     every_3h = periodic.get(site_app, "every-3h")
     assert every_3h is not None and every_3h.entry.args == (1, "a")
@@ -134,6 +166,14 @@ def test_rows_are_imported_with_the_times_django_celery_beat_gives_them_for_a_ye
     assert weekdays is not None and weekdays.entry.timezone == "Europe/Berlin"
     monthly = periodic.get(site_app, "monthly")
     assert monthly is not None and not monthly.entry.enabled
+    assert weekdays.entry.description == "the morning sweep"
+    once, ends = periodic.get(site_app, "once"), periodic.get(site_app, "ends")
+    assert once is not None and once.entry.one_off and isinstance(once.entry.schedule, clocked)
+    end = PeriodicTask.objects.get(name="ends").expires
+    assert ends is not None and ends.entry.expires is not None
+    assert abs(ends.entry.expires - end) < TO_THE_MS  # the store keeps milliseconds
+    cron_later = periodic.get(site_app, "cron-later")
+    assert cron_later is not None and cron_later.entry.start_time is not None
     assert_rows_give_our_times(site_app, IMPORTED)
 
     again = invoke(site_app, "periodic", "import", "--django-settings", SETTINGS_MODULE, "--json")
@@ -147,7 +187,7 @@ def test_the_export_loaded_with_loaddata_gives_rows_with_our_times(
 ) -> None:
     make_rows()
     assert invoke(site_app, "periodic", "import", "--django-settings", SETTINGS_MODULE)
-    before = {info.entry.name: info.entry.to_json() for info in periodic.entries(site_app)}
+    before = {info.entry.name: definition(info.entry) for info in periodic.entries(site_app)}
     path = tmp_path / "fixture.json"
     exported = invoke(
         site_app, "periodic", "export", "--format", "django-celery-beat", "-o", str(path)
@@ -162,5 +202,5 @@ def test_the_export_loaded_with_loaddata_gives_rows_with_our_times(
     assert invoke(site_app, "periodic", "clear", "--yes").exit_code == 0
     back = invoke(site_app, "periodic", "import", "--django-settings", SETTINGS_MODULE)
     assert back.exit_code == 0, back.output
-    after = {info.entry.name: info.entry.to_json() for info in periodic.entries(site_app)}
-    assert sorted(after) == sorted(before)
+    after = {info.entry.name: definition(info.entry) for info in periodic.entries(site_app)}
+    assert after == before

@@ -29,8 +29,10 @@ from django_celery_beat.models import (
 )
 from kombu.utils.json import loads
 
-from ...periodic.entry import MAX_DESCRIPTION_LENGTH, PeriodicEntry, error_text
+from ...periodic.entry import PeriodicEntry, error_text
 from ...periodic.schedules.clocked import clocked
+from ...periodic.transfer.django_fixture import bounds
+from ..django_beat_rows import columns
 
 __all__ = ["ORIGIN", "row_entry"]
 
@@ -65,10 +67,7 @@ def _entry(app: Celery, row: PeriodicTask, now: datetime) -> PeriodicEntry:
         options=_options(row),
         enabled=bool(row.enabled),
         origin=ORIGIN,
-        one_off=bool(row.one_off),
-        start_time=row.start_time,
-        expires=row.expires,
-        description=(row.description or "")[:MAX_DESCRIPTION_LENGTH],
+        **bounds(columns(row)),  # as ``periodic import`` reads them
     )
 
 

@@ -4,9 +4,10 @@
 Export writes a fixture of those rows for ``manage.py loaddata``; import reads such
 rows, from a fixture or from the tables (contrib/django_beat_rows.py), as plain column
 values. An interval's ``last_run_at`` (else its ``date_changed``, as the
-``DatabaseScheduler`` counts) is where it counts from, both ways. A row that needs what
-an entry here cannot hold (a one-off or clocked task, a start time, an end time) is
-skipped, with why.
+``DatabaseScheduler`` counts) is where it counts from, both ways. A clocked schedule,
+``one_off``, ``start_time``, ``expires`` and ``description`` are carried both ways
+(``bounds``: the same reading the admin's sync makes of a row); an rrule has no row, and
+an entry with one is not exported.
 """
 
 from __future__ import annotations
@@ -20,8 +21,9 @@ from typing import Any
 from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
-from ..entry import PeriodicEntry, schedule_json
+from ..entry import MAX_DESCRIPTION_LENGTH, PeriodicEntry, schedule_json
 from ..manage import EntryInfo
+from ..schedules.clocked import clocked
 from .model import (
     Export,
     Found,
@@ -85,7 +87,6 @@ def _reader(app: Celery, row: TaskRow, now: datetime) -> Any:
         own = celerys_own(str(fields.get("name")), str(fields.get("task")))
         if own is not None:
             return own
-        _check_representable(fields, row.kind, now)
         entry = PeriodicEntry(
             name=fields["name"],
             task=fields["task"],
@@ -96,22 +97,23 @@ def _reader(app: Celery, row: TaskRow, now: datetime) -> Any:
             kwargs=json.loads(fields.get("kwargs") or "{}"),
             options=_options(fields),
             enabled=fields.get("enabled", True) is not False,
+            **bounds(fields),
         )
-        notes = (f"{entry.name}: its description is not kept",) if fields.get("description") else ()
-        return _anchored(entry, fields, now, notes)
+        return _anchored(entry, fields, now)
 
     return build
 
 
-def _check_representable(fields: Mapping[str, Any], kind: str | None, now: datetime) -> None:
-    """Refuse what an entry here cannot hold, with why."""
-    if fields.get("one_off") or kind == "clocked":
-        raise ValueError("a one-off task (one_off or a clocked schedule): entries here have none")
-    if fields.get("expires"):
-        raise ValueError(f"it stops at {fields['expires']} (expires): entries here have no end")
-    start = moment(fields.get("start_time"))
-    if start is not None and start > now and kind != "interval":
-        raise ValueError(f"it starts at {start} (start_time): entries here have no start time")
+def bounds(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A ``PeriodicTask``'s ``one_off``, ``start_time``, ``expires`` (its end, a time)
+    and ``description`` as the entry's own fields: the one reading of them, which the
+    admin's sync (contrib/django_celery_beat/rows.py) makes too."""
+    return {
+        "one_off": bool(fields.get("one_off")),
+        "start_time": moment(fields.get("start_time")),
+        "expires": moment(fields.get("expires")),
+        "description": str(fields.get("description") or "")[:MAX_DESCRIPTION_LENGTH],
+    }
 
 
 def _schedule(kind: str | None, row: Mapping[str, Any]) -> Any:
@@ -121,6 +123,9 @@ def _schedule(kind: str | None, row: Mapping[str, Any]) -> Any:
         return crontab(**{name: row[name] for name in CRON_FIELDS})
     if kind == "solar":
         return solar(row["event"], float(row["latitude"]), float(row["longitude"]))
+    at = moment(row["clocked_time"]) if kind == "clocked" else None
+    if at is not None:
+        return clocked(at)
     raise ValueError(f"no schedule row ({kind or 'none'} found)")
 
 
@@ -135,20 +140,22 @@ def _options(fields: Mapping[str, Any]) -> dict[str, Any]:
     return options
 
 
-def _anchored(
-    entry: PeriodicEntry, fields: Mapping[str, Any], now: datetime, notes: tuple[str, ...]
-) -> Incoming:
-    """An interval counts from its last run (``date_changed`` if none, as
-    ``DatabaseScheduler`` counts), or runs first at a start time still to come."""
-    every = every_of(entry)
-    if every is None:
-        return Incoming(entry, notes=notes)
-    start = moment(fields.get("start_time"))
-    if start is not None and start > now:
-        anchor = start - every
-    else:
-        anchor = moment(fields.get("last_run_at")) or moment(fields.get("date_changed")) or now
-    return Incoming(replace(entry, anchor=anchor), True, notes)
+def _anchored(entry: PeriodicEntry, fields: Mapping[str, Any], now: datetime) -> Incoming:
+    """An interval runs first at a start time still to come (the entry's own), else
+    counts from its last run (``date_changed`` if none, as ``DatabaseScheduler``
+    counts): a start time passed is then not kept, since an interval here counts from
+    its start time."""
+    start = entry.start_time
+    if every_of(entry) is None or (start is not None and start > now):
+        return Incoming(entry)
+    anchor = moment(fields.get("last_run_at")) or moment(fields.get("date_changed")) or now
+    notes: tuple[str, ...] = ()
+    if start is not None:
+        notes = (
+            f"{entry.name}: its start_time {start.isoformat()} has passed: not kept, the "
+            "interval counts from its last run there",
+        )
+    return Incoming(replace(entry, anchor=anchor, start_time=None), True, notes)
 
 
 def moment(value: Any) -> datetime | None:
@@ -182,8 +189,16 @@ def export(app: Celery, infos: list[EntryInfo], now: datetime) -> Export:
 
 
 def _unfit(entry: PeriodicEntry) -> str | None:
-    if schedule_json(entry.schedule).get("relative"):
+    data = schedule_json(entry.schedule)
+    if data.get("relative"):
         return "a relative interval: django-celery-beat has none"
+    if "rrule" in data:
+        return "an rrule schedule: django-celery-beat has none"
+    if entry.expires is not None and "expires" in entry.options:
+        return (
+            "both an end (expires) and each message's expiry (options expires): "
+            "django-celery-beat keeps one of them"
+        )
     extra = set(entry.options) - {*COLUMNS, "headers", "expires"}
     expires = entry.options.get("expires")
     if expires is not None and not isinstance(expires, int):
@@ -195,6 +210,8 @@ def _unfit(entry: PeriodicEntry) -> str | None:
 
 def _schedule_row(entry: PeriodicEntry) -> tuple[str, dict[str, Any]]:
     data = schedule_json(entry.schedule)
+    if "clocked" in data:
+        return "clocked", {"clocked_time": entry.schedule.at.isoformat()}
     if "crontab" in data:
         cron = {name: _cron_text(value) for name, value in data["crontab"].items()}
         return "crontab", {**cron, "timezone": entry.timezone}
@@ -227,13 +244,17 @@ def _task_row(entry: PeriodicEntry, kind: str, pk: int, now: datetime) -> dict[s
         "kwargs": json.dumps(dict(entry.kwargs)),
         **{name: options.get(name) for name in COLUMNS},
         "headers": json.dumps(options.get("headers") or {}),
-        "expires": None,
+        "expires": _iso(entry.expires),
         "expire_seconds": options.get("expires"),
-        "one_off": False,
-        "start_time": None,
+        "one_off": entry.one_off or kind == "clocked",  # as django-celery-beat requires
+        "start_time": _iso(entry.start_time),
         "enabled": entry.enabled,
         "last_run_at": last_run(entry, now).isoformat(),
         "total_run_count": 0,
         "date_changed": now.isoformat(),
-        "description": "",
+        "description": entry.description,
     }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()

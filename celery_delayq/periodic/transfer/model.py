@@ -12,8 +12,9 @@ from typing import Any, Union
 from celery import Celery
 
 from ..describe import BACKEND_CLEANUP
-from ..entry import PeriodicEntry, error_text, schedule_from_json, schedule_json
+from ..entry import PeriodicEntry, error_text, schedule_from_json, schedule_json, zone_of
 from ..manage import EntryInfo
+from ..schedules.rrules import rrule_schedule, wall_of
 
 
 @dataclass(frozen=True)
@@ -102,23 +103,27 @@ def unfit_elsewhere(app: Celery, info: EntryInfo, what: str, own_zones: bool = F
     """Why another scheduler (``what``) cannot take the entry of ``info``, for what every
     other form shares; None if it can: Celery's own entry is left to the other beat,
     which adds its own; and unless it keeps each entry's zone (``own_zones``), a beat
-    reads a crontab or a relative interval in the app's zone."""
+    reads a crontab or a relative interval in the app's zone. (A clocked or rrule
+    schedule, ``one_off``, ``start_time`` and ``expires`` are each form's to judge.)"""
     if info.added_by:
         return "added by Celery: the other beat adds its own where the app needs it"
     entry = info.entry
-    kind = next(iter(schedule_json(entry.schedule)))
-    if kind in ("clocked", "rrule"):
-        article = "an" if kind == "rrule" else "a"
-        return f"{article} {kind} schedule: its export to {what} is not written yet"
-    bounds = [name for name in ("one_off", "start_time", "expires") if getattr(entry, name)]
-    if bounds:
-        return f"{', '.join(bounds)}: its export to {what} is not written yet"
     if not own_zones and zoned(entry) and entry.timezone != app_zone(app):
         return (
             f"its time zone {entry.timezone} is not the app's ({app_zone(app)}): {what} "
             "reads it in the app's zone"
         )
     return None
+
+
+def rule_of(entry: PeriodicEntry) -> tuple[str, datetime]:
+    """An rrule entry's RRULE text and the wall time it starts at: its own ``dtstart``,
+    else its ``start_time``, else its creation (its anchor), as its times are found
+    (rule_times.next_function): another form needs the start said, not implied."""
+    rule: rrule_schedule = entry.schedule
+    moment = entry.start_time or entry.anchor
+    start = rule.dtstart or wall_of(moment, zone_of(entry.timezone))
+    return rule.rule, start.replace(microsecond=0)
 
 
 def catch_up_note(entry: PeriodicEntry, what: str) -> list[str]:

@@ -5,7 +5,10 @@ redbeat's beat runs.
 
 Export writes them as a JSON document (``keys``: each key's two fields and its score);
 import reads them from a Redis, or from such a document. An interval's ``last_run_at``
-is where it counts from, both ways. Needs the ``celery-redbeat`` package.
+is where it counts from, both ways. redbeat's ``rrule`` schedule is carried both ways
+(redbeat_rules.py). redbeat has no clocked schedule, no solar one, no ``one_off``,
+``start_time`` or ``expires``: an entry with one is not exported. Needs the
+``celery-redbeat`` package.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from .model import (
     read_each,
     unfit_elsewhere,
 )
+from .redbeat_rules import our_zone, their_rule
 
 #: redbeat's default ``redbeat_key_prefix``.
 DEFAULT_PREFIX = "redbeat:"
@@ -57,19 +61,23 @@ def export(app: Celery, infos: list[EntryInfo], now: datetime, prefix: str) -> E
     for info in infos:
         entry = info.entry
         reason = unfit_elsewhere(app, info, WHAT)
-        if reason is None and "solar" in schedule_json(entry.schedule):
-            reason = "a solar schedule: redbeat cannot store one"
+        try:
+            their = None if reason else _their_schedule(app, entry, now)
+        except ValueError as exc:
+            reason = str(exc)
         if reason is not None:
             skipped.append(Skipped(entry.name, reason))
             continue
         notes += catch_up_note(entry, WHAT)
+        if entry.description:
+            notes.append(f"{entry.name}: its description is not kept: redbeat has none")
         definition = {
             "name": entry.name,
             "task": entry.task,
             "args": list(entry.args),
             "kwargs": dict(entry.kwargs),
             "options": dict(entry.options),
-            "schedule": celery_schedule(entry),
+            "schedule": their,
             "enabled": entry.enabled,
         }
         due = entry.occurrences().after(now)
@@ -80,6 +88,19 @@ def export(app: Celery, infos: list[EntryInfo], now: datetime, prefix: str) -> E
         }
     document = {"format": FORMAT, "schedule_key": schedule_key(prefix), "keys": keys}
     return Export(json.dumps(document, indent=2) + "\n", skipped, notes)
+
+
+def _their_schedule(app: Celery, entry: PeriodicEntry, now: datetime) -> Any:
+    """The entry's schedule as redbeat stores it; a ``ValueError`` says why it cannot."""
+    kind = next(iter(schedule_json(entry.schedule)))
+    if kind in ("solar", "clocked"):
+        raise ValueError(f"a {kind} schedule: redbeat has none")
+    held = [name for name in ("one_off", "start_time", "expires") if getattr(entry, name)]
+    if held:
+        raise ValueError(f"{', '.join(held)}: redbeat's entries have none")
+    if kind == "rrule":
+        return their_rule(app, entry, now)
+    return celery_schedule(entry)
 
 
 def is_redbeat(document: Any) -> bool:
@@ -142,20 +163,23 @@ def _incoming(app: Celery, data: Mapping[str, Any], last: Any, now: datetime) ->
     own = celerys_own(name, data["task"])
     if own is not None:
         return own
+    zone, notes = app_zone(app), ""
     if isinstance(schedule, rrule):
-        raise ValueError("an rrule schedule: entries here have none")
+        zone, notes = our_zone(app, name, schedule, now)
+        schedule = schedule.rrule  # dateutil's, its start and end at their offset
     entry = PeriodicEntry(
         name=name,
         task=data["task"],
         schedule=schedule,
         anchor=last if isinstance(last, datetime) else now,
-        timezone=app_zone(app),
+        timezone=zone,
         args=tuple(data.get("args") or ()),
         kwargs=dict(data.get("kwargs") or {}),
         options=dict(data.get("options") or {}),
         enabled=data.get("enabled", True) is not False,
     )
     if every_of(entry) is None or isinstance(last, datetime):
-        return Incoming(entry, anchored=every_of(entry) is not None)
+        said = (notes,) if notes else ()
+        return Incoming(entry, anchored=every_of(entry) is not None, notes=said)
     never = f"{name}: it never ran in redbeat: its first run is one interval after the import"
     return Incoming(entry, notes=(never,))

@@ -16,10 +16,11 @@ from celery.schedules import crontab, schedule, solar
 
 from celery_delayq import periodic
 from celery_delayq.periodic.schedules.clocked import clocked
-from celery_delayq.periodic.transfer.plan import same_times
+from celery_delayq.periodic.transfer.model import rule_of
 
 from ...helpers import PERIODIC_TASK as TASK
 from ...helpers import invoke
+from .stepping import YEAR, assert_same_times, year_of
 
 pytestmark = pytest.mark.integration
 
@@ -41,10 +42,16 @@ def add_entries(app: Celery) -> None:
     periodic.upsert(app, "berlin", TASK, crontab(30, 2), timezone="Europe/Berlin")
     periodic.upsert(app, "sunrise", TASK, solar("sunrise", 52.52, 13.405))
     periodic.upsert(app, "paused", TASK, 60.0, enabled=False, catch_up="all")
-    soon = datetime(2030, 1, 1, 9, tzinfo=UTC)
+    soon = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) + timedelta(days=100)
     periodic.upsert(app, "once", TASK, clocked(soon), description="the New Year report")
-    periodic.upsert(app, "rule", TASK, "FREQ=WEEKLY;BYDAY=MO;COUNT=3")
+    periodic.upsert(app, "rule", TASK, "FREQ=WEEKLY;BYDAY=MO;COUNT=30")
     periodic.upsert(app, "bounded", TASK, 60.0, start_time=soon, expires=soon + timedelta(days=1))
+    until = (datetime.now(UTC) + timedelta(days=200)).strftime("%Y%m%dT%H%M%S")
+    periodic.upsert(app, "rule-until", TASK, f"{RULE_START}\nRRULE:{UNTIL_RULE};UNTIL={until}")
+    periodic.upsert(app, "berlin-rule", TASK, UNTIL_RULE, timezone="Europe/Berlin")
+    periodic.upsert(app, "last-fridays", TASK, f"{RULE_START}\nRRULE:FREQ=MONTHLY;BYDAY=-1FR")
+    periodic.upsert(app, "next-first", TASK, crontab(0, 0, day_of_month=1), one_off=True)
+    periodic.upsert(app, "ends", TASK, crontab(0, "*/4"), expires=datetime.now(UTC) + YEAR / 2)
 
 
 def stored(app: Celery) -> dict[str, Any]:
@@ -59,13 +66,24 @@ def definition(entry: Any) -> dict[str, Any]:
     return data
 
 
+RULE_START = "DTSTART:20250106T091500"
+UNTIL_RULE = "FREQ=DAILY;INTERVAL=2;BYHOUR=9,17;BYMINUTE=0;BYSECOND=0"
 #: What each form cannot hold of ``add_entries``' entries, and why (on stderr).
-NOT_YET = {"once": "a clocked schedule", "rule": "an rrule schedule", "bounded": "start_time"}
+RULES = {n: "an rrule schedule" for n in ("rule", "rule-until", "berlin-rule", "last-fridays")}
 SKIPPED = {
     "json": {},
-    "beat_schedule": {"berlin": "Europe/Berlin is not the app's", "paused": "paused", **NOT_YET},
-    "django-celery-beat": {"relative": "relative", **NOT_YET},
-    "redbeat": {"berlin": "Europe/Berlin is not the app's", "sunrise": "solar", **NOT_YET},
+    "beat_schedule": {"berlin": "Europe/Berlin is not the app's", "paused": "paused"},
+    "django-celery-beat": {"relative": "relative", **RULES},
+    "redbeat": {
+        "berlin": "Europe/Berlin is not the app's",
+        "sunrise": "solar",
+        "once": "a clocked schedule: redbeat has none",
+        "bounded": "start_time, expires: redbeat's entries have none",
+        "next-first": "one_off",
+        "ends": "expires",
+        "berlin-rule": "whose UTC offset changes",
+        "last-fridays": "a BYDAY with a position",
+    },
 }
 #: The forms that say where an interval counts from (the others: from the import).
 ANCHORED = {"json", "django-celery-beat", "redbeat"}
@@ -94,19 +112,30 @@ def test_each_form_exported_then_imported_gives_back_the_entries_it_holds(
     kept = {name: entry for name, entry in before.items() if name not in SKIPPED[form]}
     assert sorted(after) == sorted(kept)
     for name, entry in kept.items():
-        expected = definition(entry)
-        if form == "beat_schedule":  # a beat_schedule item keeps no pause nor catch_up
-            expected.update(catch_up="latest", enabled=True)
-        if form in ("django-celery-beat", "redbeat"):
-            expected.update(catch_up="latest")
-        if form == "django-celery-beat" and "crontab" in expected["schedule"]:
-            cron = expected["schedule"]["crontab"]  # django-celery-beat keeps text
-            cron.update({field: str(value) for field, value in cron.items()})
+        expected = expected_back(form, entry)
         assert definition(after[name]) == expected, name
-        if form in ANCHORED:  # the same times, not only the same rhythm
-            assert same_times(entry, after[name], now), name
+        if form in ANCHORED or "every" not in expected["schedule"]:  # a year of the same times
+            theirs, until = year_of(entry, now)
+            assert_same_times(after[name], theirs, now, until, fewest=1)
     if form == "json":
         assert {n: e.anchor for n, e in after.items()} == {n: e.anchor for n, e in kept.items()}
+
+
+def expected_back(form: str, entry: Any) -> dict[str, Any]:
+    """What defines ``entry`` once exported in ``form`` and imported again."""
+    expected = definition(entry)
+    if form == "beat_schedule":  # a beat_schedule item keeps no pause nor catch_up
+        expected.update(catch_up="latest", enabled=True)
+    if form in ("django-celery-beat", "redbeat"):
+        expected.update(catch_up="latest")
+    if form == "django-celery-beat" and "crontab" in expected["schedule"]:
+        cron = expected["schedule"]["crontab"]  # django-celery-beat keeps text
+        cron.update({field: str(value) for field, value in cron.items()})
+    if "rrule" in expected["schedule"] and form != "json":  # written with its start
+        expected["schedule"]["dtstart"] = rule_of(entry)[1].isoformat()
+    if "clocked" in expected["schedule"] and form == "django-celery-beat":
+        expected["one_off"] = True  # django-celery-beat's clocked tasks are one-off
+    return expected
 
 
 def keys_and_values(client: Any) -> dict[bytes, Any]:
@@ -184,6 +213,13 @@ def fixture_rows(tmp_path: Path) -> Path:
         {"name": "good", "task": TASK, **base, "last_run_at": "2020-01-01T00:03:00Z"},
         {"name": "once", "task": TASK, **base, "interval": None, "clocked": 1, "one_off": True},
         {"name": "ends", "task": TASK, **base, "expires": "2031-06-01T00:00:00Z"},
+        {
+            "name": "ends-first",
+            "task": TASK,
+            **base,
+            "expires": "2031-06-01T00:00:00Z",
+            "start_time": "2031-07-01T00:00:00Z",
+        },
         {"name": "bad-cron", "task": TASK, **base, "interval": None, "crontab": 1},
         {"name": "bad-args", "task": TASK, **base, "args": "[not json"},
         {"name": "nothing", "task": TASK, **base, "interval": None},
@@ -203,12 +239,15 @@ def test_a_row_that_cannot_be_kept_is_skipped_with_why_and_stops_no_other(
     done = invoke(app, "periodic", "import", str(fixture_rows(tmp_path)))
     assert done.exit_code == 1
     lines = {line.split()[0]: line for line in done.stdout.splitlines()[2:] if line.strip()}
-    assert "one-off" in lines["once"] and "skipped" in lines["once"]
-    assert "expires" in lines["ends"] and "no end" in lines["ends"]
+    assert "expires must be after start_time" in lines["ends-first"]
     assert "61" in lines["bad-cron"] and "skipped" in lines["bad-args"]
     assert "no schedule row" in lines["nothing"]
-    assert "also-good: its description is not kept" in done.stdout
-    assert sorted(stored(app)) == ["also-good", "good"]
+    assert sorted(stored(app)) == ["also-good", "ends", "good", "once"]
+    once, ends = periodic.get(app, "once"), periodic.get(app, "ends")
+    assert once is not None and once.next_runs == [datetime(2031, 1, 1, tzinfo=UTC)]
+    assert ends is not None and ends.entry.expires == datetime(2031, 6, 1, tzinfo=UTC)
+    also_good = periodic.get(app, "also-good")
+    assert also_good is not None and also_good.entry.description == "why it runs"
     good = periodic.get(app, "good")
     assert good is not None  # counts from its last run there, every 10 minutes
     assert (good.next_runs[0] - datetime(2020, 1, 1, 0, 3, tzinfo=UTC)) % timedelta(minutes=10) == (
