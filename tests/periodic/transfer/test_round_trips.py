@@ -207,12 +207,15 @@ def fixture_rows(tmp_path: Path) -> Path:
                     "month_of_year": "*", "timezone": "UTC"}},
         {"model": "django_celery_beat.clockedschedule", "pk": 1,
          "fields": {"clocked_time": "2031-01-01T00:00:00Z"}},
+        {"model": "django_celery_beat.clockedschedule", "pk": 2,
+         "fields": {"clocked_time": "2020-01-01T00:00:00Z"}},
     ]  # fmt: skip
     base = {"args": "[]", "kwargs": "{}", "enabled": True, "one_off": False,
             "date_changed": "2020-01-01T00:00:00Z", "interval": 1}  # fmt: skip
     tasks = [
         {"name": "good", "task": TASK, **base, "last_run_at": "2020-01-01T00:03:00Z"},
         {"name": "once", "task": TASK, **base, "interval": None, "clocked": 1, "one_off": True},
+        {"name": "gone", "task": TASK, **base, "interval": None, "clocked": 2, "one_off": True},
         {"name": "ends", "task": TASK, **base, "expires": "2031-06-01T00:00:00Z"},
         {
             "name": "ends-first",
@@ -241,6 +244,7 @@ def test_a_row_that_cannot_be_kept_is_skipped_with_why_and_stops_no_other(
     assert done.exit_code == 1
     lines = {line.split()[0]: line for line in done.stdout.splitlines()[2:] if line.strip()}
     assert "expires must be after start_time" in lines["ends-first"]
+    assert "skipped" in lines["gone"] and "has ended" in lines["gone"]
     assert "61" in lines["bad-cron"] and "skipped" in lines["bad-args"]
     assert "no schedule row" in lines["nothing"]
     assert sorted(stored(app)) == ["also-good", "ends", "good", "once"]
