@@ -23,6 +23,8 @@ from ..cron_times import follows_real_time
 from ..entry import PeriodicEntry, schedule_from_json
 from .model import Found, Incoming, Skipped
 
+#: The fields the store keeps under another name than the entry's (and the guide's).
+FIELD_NAMES = {"start_ms": "start_time", "expires_ms": "expires"}
 #: How far apart two entries' next occurrences may be and still count as the same.
 TOLERANCE = timedelta(seconds=1)
 #: What became of an entry: the words a dry run and an import use.
@@ -89,7 +91,7 @@ def differences(old: PeriodicEntry, new: Incoming, now: datetime) -> tuple[str, 
     an interval the source counts from elsewhere)."""
     before, after = json.loads(old.to_json()), json.loads(new.entry.to_json())
     keys = sorted((before.keys() | after.keys()) - {"anchor_ms", "schedule"})
-    differ = [key for key in keys if before.get(key) != after.get(key)]
+    differ = [FIELD_NAMES.get(key, key) for key in keys if before.get(key) != after.get(key)]
     if not same_schedule(before["schedule"], after["schedule"]):
         differ.insert(0, "schedule")
     if new.anchored and not differ and not same_times(old, new.entry, now):

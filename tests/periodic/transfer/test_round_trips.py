@@ -157,6 +157,7 @@ def test_a_dry_run_says_what_would_change_and_writes_nothing(
     berlin = entries["berlin"]["schedule"]["crontab"]  # as django-celery-beat keeps it
     berlin.update(minute="30", hour="2")
     entries["every-3h"]["anchor_ms"] += 60_000  # the same rhythm, a minute later
+    entries["bounded"]["expires_ms"] += 3_600_000
     entries["new"] = {**entries["paused"], "name": "new"}
     entries["broken"] = {**entries["paused"], "name": "broken", "timezone": "Moon/Base"}
     entries["unsendable"] = {
@@ -174,6 +175,7 @@ def test_a_dry_run_says_what_would_change_and_writes_nothing(
     steps = {step["name"]: step for step in json.loads(dry.stdout)}
     assert steps["cron"]["outcome"] == "changed" and steps["cron"]["fields"] == ["args"]
     assert steps["every-3h"]["fields"] == ["anchor"]
+    assert steps["bounded"]["fields"] == ["expires"]
     assert {steps[name]["outcome"] for name in ("new", "sunrise", "unsendable")} == {"added"}
     assert {steps[name]["outcome"] for name in ("paused", "relative", "berlin")} == {"same"}
     assert steps["broken"]["outcome"] == "skipped" and "Moon/Base" in steps["broken"]["reason"]
