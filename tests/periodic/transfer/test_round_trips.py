@@ -52,6 +52,8 @@ def add_entries(app: Celery) -> None:
     periodic.upsert(app, "last-fridays", TASK, f"{RULE_START}\nRRULE:FREQ=MONTHLY;BYDAY=-1FR")
     periodic.upsert(app, "next-first", TASK, crontab(0, 0, day_of_month=1), one_off=True)
     periodic.upsert(app, "ends", TASK, crontab(0, "*/4"), expires=datetime.now(UTC) + YEAR / 2)
+    end = datetime.now(UTC) + YEAR / 3
+    periodic.upsert(app, "both-ends", TASK, 7200.0, expires=end, options={"expires": 60})
 
 
 def stored(app: Celery) -> dict[str, Any]:
@@ -73,7 +75,7 @@ RULES = {n: "an rrule schedule" for n in ("rule", "rule-until", "berlin-rule", "
 SKIPPED = {
     "json": {},
     "beat_schedule": {"berlin": "Europe/Berlin is not the app's", "paused": "paused"},
-    "django-celery-beat": {"relative": "relative", **RULES},
+    "django-celery-beat": {"relative": "relative", "both-ends": "keeps one of them", **RULES},
     "redbeat": {
         "berlin": "Europe/Berlin is not the app's",
         "sunrise": "solar",
@@ -81,6 +83,7 @@ SKIPPED = {
         "bounded": "start_time, expires: redbeat's entries have none",
         "next-first": "one_off",
         "ends": "expires",
+        "both-ends": "expires",
         "berlin-rule": "whose UTC offset changes",
         "last-fridays": "a BYDAY with a position",
     },
