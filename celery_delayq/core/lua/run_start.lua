@@ -35,12 +35,11 @@ local function count_once(kind, last)
     return tonumber(redis.call('HGET', COUNTS, field) or '0') or 0
   end
   redis.call('HSET', COUNTS, seen, occurrence)
-  local counted = redis.pcall('HINCRBY', COUNTS, field, 1)
-  if type(counted) == 'table' then
-    redis.call('HSET', COUNTS, field, 1)
-    return 1
+  local before = redis.call('HGET', COUNTS, field)
+  if before and not string.match(before, '^%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$') then
+    redis.call('HSET', COUNTS, field, 0)  -- HINCRBY would refuse it
   end
-  return counted
+  return redis.call('HINCRBY', COUNTS, field, 1)
 end
 
 local function count_of(kind)
