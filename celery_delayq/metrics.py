@@ -191,7 +191,8 @@ class DelayqCollector:
 
 def _periodic(store: DelayedStore) -> list[Metric]:
     """Per periodic entry: its occurrences run late or missed while every beat was down,
-    and when a worker last started one of its runs."""
+    those skipped while its previous run was going, and when a worker last started one
+    of its runs."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     names = [each.entry.name for each in EntryRegistry(store.client, store.keys).all()]
@@ -206,6 +207,12 @@ def _periodic(store: DelayedStore) -> list[Metric]:
         "Occurrences of a periodic entry missed while every beat was down and not run.",
         labels=["entry"],
     )
+    skipped = CounterMetricFamily(
+        "celery_delayq_periodic_skipped",
+        "Occurrences of a periodic entry whose overlap is skip, not run: the entry's "
+        "previous run was still going.",
+        labels=["entry"],
+    )
     last_run = GaugeMetricFamily(
         "celery_delayq_periodic_last_run_timestamp_seconds",
         "When a worker last started a run of a periodic entry (Unix time).",
@@ -214,9 +221,10 @@ def _periodic(store: DelayedStore) -> list[Metric]:
     for name, history in EntryHistory(store.client, store.keys).read(names).items():
         late.add_metric([name], history.late)
         missed.add_metric([name], history.missed)
+        skipped.add_metric([name], history.skipped)
         if history.last_started is not None:
             last_run.add_metric([name], history.last_started.timestamp())
-    return [late, missed, last_run]
+    return [late, missed, skipped, last_run]
 
 
 def lateness_buckets(stats: dict[str, int]) -> tuple[list[tuple[str, float]], float]:

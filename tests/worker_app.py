@@ -73,6 +73,26 @@ def tick(self: Any, *args: Any) -> None:
     record(request.id, eta_of(request), occurrence=occurrence, entry=entry, args=list(args))
 
 
+def gate(self: Any) -> None:
+    """Record the run's start, wait until the test releases it (a token pushed to
+    ``test:gate``), then record its end."""
+    request = self.request
+    facts = {
+        "occurrence": request.get("delayq-occurrence"),
+        "entry": request.get("delayq-periodic"),
+    }
+    record(request.id, eta_of(request), phase="start", pid=os.getpid(), **facts)
+    with redis.Redis.from_url(os.environ.get("RECORD_URL") or app.conf.broker_url) as client:
+        client.blpop(["test:gate"], timeout=120)
+    record(request.id, eta_of(request), phase="end", pid=os.getpid(), **facts)
+
+
+#: A periodic entry's task that runs until the test releases it.
+gated = app.task(bind=True, name="tests.worker_app.gated")(gate)
+#: The same, with a hard time limit of 8 s: the lease of an overlap-skip entry's run.
+gated_briefly = app.task(bind=True, name="tests.worker_app.gated_briefly", time_limit=8)(gate)
+
+
 @app.task(bind=True, acks_late=True)
 def hold(self: Any, label: str = "", seconds: float = 60.0) -> None:
     """Record its start, then run for ``seconds`` (long enough to be killed), unless it

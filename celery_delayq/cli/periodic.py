@@ -13,7 +13,7 @@ from celery.schedules import crontab
 from ..ops.when import iso
 from ..periodic import manage
 from ..periodic.describe import entry_text
-from ..periodic.entry import CATCH_UP_POLICIES, schedule_json
+from ..periodic.entry import CATCH_UP_POLICIES, OVERLAP_POLICIES, schedule_json
 from ..periodic.registry import Unreadable
 from ..periodic.schedules.clocked import clocked
 from .render import current_app, emit, json_option, table
@@ -30,6 +30,7 @@ def entry_json(info: manage.EntryInfo) -> dict[str, Any]:
         "kwargs": dict(entry.kwargs),
         "options": dict(entry.options),
         "catch_up": entry.catch_up,
+        "overlap": entry.overlap,
         "enabled": entry.enabled,
         "origin": entry.origin,
         "one_off": entry.one_off,
@@ -43,6 +44,7 @@ def entry_json(info: manage.EntryInfo) -> dict[str, Any]:
         "last_started": _iso(info.history.last_started),
         "late": info.history.late,
         "missed": info.history.missed,
+        "skipped": info.history.skipped,
         "total_run_count": info.history.total_run_count,
     }
 
@@ -66,7 +68,7 @@ def entries_table(infos: list[manage.EntryInfo]) -> str:
                 e["next_runs"][0] if e["next_runs"] else "",
                 e["last_run"] or "",
                 str(e["total_run_count"]),
-                f"{e['late']}/{e['missed']}",
+                f"{e['late']}/{e['missed']}/{e['skipped']}",
             ]
         )
     headers = [
@@ -79,7 +81,7 @@ def entries_table(infos: list[manage.EntryInfo]) -> str:
         "next run (UTC)",
         "last run (UTC)",
         "runs",
-        "late/missed",
+        "late/missed/skipped",
     ]
     return table(headers, rows)
 
@@ -137,6 +139,12 @@ def show(as_json: bool, name: str) -> None:
 @click.option("--options", "options_json", default="{}", help="apply_async options, as JSON.")
 @click.option("--timezone", help="An IANA time zone (default: the app's).")
 @click.option("--catch-up", type=click.Choice(CATCH_UP_POLICIES), default="latest")
+@click.option(
+    "--overlap",
+    type=click.Choice(OVERLAP_POLICIES),
+    default="allow",
+    help="skip: no run starts while the previous one is still going.",
+)
 @click.option("--one-off", is_flag=True, help="Run its first occurrence only.")
 @click.option("--start", help="No run before this ISO 8601 time.")
 @click.option("--expires", help="No run after this ISO 8601 time: then the entry has ended.")
@@ -158,6 +166,7 @@ def add(as_json: bool, name: str, task: str, **rest: Any) -> None:
             options=_json_of(rest["options_json"], "--options", dict),
             timezone=rest["timezone"],
             catch_up=rest["catch_up"],
+            overlap=rest["overlap"],
             enabled=not rest["paused"],
             one_off=rest["one_off"],
             start_time=_time_of(rest["start"], "--start", zone),

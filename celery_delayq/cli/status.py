@@ -97,21 +97,23 @@ def queue_json(q: QueueBacklog) -> dict[str, Any]:
 
 def periodic_json(store: DelayedStore) -> dict[str, Any]:
     """How many periodic entries there are, and the occurrences missed while every beat
-    was down: run late (their ``catch_up``) or not run, per entry that had any; and the
-    stored entries that cannot be read, with why."""
+    was down: run late (their ``catch_up``) or not run, and those skipped while the
+    entry's previous run was going (``overlap``), per entry that had any; and the stored
+    entries that cannot be read, with why."""
     scan = EntryRegistry(store.client, store.keys).scan()
     entries = scan.entries
     history = EntryHistory(store.client, store.keys).read(e.entry.name for e in entries)
     missing = [
-        {"name": name, "late": h.late, "missed": h.missed}
+        {"name": name, "late": h.late, "missed": h.missed, "skipped": h.skipped}
         for name, h in history.items()
-        if h.late or h.missed
+        if h.late or h.missed or h.skipped
     ]
     return {
         "entries": len(entries),
         "paused": sum(not e.entry.enabled for e in entries),
         "late": sum(h.late for h in history.values()),
         "missed": sum(h.missed for h in history.values()),
+        "skipped": sum(h.skipped for h in history.values()),
         "entries_late_or_missed": missing,
         "unreadable": [{"name": each.name, "reason": each.reason} for each in scan.unreadable],
     }
@@ -121,11 +123,15 @@ def periodic_summary(periodic: dict[str, Any]) -> str:
     lines = [
         f"periodic entries: {periodic['entries']} ({periodic['paused']} paused); "
         f"occurrences run late: {periodic['late']}, missed: {periodic['missed']} "
-        "(while every beat was down; `celery delayq periodic list`)"
+        "(while every beat was down; `celery delayq periodic list`); "
+        f"skipped, their previous run still going: {periodic['skipped']}"
     ]
     if periodic["entries_late_or_missed"]:
-        rows = [[e["name"], e["late"], e["missed"]] for e in periodic["entries_late_or_missed"]]
-        lines.append(table(["periodic entry", "run late", "missed"], rows))
+        rows = [
+            [e["name"], e["late"], e["missed"], e["skipped"]]
+            for e in periodic["entries_late_or_missed"]
+        ]
+        lines.append(table(["periodic entry", "run late", "missed", "skipped"], rows))
     for each in periodic["unreadable"]:
         lines.append(
             f"WARNING: periodic entry {each['name']!r} cannot be read, and is left out: "

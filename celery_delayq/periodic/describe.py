@@ -79,6 +79,8 @@ def entry_text(entry: PeriodicEntry) -> str:
     words = [schedule_text(schedule_json(entry.schedule), entry.timezone)]
     if entry.one_off:
         words.append("one-off (its first occurrence only)")
+    if entry.overlap == "skip":
+        words.append("no overlap (a run is skipped while the previous one is going)")
     if entry.start_time is not None:
         words.append(f"from {_local(entry.start_time, entry.timezone)}")
     if entry.expires is not None:

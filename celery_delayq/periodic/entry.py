@@ -34,6 +34,7 @@ from .schedules.window import Window
 __all__ = [
     "CATCH_UP_POLICIES",
     "ORIGINS",
+    "OVERLAP_POLICIES",
     "PeriodicEntry",
     "entry_from_settings",
     "error_text",
@@ -45,6 +46,9 @@ __all__ = [
 #: horizon): run the latest once (Celery's behaviour, the default), run each (up to a
 #: bound), or skip to the next.
 CATCH_UP_POLICIES = ("latest", "all", "none")
+#: What a worker does with a run that would start while the entry's previous run is still
+#: going: start it (Celery's behaviour, the default), or skip it (worker/periodic_runs.py).
+OVERLAP_POLICIES = ("allow", "skip")
 #: Where an entry came from: ``beat_schedule`` (synced at beat's start), run time, or
 #: django-celery-beat's rows (contrib/django_celery_beat syncs those).
 ORIGINS = ("settings", "api", "django")
@@ -60,7 +64,7 @@ MAX_NOTE_LENGTH = 500
 #: The keys of a ``beat_schedule`` item: Celery's, then ours, then django-celery-beat's.
 SETTINGS_KEYS = frozenset(
     {"task", "schedule", "args", "kwargs", "options", "relative"}
-    | {"timezone", "catch_up"}
+    | {"timezone", "catch_up", "overlap"}
     | {"one_off", "start_time", "expires", "description"}
 )
 
@@ -80,6 +84,7 @@ class PeriodicEntry:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     options: Mapping[str, Any] = field(default_factory=dict)
     catch_up: str = "latest"
+    overlap: str = "allow"  # "skip": no run starts while the previous one is going
     enabled: bool = True
     origin: str = "api"
     one_off: bool = False  # only the first occurrence runs; then the entry has ended
@@ -92,6 +97,7 @@ class PeriodicEntry:
         _check_text("name", self.name, MAX_NAME_LENGTH)
         _check_text("task", self.task, MAX_NAME_LENGTH)
         _check_choice("catch_up", self.catch_up, CATCH_UP_POLICIES)
+        _check_choice("overlap", self.overlap, OVERLAP_POLICIES)
         _check_choice("origin", self.origin, ORIGINS)
         zone_of(self.timezone)
         if not isinstance(self.args, (list, tuple)):
@@ -184,6 +190,7 @@ class PeriodicEntry:
             "expires_ms": None if self.expires is None else to_ms(self.expires),
             "description": self.description or None,
             "note": self.note or None,
+            "overlap": None if self.overlap == "allow" else self.overlap,
         }
         return {key: value for key, value in found.items() if value is not None}
 
@@ -203,6 +210,7 @@ class PeriodicEntry:
                 kwargs=data["kwargs"],
                 options=data["options"],
                 catch_up=data["catch_up"],
+                overlap=data.get("overlap", "allow"),
                 enabled=data["enabled"] is True,
                 origin=data["origin"],
                 one_off=data.get("one_off", False),
@@ -333,7 +341,7 @@ def entry_from_settings(
 ) -> PeriodicEntry:
     """A ``beat_schedule`` item as an entry (``zone``: the app's, unless it names one):
     Celery's keys (``task``, ``schedule``, ``args``, ``kwargs``, ``options``,
-    ``relative``), ours (``timezone``, ``catch_up``) and django-celery-beat's
+    ``relative``), ours (``timezone``, ``catch_up``, ``overlap``) and django-celery-beat's
     (``one_off``, ``start_time``, ``expires``, ``description``); a ``ValueError`` naming
     the entry for anything else.
 
@@ -364,6 +372,7 @@ def entry_from_settings(
             kwargs=dict(spec.get("kwargs") or {}),
             options=dict(spec.get("options") or {}),
             catch_up=spec.get("catch_up", "latest"),
+            overlap=spec.get("overlap", "allow"),
             origin="settings",
             one_off=spec.get("one_off", False),
             start_time=spec.get("start_time"),

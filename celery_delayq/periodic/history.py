@@ -1,11 +1,15 @@
 """What became of a periodic entry's occurrences: its last run, and how many ran late or
 not at all.
 
-- A worker records each run of an entry's task as it starts (worker/periodic_runs.py):
-  ``P:periodic:runs`` maps the entry's name to the occurrence and the start time of its
-  last run, so an operator sees that it ran, not only that it was sent; and counts it, in
-  ``P:periodic:counts`` (``runs:<entry>``, django-celery-beat's ``total_run_count``),
-  once per occurrence (core/lua/count_run.lua: a retry of the last run is not counted again).
+- A worker records each run of an entry's task as it starts (worker/periodic_runs.py), in
+  one call of core/lua/run_start.lua on ``P:periodic:counts``: the occurrence and the
+  start time of its last run (``last:<entry>``), so an operator sees that it ran, not only
+  that it was sent; and counts it (``runs:<entry>``, django-celery-beat's
+  ``total_run_count``) once per occurrence (a retry of the last run is not counted again).
+  Versions before it kept the last run in ``P:periodic:runs``: read when ``last:`` is not
+  written yet. An entry whose ``overlap`` is ``skip`` holds a running mark for the run's
+  lease (``running:<entry>``, dropped as the run ends: run_end.lua); a run that would
+  start while another occurrence's holds it is skipped, and counted (``skipped:<entry>``).
 - The beat that writes an entry ahead after every beat was down for longer than the
   horizon counts the occurrences it finds missed (periodic/writer.py): those its
   ``catch_up`` runs late and those it skips, in ``P:periodic:counts``. ``status``, the
@@ -27,7 +31,7 @@ from ..core.layout.keys import KeySpace
 from ..core.lua import StoreScripts
 from .entry import from_ms, to_ms
 
-__all__ = ["EntryHistory", "History"]
+__all__ = ["EntryHistory", "History", "RunStart"]
 
 
 @dataclass(frozen=True)
@@ -39,22 +43,48 @@ class History:
     late: int = 0  # missed occurrences run late (catch_up "latest" or "all")
     missed: int = 0  # missed occurrences not run (catch_up "none", or past the bound)
     total_run_count: int = 0  # runs workers started, one per occurrence
+    skipped: int = 0  # occurrences skipped: the entry's previous run was still going
+
+
+@dataclass(frozen=True)
+class RunStart:
+    """What ``ran`` decided: whether the run starts (False: skipped, an overlap), and the
+    entry's runs and skips counted so far."""
+
+    started: bool
+    runs: int
+    skipped: int
 
 
 class EntryHistory:
     """The runs and missed occurrences of the periodic entries of one store."""
 
-    def __init__(self, client: redis.Redis, keys: KeySpace) -> None:
+    def __init__(
+        self, client: redis.Redis, keys: KeySpace, scripts: StoreScripts | None = None
+    ) -> None:
         self.client = client
         self.keys = keys
+        #: a store's own (made once for its life), else made here
+        self.scripts = scripts or StoreScripts(client)
 
-    def ran(self, name: str, occurrence: datetime, started: datetime) -> int:
-        """Record that a worker started the run of ``name`` for ``occurrence``, and count
-        it (unless it is the last occurrence counted again); the runs counted so far."""
-        when = to_ms(occurrence)
-        self.client.hset(self.keys.periodic_runs, name, f"{when} {to_ms(started)}")
-        count = StoreScripts(self.client).count_run
-        return int(count(keys=[self.keys.periodic_counts], args=[name, when]))
+    def ran(
+        self, name: str, occurrence: datetime, started: datetime, lease_ms: int = 0
+    ) -> RunStart:
+        """A worker starts the run of ``name`` for ``occurrence``: record it as the last
+        run and count it (unless it is the last occurrence counted again), in one call.
+        ``lease_ms`` (overlap ``skip``): skip it instead while another occurrence's run
+        holds the running mark, else hold the mark for that long."""
+        reply = self.scripts.run_start(
+            keys=[self.keys.periodic_counts],
+            args=[name, to_ms(occurrence), to_ms(started), max(0, int(lease_ms))],
+        )
+        return RunStart(reply[0] == 1, int(reply[1]), int(reply[2]))
+
+    def ended(self, name: str, occurrence: datetime) -> bool:
+        """The run of ``name`` for ``occurrence`` ended: drop its running mark (if it is
+        still its own), so the next occurrence starts."""
+        end = self.scripts.run_end
+        return bool(end(keys=[self.keys.periodic_counts], args=[name, to_ms(occurrence)]))
 
     def count(self, name: str, late: int, missed: int) -> None:
         """Add to the entry's counts of occurrences run late and not run."""
@@ -75,9 +105,17 @@ class EntryHistory:
             pipe.hmget(self.keys.periodic_counts, [f"late:{n}" for n in names])
             pipe.hmget(self.keys.periodic_counts, [f"missed:{n}" for n in names])
             pipe.hmget(self.keys.periodic_counts, [f"runs:{n}" for n in names])
-            runs, late, missed, counted = pipe.execute()
+            pipe.hmget(self.keys.periodic_counts, [f"skipped:{n}" for n in names])
+            pipe.hmget(self.keys.periodic_counts, [f"last:{n}" for n in names])
+            older, late, missed, counted, skipped, last = pipe.execute()
         return {
-            name: History(*_run(runs[i]), _count(late[i]), _count(missed[i]), _count(counted[i]))
+            name: History(
+                *_run(last[i] or older[i]),  # older: as versions before run_start.lua kept it
+                _count(late[i]),
+                _count(missed[i]),
+                _count(counted[i]),
+                _count(skipped[i]),
+            )
             for i, name in enumerate(names)
         }
 
@@ -85,9 +123,13 @@ class EntryHistory:
         """Drop the history of a removed entry."""
         with self.client.pipeline(transaction=False) as pipe:
             pipe.hdel(self.keys.periodic_runs, name)
-            fields = (f"{kind}:{name}" for kind in ("late", "missed", "runs", "counted"))
+            fields = (f"{kind}:{name}" for kind in COUNTED)
             pipe.hdel(self.keys.periodic_counts, *fields)
             pipe.execute()
+
+
+#: The fields of ``P:periodic:counts`` an entry has, by kind (``<kind>:<entry>``).
+COUNTED = ("late", "missed", "runs", "counted", "skipped", "skip-counted", "last", "running")
 
 
 def _run(raw: bytes | None) -> tuple[datetime | None, datetime | None]:

@@ -95,6 +95,7 @@ def upsert(
     expires: datetime | None = None,
     description: str = "",
     note: str = "",
+    overlap: str = "allow",
     origin: str = "api",
     now: datetime | None = None,
     anchor: datetime | None = None,
@@ -107,7 +108,9 @@ def upsert(
     ``timezone``, else UTC). ``catch_up``: ``latest``, ``all`` or ``none``. As in
     django-celery-beat: ``one_off`` (only the first occurrence runs), ``start_time`` and
     ``expires`` (aware datetimes: none before, none after) and a ``description``;
-    ``note``: why it is paused (as ``pause`` keeps it). ``anchor``: where an interval
+    ``note``: why it is paused (as ``pause`` keeps it). ``overlap``: ``allow``, or
+    ``skip``: a run that would start while the entry's previous run is still going is
+    skipped, and counted. ``anchor``: where an interval
     counts from (default: the replaced entry's if its rhythm is the same, else now), such as
     another scheduler's last run of it.
     """
@@ -132,6 +135,7 @@ def upsert(
             expires=expires,
             description=description,
             note=note,
+            overlap=overlap,
         )
         if anchor is None and old is not None and old.entry.rhythm() == entry.rhythm():
             entry = replace(entry, anchor=old.entry.anchor)  # the same occurrences go on

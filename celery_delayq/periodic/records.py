@@ -15,6 +15,9 @@ from .registry import read_version
 OCCURRENCE_HEADER = "delayq-occurrence"
 #: The header naming the entry.
 ENTRY_HEADER = "delayq-periodic"
+#: The header of an entry whose ``overlap`` is ``skip`` (value ``"skip"``; absent for
+#: ``allow``): the worker skips a run that would overlap the entry's previous one.
+OVERLAP_HEADER = "delayq-overlap"
 #: 9999-12-31 in ms: the last day a datetime holds.
 LAST_MS = 253_402_214_400_000
 

@@ -20,7 +20,7 @@ from ..brokers.common.diverter import is_delayq_channel
 from ..config.errors import ConfigurationError
 from ..core.store import DelayedStore, Scheduled
 from .entry import PeriodicEntry
-from .records import ENTRY_HEADER, OCCURRENCE_HEADER
+from .records import ENTRY_HEADER, OCCURRENCE_HEADER, OVERLAP_HEADER
 
 __all__ = ["occurrence_messages", "send_occurrence", "store_of"]
 
@@ -60,6 +60,7 @@ def send_occurrence(app: Celery, entry: PeriodicEntry, occurrence: datetime, **s
         **dict(entry.options.get("headers") or {}),
         OCCURRENCE_HEADER: occurrence.isoformat(),
         ENTRY_HEADER: entry.name,
+        **({OVERLAP_HEADER: "skip"} if entry.overlap == "skip" else {}),
     }
     options = {key: value for key, value in entry.options.items() if key != "headers"}
     expires, eta = options.get("expires"), send.get("eta")

@@ -32,6 +32,7 @@ from ..periodic.describe import entry_text, schedule_text
 from ..periodic.entry import (
     CATCH_UP_POLICIES,
     MAX_NAME_LENGTH,
+    OVERLAP_POLICIES,
     PeriodicEntry,
     from_ms,
     schedule_json,
@@ -51,7 +52,7 @@ KINDS = {"interval": "every", "crontab": "cron", "clocked": "at", "rrule": "rrul
 FIELDS = (
     *("name", "task", "kind", "every", "relative", "cron", "at", "rrule", "timezone"),
     *("args", "kwargs", "options", "catch_up", "one_off", "start_time", "expires"),
-    "description",
+    *("description", "overlap"),
 )
 #: How many next runs a preview shows.
 PREVIEWED = 5
@@ -66,13 +67,21 @@ BLAMED = {
     "options must": "options",
     "options may": "options",
     "catch_up must": "catch_up",
+    "overlap must": "overlap",
     "start_time must": "start_time",
     "expires must": "expires",
     "description must": "description",
     "entry ": "",  # cannot be stored as JSON: the form's, not one field's
 }
 #: The form's fields for a new entry.
-BLANK = {"kind": "interval", "catch_up": "latest", "args": "[]", "kwargs": "{}", "options": "{}"}
+BLANK = {
+    "kind": "interval",
+    "catch_up": "latest",
+    "overlap": "allow",
+    "args": "[]",
+    "kwargs": "{}",
+    "options": "{}",
+}
 
 #: An entry to edit, or the page that says why it cannot be.
 Found = Union[PeriodicEntry, tuple[str, int]]
@@ -127,6 +136,7 @@ def read_form(form: Mapping[str, str], zone: str, old: PeriodicEntry | None) -> 
         "options": got.read("options", lambda text: json_of(text, {})),
         "catch_up": got.values["catch_up"] or "latest",
         "one_off": bool(got.values["one_off"]),
+        "overlap": got.values["overlap"] or "allow",
         "start_time": got.read("start_time", lambda text: moment_of(text, zone) if text else None),
         "expires": got.read("expires", lambda text: moment_of(text, zone) if text else None),
         "description": got.values["description"].strip(),
@@ -224,6 +234,7 @@ def values_of(entry: PeriodicEntry) -> dict[str, str]:
         "options": json.dumps(dict(entry.options), ensure_ascii=False),
         "catch_up": entry.catch_up,
         "one_off": "on" if entry.one_off else "",
+        "overlap": entry.overlap,
         "start_time": local_text(entry.start_time, zone),
         "expires": local_text(entry.expires, zone),
         "description": entry.description,
@@ -274,6 +285,7 @@ def form_page(got: Submitted, old: PeriodicEntry | None, status: int = 200, **sh
         kinds=KINDS,
         zones=zones(),
         catch_ups=CATCH_UP_POLICIES,
+        overlaps=OVERLAP_POLICIES,
         tasks=sorted(name for name in app.tasks if not name.startswith("celery.")),
         **shown,
     )

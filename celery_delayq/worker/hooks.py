@@ -3,10 +3,11 @@
 A worker loads its broker transport's module when it first looks at the transport,
 just before it sends ``worker_init`` and builds its blueprint: the one moment a
 settings-only plugin can add bootsteps to the worker (its mover, DueTimers, and the
-consumer's PoisonGuard) and
-choose how its remote-control node answers ``inspect scheduled``. The transports' settings
-path (celery_delayq/transport.py) connects a handler that imports this one on call; the
-broker modules have no import-time effects. ``dispatch_uid`` keeps it to one connection.
+consumer's PoisonGuard), wrap its tasks' ``run`` for periodic runs before the pool
+builds its tracers (periodic_runs.py), and choose how its remote-control node answers
+``inspect scheduled``. The transports' settings path (celery_delayq/transport.py)
+connects a handler that imports this one on call; the broker modules have no import-time
+effects. ``dispatch_uid`` keeps it to one connection.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ def on_worker_init(sender: Any, **_: Any) -> None:
     from .bootstep import WorkerMover
     from .due_timers import DueTimers
     from .inspect import list_delayed_in_scheduled
-    from .periodic_runs import record_periodic_run
+    from .periodic_runs import end_periodic_run, guard_tasks
     from .poison import PoisonGuard
 
     check_store_setting(sender.app)
@@ -31,7 +32,8 @@ def on_worker_init(sender: Any, **_: Any) -> None:
         import_facets()
         sender.app.steps["worker"].update({WorkerMover, DueTimers})
         sender.app.steps["consumer"].add(PoisonGuard)
-        signals.task_prerun.connect(
-            record_periodic_run, weak=False, dispatch_uid="celery_delayq.periodic_runs"
+        guard_tasks(sender.app)  # before the pool builds its tracers
+        signals.task_postrun.connect(
+            end_periodic_run, weak=False, dispatch_uid="celery_delayq.periodic_runs"
         )
     list_delayed_in_scheduled(sender.app)

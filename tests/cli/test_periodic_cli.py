@@ -29,13 +29,15 @@ def test_add_list_show_pause_resume_run_and_remove(app) -> None:
     assert added.exit_code == 0, added.output
     assert json.loads(added.stdout)["added"] is True
     cron = ["periodic", "add", "nightly", "--task", TASK, "--crontab", "30 2 * * *"]
-    assert invoke(app, *cron, "--timezone", "Europe/Berlin").exit_code == 0
+    assert invoke(app, *cron, "--timezone", "Europe/Berlin", "--overlap", "skip").exit_code == 0
 
     listed = json.loads(invoke(app, "periodic", "list", "--json").stdout)
     assert [e["name"] for e in listed] == ["nightly", "tick"]
     assert listed[0]["schedule"]["crontab"]["hour"] == "2"
     table = invoke(app, "periodic", "list").stdout
     assert "crontab 30 2 * * *" in table and "every 1 minute" in table
+    assert (listed[0]["overlap"], listed[1]["overlap"]) == ("skip", "allow")
+    assert "no overlap" in table
 
     shown = json.loads(invoke(app, "periodic", "show", "tick", "--json").stdout)
     assert len(shown["next_runs"]) == 3 and shown["origin"] == "api"
@@ -115,7 +117,7 @@ def test_list_show_and_status_tell_the_last_run_and_the_missed_occurrences(app) 
     minutely = next(e for e in listed if e["name"] == "minutely")
     assert (minutely["late"], minutely["missed"]) == (0, 55)  # 5 minutes were written
     assert datetime.fromisoformat(minutely["last_run"]) == start
-    assert "0/55" in invoke(app, "periodic", "list").stdout
+    assert "0/55/0" in invoke(app, "periodic", "list").stdout
 
     status = json.loads(invoke(app, "status", "--json").stdout)["periodic"]
     assert status == {
@@ -123,7 +125,8 @@ def test_list_show_and_status_tell_the_last_run_and_the_missed_occurrences(app) 
         "paused": 0,
         "late": 0,
         "missed": 55,
-        "entries_late_or_missed": [{"name": "minutely", "late": 0, "missed": 55}],
+        "skipped": 0,
+        "entries_late_or_missed": [{"name": "minutely", "late": 0, "missed": 55, "skipped": 0}],
         "unreadable": [],
     }
     human = invoke(app, "status").stdout

@@ -89,6 +89,7 @@ FAMILIES = {
     "celery_delayq_redelivered": "counter",
     "celery_delayq_periodic_late": "counter",
     "celery_delayq_periodic_missed": "counter",
+    "celery_delayq_periodic_skipped": "counter",
     "celery_delayq_periodic_last_run_timestamp_seconds": "gauge",
 }
 
@@ -194,7 +195,11 @@ def test_periodic_entries_late_missed_and_last_run(app: Celery) -> None:
     assert found is not None
     writer.advance(found.entry, found.version, start + timedelta(minutes=60, seconds=30))
     with open_store(app) as store:
-        EntryHistory(store.client, store.keys).ran("minutely", start, start)
+        history = EntryHistory(store.client, store.keys)
+        history.ran("minutely", start, start)
+        # overlap skip: the next run holds the entry, the one after is skipped
+        history.ran("minutely", start + timedelta(minutes=1), start, lease_ms=60_000)
+        history.ran("minutely", start + timedelta(minutes=2), start, lease_ms=60_000)
 
     _, samples = parse_metrics(scrape(app))
 
@@ -207,6 +212,10 @@ def test_periodic_entries_late_missed_and_last_run(app: Celery) -> None:
     }
     assert samples["celery_delayq_periodic_missed_total"] == {
         entry("minutely"): 54,
+        entry("never-missed"): 0,
+    }
+    assert samples["celery_delayq_periodic_skipped_total"] == {
+        entry("minutely"): 1,
         entry("never-missed"): 0,
     }
     assert samples["celery_delayq_periodic_last_run_timestamp_seconds"] == {

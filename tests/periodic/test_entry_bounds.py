@@ -46,6 +46,7 @@ OLD_RECORD = (
 def test_an_entry_stored_before_reads_back_the_same() -> None:
     old = PeriodicEntry.from_json(OLD_RECORD)
     assert (old.one_off, old.start_time, old.expires, old.description) == (False, None, None, "")
+    assert old.overlap == "allow"
     assert old.to_json() == OLD_RECORD  # written again, it is the same record
     assert old == entry(args=(1,), options={"queue": "q"})
     assert times(old, ANCHOR, ANCHOR + timedelta(minutes=11)) == [
@@ -151,6 +152,7 @@ def test_a_rule_with_no_start_starts_at_the_start_time() -> None:
         ({"one_off": "yes"}, "one_off"),
         ({"description": "x" * 1001}, "description"),
         ({"description": None}, "description"),
+        ({"overlap": "never"}, "overlap must be one of allow, skip"),
         ({"schedule": "every minute"}, "RFC 5545"),
     ],
 )
@@ -166,6 +168,8 @@ def test_bad_bounds_are_refused_naming_the_field(changes: dict[str, Any], says: 
         {"start_ms": 1e400},
         {"expires_ms": "soon"},
         {"description": ["a"]},
+        {"overlap": ["skip"]},
+        {"overlap": None},
         {"schedule": {"clocked": "noon"}},
         {"schedule": {"rrule": "FREQ=NEVER", "dtstart": None}},
         {"schedule": {"rrule": "FREQ=DAILY", "dtstart": "2026-01-01T00:00:00+01:00"}},
@@ -193,6 +197,17 @@ def test_a_beat_schedule_item_takes_django_celery_beats_keys() -> None:
     )
     assert made.one_off and made.description == "once" and made.origin == "settings"
     assert made.expires == utc(2026, 12, 31, 23) and made.options == {"expires": 60}
+
+
+def test_overlap_skip_is_kept_and_read_back_and_allow_is_stored_as_before() -> None:
+    made = entry_from_settings(
+        "sync", {"task": "shop.tasks.sync", "schedule": 60, "overlap": "skip"}, "UTC", ANCHOR
+    )
+    assert made.overlap == "skip"
+    assert json.loads(made.to_json())["overlap"] == "skip"
+    assert PeriodicEntry.from_json(made.to_json()).to_json() == made.to_json()
+    assert "no overlap" in entry_text(made)
+    assert "overlap" not in json.loads(entry(overlap="allow").to_json())
 
 
 def test_a_number_as_a_beat_schedule_items_expires_is_refused_with_where_it_goes() -> None:

@@ -271,9 +271,9 @@ def test_runs_are_counted_once_per_occurrence_and_forgotten_with_the_entry(app) 
     first, second = NOW + timedelta(minutes=1), NOW + timedelta(minutes=2)
     with open_store(app) as store:
         history = EntryHistory(store.client, store.keys)
-        assert history.ran("tick", first, first) == 1
-        assert history.ran("tick", first, first + timedelta(seconds=5)) == 1  # a retry
-        assert history.ran("tick", second, second) == 2
+        assert history.ran("tick", first, first).runs == 1
+        assert history.ran("tick", first, first + timedelta(seconds=5)).runs == 1  # a retry
+        assert history.ran("tick", second, second).runs == 2
     info = periodic.get(app, "tick", now=NOW)
     assert info is not None and info.history.total_run_count == 2
     assert info.history.last_started == second

@@ -152,6 +152,7 @@ def test_save_keeps_every_field_the_form_gives(app, client) -> None:
         start_time="2030-06-01T00:00:00",
         expires="2031-01-01T00:00",
         description="  month's half  ",
+        overlap="skip",
     )
     assert saved.status_code == 302
     info = periodic.get(app, XSS)
@@ -163,6 +164,7 @@ def test_save_keeps_every_field_the_form_gives(app, client) -> None:
     assert entry.start_time == datetime(2030, 6, 1, tzinfo=BERLIN)
     assert entry.expires == datetime(2031, 1, 1, tzinfo=BERLIN)
     assert entry.description == "month's half" and entry.enabled and entry.origin == "api"
+    assert entry.overlap == "skip"
     assert XSS not in client.get("/periodic").get_data(as_text=True)  # shown as text
 
 
@@ -180,6 +182,7 @@ EDITED = {
         expires=datetime(2031, 1, 1, tzinfo=timezone.utc),
         kwargs={"n": [1, {"deep": None}]},
         description="line one\nline two",
+        overlap="skip",
     ),
 }
 

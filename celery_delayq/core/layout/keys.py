@@ -11,9 +11,18 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:periodic          HASH   periodic entry name -> "<version> <entry JSON>" (periodic/)
     P:periodic:versions STRING the last version given to a periodic entry (INCR)
     P:periodic:runs     HASH   periodic entry name -> "<occurrence ms> <started ms>" of its
-                                last run a worker started (periodic/history.py)
-    P:periodic:counts   HASH   "late:<name>" / "missed:<name>" -> occurrences of the entry
-                                run late, or not run, after every beat was down
+                                last run, as versions before "last:<name>" wrote it
+                                (still read when that is not written; periodic/history.py)
+    P:periodic:counts   HASH   per periodic entry: "late:<name>" / "missed:<name>" ->
+                                occurrences run late, or not run, after every beat was
+                                down; "last:<name>" -> "<occurrence ms> <started ms>" of
+                                the last run a worker started; "runs:<name>" /
+                                "skipped:<name>" -> runs started, runs skipped as an
+                                overlap, each counted once per occurrence ("counted:<name>"
+                                / "skip-counted:<name>": the occurrence last counted);
+                                "running:<name>" -> "<occurrence ms> <lease end ms>" of
+                                the run going (overlap skip). One key: a run's start is
+                                one script call (lua/run_start.lua), on a cluster too
     P:wakeup            PUBSUB channel; a due time is published when a queue gets
                                 a new earliest message, so sleeping movers wake early
     P:{Q}:msg           HASH   message key -> record (due time, destination list unless

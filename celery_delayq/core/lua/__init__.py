@@ -119,7 +119,8 @@ class StoreScripts:
     resend_dead: Script
     write_ahead: Script
     swap_field: Script
-    count_run: Script
+    run_start: Script
+    run_end: Script
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
