@@ -14,6 +14,12 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
                                 last run a worker started (periodic/history.py)
     P:periodic:counts   HASH   "late:<name>" / "missed:<name>" -> occurrences of the entry
                                 run late, or not run, after every beat was down
+    {P:periodic}:changes:<name>
+                        LIST   the entry's change log, newest first: one JSON record per
+                                change (periodic/changes.py), cut to the last 100,
+                                expiring 90 days after the last; spelled to share the slot
+                                of P:periodic (kept as P:periodic:changes:<name> when P
+                                itself holds a hash tag)
     P:wakeup            PUBSUB channel; a due time is published when a queue gets
                                 a new earliest message, so sleeping movers wake early
     P:{Q}:msg           HASH   message key -> record (due time, destination list unless
@@ -91,6 +97,19 @@ PAGE_SIZE = 120
 
 #: A shard's suffix to a queue's tag: a name ending like it would share a shard's keys.
 _SHARD_SUFFIX = re.compile(r"\|[0-9]+\Z")
+
+
+def _hash_tag(key: str) -> str | None:
+    """The hash tag Redis Cluster hashes ``key`` by, or None (it hashes the whole key)."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return key[start + 1 : end] if end > start + 1 else None
+
+
+def _slot_of(key: str) -> str:
+    """A prefix whose keys hash as ``key`` does: ``key`` when it has a hash tag, else
+    ``{key}`` (with a ``}`` outside a tag, ``key``: see ``changes_beside_entries``)."""
+    return key if _hash_tag(key) is not None or "}" in key else f"{{{key}}}"
 
 
 def tag_of(queue: str) -> str:
@@ -216,6 +235,19 @@ class KeySpace(NamedTuple):
     @property
     def periodic_counts(self) -> str:
         return self._named("periodic:counts")
+
+    def periodic_changes(self, name: str) -> str:
+        """The change log of the periodic entry ``name``: in the slot of
+        ``periodic_entries`` (``changes_beside_entries``) wherever a key can be."""
+        return f"{_slot_of(self.periodic_entries)}:changes:{name}"
+
+    @property
+    def changes_beside_entries(self) -> bool:
+        """Whether the change logs share the slot of ``periodic_entries``, so that a
+        change and its record are one script call: not when the prefix holds a ``}``
+        outside a hash tag (no other key hashes as such a key does)."""
+        entries = self.periodic_entries
+        return _hash_tag(entries) is not None or "}" not in entries
 
     @property
     def wakeup_channel(self) -> str:
