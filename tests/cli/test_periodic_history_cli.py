@@ -59,3 +59,15 @@ def test_crafted_records_are_listed_as_unreadable(app) -> None:
     table = invoke(app, "periodic", "history", "tick")
     assert table.exit_code == 0 and "unreadable record" in table.stdout
     assert "\x1b" not in table.stdout and "\\x1b[31mevil" in table.stdout
+
+
+def test_an_import_is_recorded_as_imported_through_the_cli(app, tmp_path) -> None:
+    assert invoke(app, "periodic", "add", "tick", "--task", TASK, "--every", "60").exit_code == 0
+    saved = tmp_path / "entries.json"
+    assert invoke(app, "periodic", "export", "-o", str(saved)).exit_code == 0
+    assert invoke(app, "periodic", "add", "tick", "--task", TASK, "--every", "90").exit_code == 0
+    imported = invoke(app, "periodic", "import", str(saved))
+    assert imported.exit_code == 0, imported.output
+    last = history(app)[0]
+    assert (last["action"], last["via"]) == ("imported", "cli")
+    assert last["changes"]["schedule"][1] == '{"every": 60.0, "relative": false}'
