@@ -14,12 +14,11 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
                                 last run a worker started (periodic/history.py)
     P:periodic:counts   HASH   "late:<name>" / "missed:<name>" -> occurrences of the entry
                                 run late, or not run, after every beat was down
-    {P:periodic}:changes:<name>
-                        LIST   the entry's change log, newest first: one JSON record per
-                                change (periodic/changes.py), cut to the last 100,
-                                expiring 90 days after the last; spelled to share the slot
-                                of P:periodic (kept as P:periodic:changes:<name> when P
-                                itself holds a hash tag)
+    {P:periodic}:changes:<name> LIST the change log of periodic entry <name>, newest
+                                first: one JSON record per change (periodic/audit/), the
+                                last 100, expiring 90 days after the last; its tag puts it
+                                in the slot of P:periodic (when P holds a hash tag itself,
+                                the braces are left out)
     P:wakeup            PUBSUB channel; a due time is published when a queue gets
                                 a new earliest message, so sleeping movers wake early
     P:{Q}:msg           HASH   message key -> record (due time, destination list unless
