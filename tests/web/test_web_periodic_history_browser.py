@@ -20,7 +20,11 @@ from celery_delayq.web.guard.access import Access
 
 from ..helpers import PERIODIC_TASK as TASK
 from .test_web_browser import dashboard
-from .test_web_periodic_edit_browser import HEIGHT, WIDTH, browser  # noqa: F401 (fixture)
+from .test_web_periodic_edit_browser import HEIGHT, WIDTH
+from .test_web_periodic_edit_browser import browser as edit_browser
+
+#: The edit tests' module-scoped chromium fixture, reused under its name.
+browser = edit_browser
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 
@@ -31,7 +35,7 @@ USER, PASSWORD = "grace <i>hopper</i>", "correct horse"
 @pytest.mark.promise("periodic-change-log", "web-periodic-history")
 def test_a_pause_clicked_on_the_dashboard_is_in_the_entrys_history(
     periodic_app, browser, screenshots
-) -> None:  # noqa: F811
+) -> None:
     periodic.upsert(periodic_app, NAME, TASK, 60, changed_by="api <script>x</script>")
     with acting(via="cli"):
         periodic.upsert(periodic_app, NAME, TASK, 90, kwargs={"team": "<b>growth</b>"})
@@ -66,7 +70,7 @@ def test_a_pause_clicked_on_the_dashboard_is_in_the_entrys_history(
 
 
 @pytest.mark.promise("periodic-change-log-crafted")
-def test_crafted_records_show_as_unreadable(periodic_app, browser) -> None:  # noqa: F811
+def test_crafted_records_show_as_unreadable(periodic_app, browser) -> None:
     periodic.upsert(periodic_app, "tick", TASK, 60)
     crafted = {"at": int(time.time() * 1000), "who": "<b>x</b>", "via": 1, "action": "y"}
     with open_store(periodic_app) as store:
