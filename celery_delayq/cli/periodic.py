@@ -306,7 +306,7 @@ def change_json(record: Record) -> dict[str, Any]:
         "via": record.via,
         "action": record.action,
         "version": record.version,
-        "changes": {name: list(pair) for name, pair in record.changes.items()},
+        "changes": {name: list(pair) for name, pair in record.changed.items()},
         "detail": record.detail,
     }
 

@@ -262,7 +262,7 @@ class MetricsDirective(GeneratedDirective):
 
 
 #: One line of keys.py's layout table: key, type, then what it holds.
-_LAYOUT_ROW = re.compile(r"^    ({?P:\S+)\s+(SET|HASH|PUBSUB|ZSET|STRING|LIST)\s+(.*)$")
+_LAYOUT_ROW = re.compile(r"^    (P:\S+)\s+(SET|HASH|PUBSUB|ZSET|STRING|LIST)\s+(.*)$")
 
 
 def key_layout() -> list[tuple[str, str, str]]:

@@ -289,6 +289,6 @@ def test_each_admin_change_is_in_the_entrys_history_with_its_user(site_app, redi
     assert (created.who, created.via, created.action) == ("admin", "admin", "created")
     assert created.detail.endswith("(no admin user known)")
     assert (updated.who, updated.via, updated.action) == ("ada", "admin", "updated")
-    assert list(updated.changes) == ["schedule"] and "120" in (updated.changes["schedule"][1] or "")
+    assert list(updated.changed) == ["schedule"] and "120" in (updated.changed["schedule"][1] or "")
     assert updated.detail.startswith(f"row {row.pk} changed ")
     assert (removed.action, removed.detail) == ("removed", "row deleted")

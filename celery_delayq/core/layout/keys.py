@@ -14,11 +14,12 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
                                 last run a worker started (periodic/history.py)
     P:periodic:counts   HASH   "late:<name>" / "missed:<name>" -> occurrences of the entry
                                 run late, or not run, after every beat was down
-    {P:periodic}:changes:<name> LIST the change log of periodic entry <name>, newest
-                                first: one JSON record per change (periodic/audit/), the
-                                last 100, expiring 90 days after the last; its tag puts it
-                                in the slot of P:periodic (when P holds a hash tag itself,
-                                the braces are left out)
+    P:periodic:changes:{P:periodic}:<name> LIST the change log of periodic entry
+                                <name>, newest first: one JSON record per change
+                                (periodic/audit/), the last 100,
+                                expiring 90 days after the last; its tag puts it in the
+                                slot of P:periodic (when P holds a hash tag itself, the
+                                key is P:periodic:changes:<name>, under that tag)
     P:wakeup            PUBSUB channel; a due time is published when a queue gets
                                 a new earliest message, so sleeping movers wake early
     P:{Q}:msg           HASH   message key -> record (due time, destination list unless
@@ -103,12 +104,6 @@ def _hash_tag(key: str) -> str | None:
     start = key.find("{")
     end = key.find("}", start + 1) if start >= 0 else -1
     return key[start + 1 : end] if end > start + 1 else None
-
-
-def _slot_of(key: str) -> str:
-    """A prefix whose keys hash as ``key`` does: ``key`` when it has a hash tag, else
-    ``{key}`` (with a ``}`` outside a tag, ``key``: see ``changes_beside_entries``)."""
-    return key if _hash_tag(key) is not None or "}" in key else f"{{{key}}}"
 
 
 def tag_of(queue: str) -> str:
@@ -236,17 +231,21 @@ class KeySpace(NamedTuple):
         return self._named("periodic:counts")
 
     def periodic_changes(self, name: str) -> str:
-        """The change log of the periodic entry ``name``: in the slot of
-        ``periodic_entries`` (``changes_beside_entries``) wherever a key can be."""
-        return f"{_slot_of(self.periodic_entries)}:changes:{name}"
+        """The change log of the periodic entry ``name``, under the prefix (an ACL's key
+        pattern holds it) and in the slot of ``periodic_entries`` wherever a key can be
+        (``changes_beside_entries``)."""
+        entries = self.periodic_entries
+        if _hash_tag(entries) is not None or not self.changes_beside_entries:
+            return f"{entries}:changes:{name}"
+        return f"{entries}:changes:{{{entries}}}:{name}"
 
     @property
     def changes_beside_entries(self) -> bool:
         """Whether the change logs share the slot of ``periodic_entries``, so that a
-        change and its record are one script call: not when the prefix holds a ``}``
-        outside a hash tag (no other key hashes as such a key does)."""
+        change and its record are one script call: not when the prefix holds a brace
+        outside a hash tag (no key under that prefix hashes as the whole key does)."""
         entries = self.periodic_entries
-        return _hash_tag(entries) is not None or "}" not in entries
+        return _hash_tag(entries) is not None or not {"{", "}"} & set(entries)
 
     @property
     def wakeup_channel(self) -> str:

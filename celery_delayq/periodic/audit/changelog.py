@@ -59,7 +59,7 @@ class ChangeRecord:
     via: str  # api, cli, dashboard, admin or settings
     action: str  # created, updated, paused, resumed, removed, ran now, imported...
     version: int | None  # the version the change took
-    changes: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+    changed: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
     detail: str = ""
 
 
@@ -168,7 +168,7 @@ def parse(raw: bytes | str) -> Record:
             via=_text(data["via"], "via"),
             action=_text(data["action"], "action"),
             version=None if data.get("version") is None else _int(data["version"], "version"),
-            changes={_text(k, "a field"): _pair(v) for k, v in changes.items()},
+            changed={_text(k, "a field"): _pair(v) for k, v in changes.items()},
             detail=_text(data.get("detail", ""), "detail"),
         )
     except Exception as exc:  # RecursionError (deep nesting), OverflowError...
