@@ -3,7 +3,8 @@
 -- transaction cannot be had (the periodic entries: periodic/registry.py, whose versions
 -- only go forward). With a second key, the change's record goes in with it: pushed on
 -- that list, which is cut to its newest ARGV[5] records and expires ARGV[6] ms after
--- its last record (periodic/audit/changelog.py; core/layout/keys.py keeps it in the slot of the first key).
+-- its last record (periodic/audit/changelog.py; core/layout/keys.py puts it in the slot
+-- of the first key).
 --
 -- KEYS[1]  the hash
 -- KEYS[2]  (optional) the field's change log, a list, newest first
