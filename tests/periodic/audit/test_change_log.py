@@ -4,6 +4,7 @@ in the same call; the log stays bounded; crafted records read as unreadable."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime, timedelta, timezone
 
 import pytest
@@ -102,6 +103,7 @@ def test_the_log_keeps_the_newest_changes_and_expires(app) -> None:
     with open_store(app) as store:
         key = store.keys.periodic_changes("tick")
         assert 0 < store.client.pttl(key) <= 90 * 86_400_000
+        assert store.client.llen(key) == MAX_CHANGES  # the store keeps no more
 
 
 def test_values_are_cut_short(app) -> None:
@@ -138,3 +140,15 @@ def test_each_change_is_recorded_on_a_redis_cluster(make_app, cluster_store_url,
         periodic.upsert(app, "tick", "some.task", 60, now=NOW, changed_by="alice")
     periodic.pause(app, "tick", now=NOW, changed_by="alice")
     assert [each.action for each in records(app, "tick")] == ["paused", "created"]
+
+
+@pytest.mark.promise("periodic-change-log-bound")
+def test_records_older_than_the_max_age_are_not_read(app) -> None:
+    now_ms = int(datetime.now(timezone.utc).timestamp() * 1000)
+    day = 86_400_000
+    with open_store(app) as store:
+        key = store.keys.periodic_changes("tick")
+        for age in (91, 89):  # the older first: the log is newest first
+            record = {"at": now_ms - age * day, "who": f"{age}", "via": "api", "action": "updated"}
+            store.client.lpush(key, json.dumps(record))
+    assert [each.who for each in records(app, "tick")] == ["89"]
