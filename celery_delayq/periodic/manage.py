@@ -101,7 +101,6 @@ def upsert(
     now: datetime | None = None,
     anchor: datetime | None = None,
     changed_by: str | None = None,
-    action: str | None = None,
 ) -> Upserted:
     """Add the entry ``name``, or replace the one of that name, from its next occurrence.
 
@@ -113,8 +112,7 @@ def upsert(
     ``expires`` (aware datetimes: none before, none after) and a ``description``;
     ``note``: why it is paused (as ``pause`` keeps it). ``anchor``: where an interval
     counts from (default: the replaced entry's if its rhythm is the same, else now), such as
-    another scheduler's last run of it. ``changed_by``: who the change log names;
-    ``action``: what it calls the change (default: created, or updated).
+    another scheduler's last run of it. ``changed_by``: who the change log names.
     """
     moment = _now(now)
     with open_store(app) as store, acting(changed_by):
@@ -149,7 +147,7 @@ def upsert(
                 UnknownTaskWarning,
                 stacklevel=2,
             )
-        version, replaced = registry.put(entry, action)
+        version, replaced = registry.put(entry)
     writer.advance(entry, version, moment)
     return Upserted(version, replaced)
 

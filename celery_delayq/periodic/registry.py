@@ -188,10 +188,11 @@ def _record(read: bytes | str | None, value: str, version: int, action: str | No
     old, new = _fields(read), _fields(value)
     if not old and not new:
         return None
-    chosen, changes = action or ("created" if read is None else "updated"), field_changes(old, new)
+    actor, changes = current_actor(), field_changes(old, new)
+    chosen = actor.action or action or ("created" if read is None else "updated")
     if chosen == "updated" and not changes:
         return None
-    return record_text(current_actor(), chosen, changes, version)
+    return record_text(actor, chosen, changes, version)
 
 
 def _fields(stored: bytes | str | None) -> dict[str, Any]:

@@ -61,7 +61,7 @@ def test_crafted_records_are_listed_as_unreadable(app) -> None:
     assert "\x1b" not in table.stdout and "\\x1b[31mevil" in table.stdout
 
 
-def test_an_import_is_recorded_as_imported_through_the_cli(app, tmp_path) -> None:
+def test_an_import_and_a_clear_are_recorded_as_such_through_the_cli(app, tmp_path) -> None:
     assert invoke(app, "periodic", "add", "tick", "--task", TASK, "--every", "60").exit_code == 0
     saved = tmp_path / "entries.json"
     assert invoke(app, "periodic", "export", "-o", str(saved)).exit_code == 0
@@ -71,3 +71,10 @@ def test_an_import_is_recorded_as_imported_through_the_cli(app, tmp_path) -> Non
     last = history(app)[0]
     assert (last["action"], last["via"]) == ("imported", "cli")
     assert last["changes"]["schedule"][1] == '{"every": 60.0, "relative": false}'
+    assert invoke(app, "periodic", "clear", "--yes").exit_code == 0
+    last = history(app)[0]
+    assert (last["action"], last["via"], last["changes"]["task"]) == (
+        "cleared",
+        "cli",
+        [f'"{TASK}"', None],
+    )

@@ -20,11 +20,14 @@ INTERFACES = ("api", "cli", "dashboard", "admin", "settings")
 @dataclass(frozen=True)
 class Actor:
     """Who acts (a user name; "" for the OS user of this process), through which
-    interface, and a detail for the record (django-celery-beat's row change time)."""
+    interface, a detail for the record (django-celery-beat's row change time), and what
+    the record calls each change made ("": created, updated, paused... as it is; an
+    import's changes are "imported", a clear's removals "cleared")."""
 
     who: str = ""
     via: str = "api"
     detail: str = ""
+    action: str = ""
 
     def named(self) -> Actor:
         """This actor with a name: the OS user's when none was given."""
@@ -41,12 +44,15 @@ def current_actor() -> Actor:
 
 @contextmanager
 def acting(
-    who: str | None = None, via: str | None = None, detail: str | None = None
+    who: str | None = None,
+    via: str | None = None,
+    detail: str | None = None,
+    action: str | None = None,
 ) -> Iterator[Actor]:
     """Record the changes made inside as made by ``who`` through ``via`` (each left as
     the enclosing one's when None)."""
     now = _ACTOR.get()
-    given = {"who": who, "via": via, "detail": detail}
+    given = {"who": who, "via": via, "detail": detail, "action": action}
     actor = replace(now, **{key: value for key, value in given.items() if value is not None})
     token = _ACTOR.set(actor)
     try:

@@ -125,7 +125,7 @@ def _write(app: Celery, new: Incoming, step: Step, now: datetime) -> Step:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", manage.UnknownTaskWarning)
         try:
-            manage.upsert(app, **given, now=now, anchor=anchor, action="imported")
+            manage.upsert(app, **given, now=now, anchor=anchor)
         except ValueError as exc:  # its message cannot be built here: one stops no other
             return Step(step.name, SKIPPED, reason=str(exc), notes=step.notes)
     unknown = [str(each.message) for each in caught if each.category is manage.UnknownTaskWarning]
