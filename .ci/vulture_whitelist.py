@@ -57,6 +57,7 @@ list_entries
 # interface's cookie methods and the app's session_interface.
 views.overview
 views.doctor_full_check
+views.periodic_history
 views.logout
 actions.writable
 actions.act_on_dead

@@ -12,6 +12,8 @@ from celery.schedules import crontab
 
 from ..ops.when import iso
 from ..periodic import manage
+from ..periodic.audit import MAX_CHANGES, ChangeRecord, acting, changes
+from ..periodic.audit.changelog import Record
 from ..periodic.describe import entry_text
 from ..periodic.entry import CATCH_UP_POLICIES, OVERLAP_POLICIES, schedule_json
 from ..periodic.registry import Unreadable
@@ -89,6 +91,8 @@ def entries_table(infos: list[manage.EntryInfo]) -> str:
 @click.group()
 def periodic() -> None:
     """Periodic entries kept in the store, run once each by any number of beats."""
+    # every change a command makes is recorded as the OS user's, through the CLI
+    click.get_current_context().with_resource(acting(via="cli"))
 
 
 @periodic.command(name="list")
@@ -275,3 +279,58 @@ def _json_of(text: str, option: str, kind: type) -> Any:
     if not isinstance(value, kind):
         raise click.BadParameter(f"a JSON {kind.__name__}", param_hint=option)
     return value
+
+
+@periodic.command()
+@json_option
+@click.option(
+    "--limit",
+    type=click.IntRange(1, MAX_CHANGES),
+    default=20,
+    show_default=True,
+    help="How many changes, newest first.",
+)
+@click.argument("name")
+def history(as_json: bool, limit: int, name: str) -> None:
+    """Who changed an entry, when, through what (api, cli, dashboard, admin, settings)
+    and what changed, newest first: the store keeps its last 100 changes, for 90 days,
+    also after it is removed."""
+    found = [change_json(each) for each in changes(current_app(), name, limit)]
+    columns = [("at", ""), ("who", ""), ("via", ""), ("action", "unreadable record")]
+    rows = [
+        [_printable(each.get(key, empty)) for key, empty in columns] + [_changes_text(each)]
+        for each in found
+    ]
+    human = table(["when (UTC)", "who", "via", "action", "what changed"], rows)
+    emit(as_json, found, human if found else f"no change of {name!r} is recorded")
+
+
+def change_json(record: Record) -> dict[str, Any]:
+    """A record as the CLI prints it: an unreadable one as ``{"unreadable": why}``."""
+    if not isinstance(record, ChangeRecord):
+        return {"unreadable": record.reason}
+    return {
+        "at": record.at.isoformat(timespec="milliseconds"),
+        "who": record.who,
+        "via": record.via,
+        "action": record.action,
+        "version": record.version,
+        "changes": {name: list(pair) for name, pair in record.changed.items()},
+        "detail": record.detail,
+    }
+
+
+def _changes_text(each: dict[str, Any]) -> str:
+    """One line: ``field: old -> new; ...`` (and the detail)."""
+    if "unreadable" in each:
+        return _printable(each["unreadable"])
+    parts = [
+        f"{field}: {old or '-'} -> {new or '-'}" for field, (old, new) in each["changes"].items()
+    ]
+    return _printable("; ".join(parts + ([each["detail"]] if each["detail"] else [])))
+
+
+def _printable(text: str) -> str:
+    """``text`` with its non-printable characters escaped: a crafted record must not
+    drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)

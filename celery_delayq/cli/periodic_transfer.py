@@ -12,6 +12,7 @@ import click
 from celery import Celery
 
 from ..periodic import manage
+from ..periodic.audit import acting
 from ..periodic.entry import error_text
 from ..periodic.transfer import beat_module, django_fixture, own_json, redbeat_keys
 from ..periodic.transfer.clear_all import clear
@@ -87,7 +88,8 @@ def import_entries(as_json: bool, dry_run: bool, **given: Any) -> None:
         raise
     except Exception as exc:  # a missing file or package, a Redis or database down...
         raise click.ClickException(f"cannot read the source: {error_text(exc)}") from None
-    steps = transfer(app, found, now, dry_run)
+    with acting(action="imported"):  # each change recorded as imported
+        steps = transfer(app, found, now, dry_run)
     emit(as_json, [asdict(step) for step in steps], _steps_table(steps, dry_run))
     if any(step.outcome == SKIPPED for step in steps):
         raise SystemExit(1)
@@ -151,7 +153,8 @@ def clear_entries(as_json: bool, yes: bool) -> None:
     count = len(manage.listing(app).entries)
     if not yes:
         click.confirm(f"Remove all {count} periodic entries?", abort=True)
-    done = clear(app, datetime.now(timezone.utc))
+    with acting(action="cleared"):  # each removal recorded as cleared
+        done = clear(app, datetime.now(timezone.utc))
     settle = done.settle.total_seconds()
     lines = [
         f"removed {len(done.removed)} periodic entries"

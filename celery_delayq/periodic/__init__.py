@@ -2,7 +2,8 @@
 
 ``celery_delayq.periodic.upsert(app, name, task, schedule, ...)``, ``remove``, ``pause``,
 ``resume``, ``run_now``, ``get``, ``entries`` and ``listing`` (the entries, and the stored
-records that cannot be read) manage them at run time (manage.py); the
+records that cannot be read) manage them at run time (manage.py); ``changes`` reads an
+entry's change log (audit/); the
 modules below say when each occurrence falls (``cron_times``, ``occurrences``), how an
 entry is kept (``entry``, ``registry``) and how beats write its occurrences ahead once
 (``writer``); ``clocked(datetime)`` and ``rrule_schedule`` are schedule kinds beyond
@@ -30,8 +31,12 @@ _API = frozenset(
 )
 
 
-#: The schedule kinds beyond Celery's, by the module that defines each.
-_SCHEDULES = {"clocked": ".schedules.clocked", "rrule_schedule": ".schedules.rrules"}
+#: The schedule kinds beyond Celery's, and the change log, by the module that defines each.
+_SCHEDULES = {
+    "clocked": ".schedules.clocked",
+    "rrule_schedule": ".schedules.rrules",
+    "changes": ".audit.changelog",
+}
 
 
 def __getattr__(name: str) -> Any:

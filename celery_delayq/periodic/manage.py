@@ -5,7 +5,9 @@
 them with their next occurrences (``listing`` also names the stored records that cannot
 be read). Each change takes the entry's next version (registry.py) and rewrites its
 occurrences written ahead at once (writer.py), so it takes effect from the next
-occurrence even while no beat runs. Bad input, and an entry whose message cannot be built
+occurrence even while no beat runs, and is recorded in its change log (audit/) as made by
+``changed_by`` (default: the OS user) through the interface acting (default: the API).
+Bad input, and an entry whose message cannot be built
 (``OccurrenceWriter.check``), raise a ``ValueError`` before anything is written; a task
 name this app does not know is written, with a warning (the workers may know it).
 """
@@ -19,16 +21,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime, timezone
 from typing import Any
-from weakref import WeakSet
 
 from celery import Celery
 
 from ..brokers.connect import open_store
+from .audit import ChangeLog, acting
 from .describe import added_by_celery
 from .entry import PeriodicEntry, entry_from_settings, error_text
 from .history import EntryHistory, History
 from .registry import EntryRegistry, Unreadable, Versioned
-from .sending import send_occurrence
+from .sending import send_occurrence, task_known
 from .writer import OccurrenceWriter
 
 __all__ = [
@@ -99,6 +101,7 @@ def upsert(
     origin: str = "api",
     now: datetime | None = None,
     anchor: datetime | None = None,
+    changed_by: str | None = None,
 ) -> Upserted:
     """Add the entry ``name``, or replace the one of that name, from its next occurrence.
 
@@ -112,10 +115,10 @@ def upsert(
     ``skip``: a run that would start while the entry's previous run is still going is
     skipped, and counted. ``anchor``: where an interval
     counts from (default: the replaced entry's if its rhythm is the same, else now), such as
-    another scheduler's last run of it.
+    another scheduler's last run of it. ``changed_by``: who the change log names.
     """
     moment = _now(now)
-    with open_store(app) as store:
+    with open_store(app) as store, acting(changed_by):
         registry = EntryRegistry(store.client, store.keys)
         old = registry.get(name)
         entry = PeriodicEntry(
@@ -141,7 +144,7 @@ def upsert(
             entry = replace(entry, anchor=old.entry.anchor)  # the same occurrences go on
         writer = OccurrenceWriter(app)
         writer.check(entry, moment)
-        if not _task_known(app, task):
+        if not task_known(app, task):
             warnings.warn(
                 f"periodic entry {name!r}: no task {task!r} is registered in this app "
                 f"(written anyway: the workers may know it)",
@@ -153,9 +156,11 @@ def upsert(
     return Upserted(version, replaced)
 
 
-def remove(app: Celery, name: str, *, now: datetime | None = None) -> bool:
+def remove(
+    app: Celery, name: str, *, now: datetime | None = None, changed_by: str | None = None
+) -> bool:
     """Remove the entry ``name`` and its occurrences still to come; whether it was there."""
-    with open_store(app) as store:
+    with open_store(app) as store, acting(changed_by):
         version, removed = EntryRegistry(store.client, store.keys).remove(name)
         EntryHistory(store.client, store.keys).forget(name)
     if isinstance(removed, Versioned):
@@ -163,26 +168,40 @@ def remove(app: Celery, name: str, *, now: datetime | None = None) -> bool:
     return removed is not None
 
 
-def pause(app: Celery, name: str, *, note: str = "", now: datetime | None = None) -> Upserted:
+def pause(
+    app: Celery,
+    name: str,
+    *,
+    note: str = "",
+    now: datetime | None = None,
+    changed_by: str | None = None,
+) -> Upserted:
     """Stop the entry ``name`` from its next occurrence (it stays, paused); ``note``, why,
     is kept with it until it is resumed."""
-    return _set_enabled(app, name, False, _now(now), note)
+    return _set_enabled(app, name, False, _now(now), note, changed_by)
 
 
-def resume(app: Celery, name: str, *, now: datetime | None = None) -> Upserted:
+def resume(
+    app: Celery, name: str, *, now: datetime | None = None, changed_by: str | None = None
+) -> Upserted:
     """Run the paused entry ``name`` again from its next occurrence after now (those
     that fell while it was paused do not run); its pause note goes."""
-    return _set_enabled(app, name, True, _now(now))
+    return _set_enabled(app, name, True, _now(now), changed_by=changed_by)
 
 
-def run_now(app: Celery, name: str, *, now: datetime | None = None) -> str:
+def run_now(
+    app: Celery, name: str, *, now: datetime | None = None, changed_by: str | None = None
+) -> str:
     """Send one extra occurrence of the entry ``name`` at once, with its own task id,
     leaving its schedule as it is; that task id. An entry whose message cannot be built
     (stored by other code) raises a ``ValueError``, as ``upsert`` refuses it."""
-    entry, moment = _existing(app, name).entry, _now(now)
-    OccurrenceWriter(app).check(entry, moment)
-    result = send_occurrence(app, entry, moment)
-    return str(result.id)
+    moment = _now(now)
+    with open_store(app) as store, acting(changed_by):
+        found = _found(EntryRegistry(store.client, store.keys), name)
+        OccurrenceWriter(app).check(found.entry, moment)
+        task_id = str(send_occurrence(app, found.entry, moment).id)
+        ChangeLog(store.client, store.keys).ran_now(name, found.version, task_id)
+    return task_id
 
 
 def get(app: Celery, name: str, *, now: datetime | None = None) -> EntryInfo | None:
@@ -253,7 +272,7 @@ def sync_settings(app: Celery, beat_schedule: Mapping[str, Any], now: datetime) 
     writer = OccurrenceWriter(app)
     written: list[str] = []
     refused: list[str] = []
-    with open_store(app) as store:
+    with open_store(app) as store, acting(via="settings"):
         registry = EntryRegistry(store.client, store.keys)
         kept = {each.entry.name: each for each in registry.all()}
         for name, entry in wanted.items():
@@ -327,43 +346,24 @@ def _definition(entry: PeriodicEntry) -> dict[str, Any]:
 
 
 def _set_enabled(
-    app: Celery, name: str, enabled: bool, moment: datetime, note: str = ""
+    app: Celery,
+    name: str,
+    enabled: bool,
+    moment: datetime,
+    note: str = "",
+    changed_by: str | None = None,
 ) -> Upserted:
     """Pause or resume: an entry resumed is checked as ``upsert`` checks it (a paused one
     sends nothing, so an entry that cannot be sent can always be paused)."""
     writer = OccurrenceWriter(app)
-    with open_store(app) as store:
+    with open_store(app) as store, acting(changed_by):
         registry = EntryRegistry(store.client, store.keys)
         entry = replace(_found(registry, name).entry, enabled=enabled, note=note)
         if enabled:
             writer.check(entry, moment)
-        version, replaced = registry.put(entry)
+        version, replaced = registry.put(entry, "resumed" if enabled else "paused")
     writer.advance(entry, version, moment)
     return Upserted(version, replaced)
-
-
-#: The apps whose task modules ``_task_known`` imported.
-_IMPORTED: WeakSet[Celery] = WeakSet()
-
-
-def _task_known(app: Celery, task: str) -> bool:
-    """Whether ``app`` has the task ``task``, once its task modules are imported as a
-    worker imports them: Django's ``autodiscover_tasks`` (and ``imports``/``include``)
-    wait for ``app.loader.import_default_modules``, which a shell or a CLI never runs."""
-    if task in app.tasks:
-        return True
-    if app not in _IMPORTED:
-        _IMPORTED.add(app)
-        try:
-            app.loader.import_default_modules()
-        except Exception as exc:  # the workers will say it louder; the entry is kept
-            logger.warning("the task modules of app %r do not import: %s", app.main, exc)
-    return task in app.tasks
-
-
-def _existing(app: Celery, name: str) -> Versioned:
-    with open_store(app) as store:
-        return _found(EntryRegistry(store.client, store.keys), name)
 
 
 def _found(registry: EntryRegistry, name: str) -> Versioned:

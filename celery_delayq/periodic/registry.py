@@ -8,19 +8,26 @@ Versions only go forward: each write is a compare-and-set of the entry's field, 
 two changes at once the one with the newer version stays, whole, whichever lands last,
 and beats follow it. Beats syncing ``beat_schedule`` write with ``put_if`` instead,
 so a beat starting beside another keeps the entry (and anchor) the other wrote.
+
+Each change is recorded in the entry's change log (audit/), by whoever acts
+(``audit.acting``), in the same script call as the change: a write that leaves the entry's
+fields as they were (a repeated upsert) is not recorded.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Union
+from typing import Any, Union
 
 import redis
 
 from ..core.layout.keys import KeySpace
 from ..core.lua import StoreScripts
+from .audit import ChangeLog, current_actor
+from .audit.changelog import field_changes, record_text
 from .entry import MAX_NAME_LENGTH, PeriodicEntry, error_text
 
 logger = logging.getLogger(__name__)
@@ -66,12 +73,13 @@ class EntryRegistry:
         self.client = client
         self.keys = keys
 
-    def put(self, entry: PeriodicEntry) -> tuple[int, bool]:
+    def put(self, entry: PeriodicEntry, action: str | None = None) -> tuple[int, bool]:
         """Store ``entry`` under its name with a new version: (that version, whether an
         entry of that name was there). A change that took a newer version meanwhile and
-        is stored already stays: this one counts as made before it."""
+        is stored already stays: this one counts as made before it. ``action``: what
+        the change log calls it (default: created, or updated)."""
         text = entry.to_json()
-        version, before, _ = self._change(entry.name, lambda version: f"{version} {text}")
+        version, before, _ = self._change(entry.name, lambda version: f"{version} {text}", action)
         return version, before is not None
 
     def put_if(self, entry: PeriodicEntry, expected: int | None) -> int | None:
@@ -84,17 +92,18 @@ class EntryRegistry:
         if (found.version if found is not None else None) != expected:
             return None
         version = self._version_above(expected or 0)
-        return version if self._swap(entry.name, raw, f"{version} {entry.to_json()}") else None
+        written = self._swap(entry.name, raw, f"{version} {entry.to_json()}", version)
+        return version if written else None
 
     def remove(self, name: str) -> tuple[int, Read | None]:
         """Forget the entry named ``name``: the version the removal takes (newer than the
         entry's, for the tombstone it leaves in the entry's queue: writer.py) and the
         entry removed (None: there was none, or a newer change came first and stays)."""
-        version, before, written = self._change(name, lambda version: "")
+        version, before, written = self._change(name, lambda version: "", "removed")
         return version, _read(name, before) if written and before is not None else None
 
     def _change(
-        self, name: str, value: Callable[[int], str]
+        self, name: str, value: Callable[[int], str], action: str | None
     ) -> tuple[int, bytes | str | None, bool]:
         """Write ``value(version)`` ("": delete) for the entry ``name`` with a new version,
         unless one newer is stored: (the version, what was there, whether it was
@@ -108,7 +117,7 @@ class EntryRegistry:
                 if found.version <= last:  # a change after this one: it stays
                     return version, raw, False
                 version = self._version_above(found.version)  # no INCR gave it
-            elif self._swap(name, raw, value(version)):
+            elif self._swap(name, raw, value(version), version, action):
                 return version, raw, True
 
     def _version_above(self, floor: int) -> int:
@@ -119,12 +128,29 @@ class EntryRegistry:
             version = int(self.client.incrby(self.keys.periodic_versions, floor - version + 1))
         return version
 
-    def _swap(self, name: str, read: bytes | str | None, value: str) -> bool:
-        """Set (``value`` "": delete) the entry ``name`` if it is still ``read``: one
-        key, so one slot on a Redis Cluster."""
-        args = [name, "" if read is None else read, value]
+    def _swap(
+        self,
+        name: str,
+        read: bytes | str | None,
+        value: str,
+        version: int,
+        action: str | None = None,
+    ) -> bool:
+        """Set (``value`` "": delete) the entry ``name`` if it is still ``read``, with
+        the change's record: one slot on a Redis Cluster (unless the key prefix keeps the
+        log out of it: then the record follows in a second call)."""
+        keys, args = [self.keys.periodic_entries], [name, "" if read is None else read, value]
+        record = _record(read, value, version, action)
+        log = ChangeLog(self.client, self.keys)
+        beside = record is not None and self.keys.changes_beside_entries
+        if record is not None and beside:
+            more_keys, more_args = log.script_part(name, record)
+            keys, args = keys + more_keys, args + more_args
         scripts = StoreScripts(self.client)  # made here: a beat's pass only reads
-        return bool(scripts.swap_field(keys=[self.keys.periodic_entries], args=args))
+        written = bool(scripts.swap_field(keys=keys, args=args))
+        if written and record is not None and not beside:
+            log.append(name, record)
+        return written
 
     def get(self, name: str) -> Versioned | None:
         """The entry named ``name``, or None (also for one that cannot be read)."""
@@ -154,6 +180,29 @@ class EntryRegistry:
             [each for each in read.values() if isinstance(each, Versioned)],
             [each for each in read.values() if isinstance(each, Unreadable)],
         )
+
+
+def _record(read: bytes | str | None, value: str, version: int, action: str | None) -> str | None:
+    """The change log's record of writing ``value`` over ``read`` (None: nothing to
+    record, as an update that changes no field, or removing what is not there)."""
+    old, new = _fields(read), _fields(value)
+    if not old and not new:
+        return None
+    actor, changes = current_actor(), field_changes(old, new)
+    chosen = actor.action or action or ("created" if read is None else "updated")
+    if chosen == "updated" and not changes:
+        return None
+    return record_text(actor, chosen, changes, version)
+
+
+def _fields(stored: bytes | str | None) -> dict[str, Any]:
+    """A stored entry's fields, as JSON holds them ({}: none, or unreadable)."""
+    text = stored.decode("utf-8", "replace") if isinstance(stored, bytes) else stored or ""
+    try:
+        found = json.loads(text.partition(" ")[2]) if text else {}
+    except Exception:  # crafted bytes, nested too deep...
+        return {}
+    return found if isinstance(found, dict) else {}
 
 
 def read_version(text: str) -> int | None:

@@ -10,9 +10,11 @@ channel's diverter hands back what it would store (``Diverter.capture``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from datetime import datetime, timedelta
 from typing import Any
+from weakref import WeakSet
 
 from celery import Celery
 
@@ -22,7 +24,9 @@ from ..core.store import DelayedStore, Scheduled
 from .entry import PeriodicEntry
 from .records import ENTRY_HEADER, OCCURRENCE_HEADER, OVERLAP_HEADER
 
-__all__ = ["occurrence_messages", "send_occurrence", "store_of"]
+__all__ = ["occurrence_messages", "send_occurrence", "store_of", "task_known"]
+
+logger = logging.getLogger(__name__)
 
 
 def store_of(producer: Any) -> DelayedStore:
@@ -69,3 +73,22 @@ def send_occurrence(app: Celery, entry: PeriodicEntry, occurrence: datetime, **s
     return app.send_task(
         entry.task, args=entry.args, kwargs=dict(entry.kwargs), headers=headers, **options, **send
     )
+
+
+#: The apps whose task modules ``task_known`` imported.
+_IMPORTED: WeakSet[Celery] = WeakSet()
+
+
+def task_known(app: Celery, task: str) -> bool:
+    """Whether ``app`` has the task ``task``, once its task modules are imported as a
+    worker imports them: Django's ``autodiscover_tasks`` (and ``imports``/``include``)
+    wait for ``app.loader.import_default_modules``, which a shell or a CLI never runs."""
+    if task in app.tasks:
+        return True
+    if app not in _IMPORTED:
+        _IMPORTED.add(app)
+        try:
+            app.loader.import_default_modules()
+        except Exception as exc:  # the workers will say it louder; the entry is kept
+            logger.warning("the task modules of app %r do not import: %s", app.main, exc)
+    return task in app.tasks

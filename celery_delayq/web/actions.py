@@ -20,8 +20,9 @@ from ..ops import api
 from ..ops.browse import TaskFilter, count_matching, matching
 from ..ops.when import iso, parse_moment
 from ..periodic import manage
+from ..periodic.audit import acting
 from ..periodic.entry import MAX_NAME_LENGTH, MAX_NOTE_LENGTH
-from .context import context, problem
+from .context import acting_user, context, problem
 from .links import back_to
 from .views import BadFilter, filter_from
 
@@ -214,18 +215,19 @@ def _perform_periodic(verb: str, names: list[str], note: str) -> None:
     act, did = PERIODIC_VERBS[verb]
     done, gone, refused = [], [], []
     noted = {"note": note} if verb == "pause" else {}
-    for name in names:
-        try:
-            result = act(context().celery, name, **noted)
-        except KeyError:  # removed since it was looked up
-            gone.append(repr(name))
-        except ValueError as reason:
-            refused.append(f"{name!r} ({reason})")
-        else:  # remove says False for an entry gone already
-            if result is False:
+    with acting(acting_user(), "dashboard"):  # each change recorded as the user's
+        for name in names:
+            try:
+                result = act(context().celery, name, **noted)
+            except KeyError:  # removed since it was looked up
                 gone.append(repr(name))
-            else:
-                done.append(repr(name) + (f" (task {result})" if verb == "run" else ""))
+            except ValueError as reason:
+                refused.append(f"{name!r} ({reason})")
+            else:  # remove says False for an entry gone already
+                if result is False:
+                    gone.append(repr(name))
+                else:
+                    done.append(repr(name) + (f" (task {result})" if verb == "run" else ""))
     said = [f"{did} periodic {_entries(done)} {', '.join(done)}"] if done else []
     if gone:
         said.append(f"periodic {_entries(gone)} {', '.join(gone)} removed meanwhile")

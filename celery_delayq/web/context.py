@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from celery import Celery
-from flask import current_app, render_template
+from flask import current_app, render_template, request, session
 
 from .guard.access import Access
 from .guard.hosts import HostCheck
@@ -34,6 +34,21 @@ class WebContext:
 def context() -> WebContext:
     ctx: WebContext = current_app.extensions["celery_delayq"]
     return ctx
+
+
+def acting_user() -> str:
+    """Who the dashboard's changes are recorded as made by: the basic-auth user it
+    checked, the web server's ``REMOTE_USER`` (mounted behind another app's login),
+    "token" for a token login, else "anonymous" (no credentials are set)."""
+    auth = request.authorization
+    if context().access.required and auth is not None and auth.type == "basic":
+        return str(auth.username)
+    remote = request.environ.get("REMOTE_USER")
+    if isinstance(remote, str) and remote:
+        return remote
+    if context().access.required and (session.get("login") or auth is not None):
+        return "token"
+    return "anonymous"
 
 
 def problem(status: int, title: str, detail: str) -> tuple[str, int]:

@@ -28,6 +28,7 @@ from celery.schedules import crontab, schedule
 from flask import Blueprint, flash, redirect, render_template, request, url_for
 
 from ..periodic import manage
+from ..periodic.audit import acting
 from ..periodic.describe import entry_text, schedule_text
 from ..periodic.entry import (
     CATCH_UP_POLICIES,
@@ -41,7 +42,7 @@ from ..periodic.entry import (
 from ..periodic.schedules.clocked import clocked
 from ..periodic.writer import OccurrenceWriter
 from .actions import no_entry, writable
-from .context import context, problem
+from .context import acting_user, context, problem
 
 editing = Blueprint("editing", __name__)
 editing.before_request(writable)
@@ -352,7 +353,8 @@ def save() -> Any:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", manage.UnknownTaskWarning)
         try:
-            manage.upsert(app, **got.fields)
+            with acting(acting_user(), "dashboard"):
+                manage.upsert(app, **got.fields)
         except ValueError as exc:  # changed since it was checked: said as the check says it
             got.blame(exc)
             return form_page(got, old, 400)

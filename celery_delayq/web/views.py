@@ -1,4 +1,5 @@
-"""The pages: overview, scheduled tasks, one task, dead letters, periodic entries, doctor,
+"""The pages: overview, scheduled tasks, one task, dead letters, periodic entries (and one
+entry's change log), doctor,
 and the token login and logout. Every page reads the store afresh, a bounded amount per
 request; nothing but the moves chart and the last full doctor check is kept between
 requests.
@@ -34,7 +35,9 @@ from ..ops.browse import Cursor, Task, TaskFilter, browse
 from ..ops.health import doctor as run_doctor
 from ..ops.when import parse_moment
 from ..periodic import manage
+from ..periodic.audit import changes
 from ..periodic.describe import entry_text
+from ..periodic.entry import MAX_NAME_LENGTH
 from .charts import bar_chart, line_chart
 from .context import context, problem
 from .links import back_to
@@ -240,6 +243,21 @@ def periodic() -> Any:
     return render_template(
         "periodic.html", entries=listed, schedules=schedules, unreadable=found.unreadable
     )
+
+
+@pages.get("/periodic/history")
+def periodic_history() -> Any:
+    """One periodic entry's change log (also once it is removed), newest first: who
+    changed it, when, through what, and each field's old and new value."""
+    name = request.args.get("name", "")
+    if not name or len(name) > MAX_NAME_LENGTH:
+        return problem(
+            400, "Bad entry name", f"Name one entry, of at most {MAX_NAME_LENGTH} characters."
+        )
+    app = context().celery
+    with open_store(app, fail_fast=True):  # Redis down: a 503 at once
+        found = changes(app, name)
+    return render_template("periodic_history.html", name=name, records=found)
 
 
 @pages.get("/doctor")

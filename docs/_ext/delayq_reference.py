@@ -262,7 +262,7 @@ class MetricsDirective(GeneratedDirective):
 
 
 #: One line of keys.py's layout table: key, type, then what it holds.
-_LAYOUT_ROW = re.compile(r"^    (P:\S+)\s+(SET|HASH|PUBSUB|ZSET|STRING)\s+(.*)$")
+_LAYOUT_ROW = re.compile(r"^    (P:\S+)\s+(SET|HASH|PUBSUB|ZSET|STRING|LIST)\s+(.*)$")
 
 
 def key_layout() -> list[tuple[str, str, str]]:
@@ -288,7 +288,7 @@ def keyspace_keys() -> set[str]:
     names = {space.queues, space.movers, space.wakeup_channel, space.inspect_claim("Q", "<T>")}
     names |= {*queue.handover_keys(), *queue.move_keys(), queue.page("<n>")}
     names |= {space.periodic_entries, space.periodic_versions}
-    names |= {space.periodic_runs, space.periodic_counts}
+    names |= {space.periodic_runs, space.periodic_counts, space.periodic_changes("<name>")}
     names |= {queue.periodic_marks, queue.periodic_ahead, queue.periodic_gone}
     names |= {space.off_shard_queues, queue.by_task, queue.deliveries("<M>")}
     return names

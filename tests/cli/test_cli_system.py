@@ -7,9 +7,17 @@ import urllib.request
 
 import pytest
 
+from celery_delayq.periodic.audit.actors import os_user
 from celery_delayq.testing import free_port, wait_until
 
-from ..helpers import celery_process, invoke, remember, standalone_mover
+from ..helpers import (
+    PERIODIC_TASK,
+    celery_process,
+    invoke,
+    remember,
+    run_celery,
+    standalone_mover,
+)
 
 pytestmark = pytest.mark.system
 
@@ -53,3 +61,16 @@ def test_the_web_command_serves_the_dashboard_until_sigterm(app, redis_server):
         web.terminate()
         web.wait(timeout=20)
     assert web.returncode == 0 and "celery-delayq web: stopped" in web.output
+
+
+@pytest.mark.promise("periodic-change-log")
+def test_a_change_made_by_the_celery_command_is_in_its_history(redis_server):
+    """``celery delayq periodic`` in a process of its own: its change is recorded as the
+    OS user's, through the CLI, and ``history`` prints it."""
+    add = ["delayq", "periodic", "add", "tick", "--task", PERIODIC_TASK, "--every", "60"]
+    added = run_celery(redis_server.url, {}, *add)
+    assert added.returncode == 0, added.stderr
+    shown = run_celery(redis_server.url, {}, "delayq", "periodic", "history", "tick", "--json")
+    assert shown.returncode == 0, shown.stderr
+    (created,) = json.loads(shown.stdout)
+    assert (created["action"], created["via"], created["who"]) == ("created", "cli", os_user())

@@ -73,7 +73,8 @@ def ticks(client: redis.Redis) -> list[dict[str, Any]]:
 def use_the_dashboard(app: Celery, task_id: str) -> None:
     """Every page, and a reschedule and a periodic pause and resume through its forms."""
     client = create_app(app, access=Access(), warn_without_credentials=False).test_client()
-    for path in ("/", "/scheduled", "/dead", "/doctor", "/periodic", f"/task/{task_id}"):
+    pages = ("/", "/scheduled", "/dead", "/doctor", "/periodic", "/periodic/history?name=tick")
+    for path in (*pages, f"/task/{task_id}"):
         assert client.get(path).status_code == 200, path
     body = client.get("/scheduled").get_data(as_text=True)
     token = re.search(r'name="csrf_token" value="([^"]+)"', body).group(1)  # type: ignore[union-attr]
@@ -117,8 +118,10 @@ def test_a_worker_beat_the_periodic_api_the_cli_doctor_and_the_dashboard_run_as_
         assert "api" not in listed and listed["tick"]["next_runs"]
         with pytest.warns(periodic.UnknownTaskWarning):
             cli(app, "periodic", "add", "cli", "--task", TICK, "--every", "60")
-        for verb in ("show", "pause", "resume", "run", "remove"):
+        for verb in ("show", "pause", "resume", "run", "remove", "history"):
             cli(app, "periodic", verb, "cli")
+        changed = [getattr(each, "action", None) for each in periodic.changes(app, "api")]
+        assert changed == ["removed", "ran now", "resumed", "paused", "created"]
 
         # Delayed tasks through the CLI.
         pending = remember(app, "pending", countdown=600)

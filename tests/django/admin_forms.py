@@ -15,16 +15,16 @@ from django.test import Client
 TASKS = "/admin/django_celery_beat/periodictask/"
 
 
-def staff_client() -> Client:
+def staff_client(username: str = "admin") -> Client:
     """A client signed in, through the admin's login form, as a new superuser."""
-    get_user_model().objects.create_superuser("admin", "admin@example.com", "a-long-Secret-9876")
+    get_user_model().objects.create_superuser(username, "admin@example.com", "a-long-Secret-9876")
     client = Client()
     page = client.get("/admin/login/")
     answer = client.post(
         "/admin/login/",
         {
             **FormValues.of(page.content.decode()),
-            "username": "admin",
+            "username": username,
             "password": "a-long-Secret-9876",
         },
     )

@@ -39,7 +39,7 @@ pytestmark = [
 SETTINGS = "tests.django.settings_admin_beat"
 TICK = "tests.django.site_tasks.tick"
 SWEEP = "confirm-overdue-orders"  # the site's CELERY_BEAT_SCHEDULE names it
-SECOND, TWO = timedelta(seconds=1), timedelta(seconds=2)
+SECOND, TWO, MINUTE = timedelta(seconds=1), timedelta(seconds=2), timedelta(minutes=1)
 
 
 def worker(redis_url: str):
@@ -269,3 +269,26 @@ def test_two_database_scheduler_beats_each_send_every_entry(site_app, redis_serv
     span = sent[-1]["at"] - sent[0]["at"]
     # one beat would have sent at most one run every 2 seconds
     assert len(sent) > span / 2 + 2
+
+
+@pytest.mark.promise("periodic-change-log")
+def test_each_admin_change_is_in_the_entrys_history_with_its_user(site_app, redis_server):
+    """A row made by code is recorded as the admin's (no user known); its change saved
+    in the admin, as the admin user's; its deletion; each once, though two beats sync."""
+    admin = staff_client("ada")
+    row = PeriodicTask.objects.create(name="tick", task=TICK, interval=every(60))
+    with ExitStack() as stack:
+        for _ in range(2):
+            stack.enter_context(beat(redis_server.url))
+        wait_until(lambda: stored(site_app, "tick") is not None, timeout=30)
+        change(admin, row.pk, interval=every(120).pk)
+        wait_until(lambda: stored(site_app, "tick").schedule.run_every == 2 * MINUTE, timeout=30)
+        delete(admin, row.pk)
+        wait_until(lambda: stored(site_app, "tick") is None, timeout=30)
+    removed, updated, created = periodic.changes(site_app, "tick")
+    assert (created.who, created.via, created.action) == ("admin", "admin", "created")
+    assert created.detail.endswith("(no admin user known)")
+    assert (updated.who, updated.via, updated.action) == ("ada", "admin", "updated")
+    assert list(updated.changed) == ["schedule"] and "120" in (updated.changed["schedule"][1] or "")
+    assert updated.detail.startswith(f"row {row.pk} changed ")
+    assert (removed.action, removed.detail) == ("removed", "row deleted")

@@ -36,10 +36,12 @@ from redis.exceptions import LockError
 
 from ...config.errors import STORE_OUTAGES
 from ...core.store import DelayedStore
+from ...periodic.audit import acting
 from ...periodic.entry import PeriodicEntry, error_text
 from ...periodic.manage import Synced, remove
 from ...periodic.registry import EntryRegistry, Versioned
 from ...periodic.writer import OccurrenceWriter
+from .editors import row_editor
 from .rows import ORIGIN, row_entry
 
 __all__ = ["AdminSync"]
@@ -131,7 +133,8 @@ class _Run:
         names = {row.name for row in rows}
         gone = [n for n, e in stored.items() if e.entry.origin == ORIGIN and n not in names]
         for name in gone:
-            remove(self.sync.app, name, now=self.now)
+            with acting("admin", "admin", "row deleted"):
+                remove(self.sync.app, name, now=self.now)
         self._log_refusals()
         self.sync.rows = kept
         return Synced(self.written, gone, sorted(self.refused))
@@ -139,17 +142,18 @@ class _Run:
     def _row(self, row: PeriodicTask, old: Versioned | None) -> bool:
         """Sync one row; whether its entry is in the store as the row says."""
         try:
-            return self._write(row_entry(self.sync.app, row, self.now), old)
+            return self._write(row_entry(self.sync.app, row, self.now), old, row)
         except ValueError as exc:  # it cannot be an entry, or its messages cannot be sent
             self._refuse(row.name, str(exc))
             if old is not None and old.entry.origin == ORIGIN and old.entry.enabled:
-                self._write(replace(old.entry, enabled=False), old)  # it runs as said, or not
+                self._write(replace(old.entry, enabled=False), old, row)  # runs as said, or not
             return False
 
-    def _write(self, entry: PeriodicEntry, old: Versioned | None) -> bool:
+    def _write(self, entry: PeriodicEntry, old: Versioned | None, row: PeriodicTask) -> bool:
         """Store ``entry`` over ``old`` (as read) unless it is the same; whether it is
-        stored. Another writer's change meanwhile is read, and decided on again. A
-        ``ValueError`` if its messages cannot be sent (``OccurrenceWriter.check``)."""
+        stored (its change recorded as ``row``'s editor's, through the admin). Another
+        writer's change meanwhile is read, and decided on again. A ``ValueError`` if its
+        messages cannot be sent (``OccurrenceWriter.check``)."""
         for _ in range(MOST_TRIES):
             if old is not None:
                 if not self._may_replace(old.entry):
@@ -160,7 +164,9 @@ class _Run:
                     entry = replace(entry, anchor=old.entry.anchor)  # same rhythm, same times
             if entry.enabled:  # a paused entry sends nothing: it can always be paused
                 self.sync.writer.check(entry, self.now)
-            version = self.registry.put_if(entry, None if old is None else old.version)
+            who, detail = row_editor(row)
+            with acting(who, "admin", detail):
+                version = self.registry.put_if(entry, None if old is None else old.version)
             if version is not None:
                 self.sync.writer.advance(entry, version, self.now, self.producer)
                 self.written.append(entry.name)

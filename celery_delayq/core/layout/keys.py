@@ -23,6 +23,12 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
                                 "running:<name>" -> "<occurrence ms> <lease end ms>" of
                                 the run going (overlap skip). One key: a run's start is
                                 one script call (lua/run_start.lua), on a cluster too
+    P:periodic:changes:{P:periodic}:<name> LIST the change log of periodic entry
+                                <name>, newest first: one JSON record per change
+                                (periodic/audit/), the last 100,
+                                expiring 90 days after the last; its tag puts it in the
+                                slot of P:periodic (when P holds a hash tag itself, the
+                                key is P:periodic:changes:<name>, under that tag)
     P:wakeup            PUBSUB channel; a due time is published when a queue gets
                                 a new earliest message, so sleeping movers wake early
     P:{Q}:msg           HASH   message key -> record (due time, destination list unless
@@ -100,6 +106,13 @@ PAGE_SIZE = 120
 
 #: A shard's suffix to a queue's tag: a name ending like it would share a shard's keys.
 _SHARD_SUFFIX = re.compile(r"\|[0-9]+\Z")
+
+
+def _hash_tag(key: str) -> str | None:
+    """The hash tag Redis Cluster hashes ``key`` by, or None (it hashes the whole key)."""
+    start = key.find("{")
+    end = key.find("}", start + 1) if start >= 0 else -1
+    return key[start + 1 : end] if end > start + 1 else None
 
 
 def tag_of(queue: str) -> str:
@@ -225,6 +238,23 @@ class KeySpace(NamedTuple):
     @property
     def periodic_counts(self) -> str:
         return self._named("periodic:counts")
+
+    def periodic_changes(self, name: str) -> str:
+        """The change log of the periodic entry ``name``, under the prefix (an ACL's key
+        pattern holds it) and in the slot of ``periodic_entries`` wherever a key can be
+        (``changes_beside_entries``)."""
+        entries = self.periodic_entries
+        if _hash_tag(entries) is not None or not self.changes_beside_entries:
+            return f"{entries}:changes:{name}"
+        return f"{entries}:changes:{{{entries}}}:{name}"
+
+    @property
+    def changes_beside_entries(self) -> bool:
+        """Whether the change logs share the slot of ``periodic_entries``, so that a
+        change and its record are one script call: not when the prefix holds a brace
+        outside a hash tag (no key under that prefix hashes as the whole key does)."""
+        entries = self.periodic_entries
+        return _hash_tag(entries) is not None or not {"{", "}"} & set(entries)
 
     @property
     def wakeup_channel(self) -> str:
