@@ -32,7 +32,7 @@ from .model import (
     Incoming,
     Skipped,
     app_zone,
-    catch_up_note,
+    policy_notes,
     read_each,
     rule_of,
     unfit_elsewhere,
@@ -70,7 +70,7 @@ def export(app: Celery, infos: list[EntryInfo], now: datetime) -> Export:
         if reason is not None:
             skipped.append(Skipped(entry.name, reason))
             continue
-        notes += catch_up_note(entry, WHAT) + _own_note(entry)
+        notes += policy_notes(entry, WHAT) + _own_note(entry)
         lines.append(f"    {entry.name!r}: {{\n{_item(app, entry)}    }},\n")
     more = "".join(lines)
     imports = "\nfrom celery_delayq.periodic import clocked\n" if "clocked(" in more else ""

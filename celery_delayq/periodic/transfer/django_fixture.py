@@ -30,10 +30,10 @@ from .model import (
     Incoming,
     Skipped,
     app_zone,
-    catch_up_note,
     celerys_own,
     every_of,
     last_run,
+    policy_notes,
     read_each,
     unfit_elsewhere,
 )
@@ -176,7 +176,7 @@ def export(app: Celery, infos: list[EntryInfo], now: datetime) -> Export:
         if reason is not None:
             skipped.append(Skipped(entry.name, reason))
             continue
-        notes += catch_up_note(entry, WHAT)
+        notes += policy_notes(entry, WHAT)
         kind, row = _schedule_row(entry)
         key = (kind, json.dumps(row, sort_keys=True))
         if key not in schedules:

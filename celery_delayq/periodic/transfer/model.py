@@ -126,11 +126,19 @@ def rule_of(entry: PeriodicEntry) -> tuple[str, datetime]:
     return rule.rule, start.replace(microsecond=0)
 
 
-def catch_up_note(entry: PeriodicEntry, what: str) -> list[str]:
-    """The note for a ``catch_up`` another scheduler does not keep."""
-    if entry.catch_up == "latest":
-        return []
-    return [f"{entry.name}: catch_up {entry.catch_up!r} is not kept: {what} runs the latest once"]
+def policy_notes(entry: PeriodicEntry, what: str) -> list[str]:
+    """The notes for a ``catch_up`` or an ``overlap`` another scheduler does not keep."""
+    notes = []
+    if entry.catch_up != "latest":
+        notes.append(
+            f"{entry.name}: catch_up {entry.catch_up!r} is not kept: {what} runs the latest once"
+        )
+    if entry.overlap != "allow":
+        notes.append(
+            f"{entry.name}: overlap {entry.overlap!r} is not kept: {what} starts every "
+            "occurrence, the previous run going or not"
+        )
+    return notes
 
 
 def celerys_own(name: str, task: str) -> Skipped | None:

@@ -30,11 +30,11 @@ from .model import (
     Incoming,
     Skipped,
     app_zone,
-    catch_up_note,
     celery_schedule,
     celerys_own,
     every_of,
     last_run,
+    policy_notes,
     read_each,
     unfit_elsewhere,
 )
@@ -68,7 +68,7 @@ def export(app: Celery, infos: list[EntryInfo], now: datetime, prefix: str) -> E
         if reason is not None:
             skipped.append(Skipped(entry.name, reason))
             continue
-        notes += catch_up_note(entry, WHAT)
+        notes += policy_notes(entry, WHAT)
         if entry.description:
             notes.append(f"{entry.name}: its description is not kept: redbeat has none")
         definition = {
