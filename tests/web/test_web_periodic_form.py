@@ -21,8 +21,6 @@ from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
 from celery_delayq import periodic
-from celery_delayq.web import create_app
-from celery_delayq.web.guard.access import Access
 
 from ..helpers import PERIODIC_TASK as TASK
 from .periodic_pages import error_beside, errors_said, form_fields, preview_runs
@@ -74,16 +72,6 @@ KINDS: dict[str, tuple[dict[str, str], list[tuple[str, str]]]] = {
 }
 #: The fields every form above shares: its start, on the entry's clocks.
 COMMON = {"name": "nightly", "task": TASK, "start_time": "2030-06-01T00:00"}
-
-
-@pytest.fixture
-def app(periodic_app: Celery) -> Celery:
-    return periodic_app
-
-
-@pytest.fixture
-def client(app: Celery) -> Any:
-    return create_app(app, access=Access()).test_client()
 
 
 def submit(client: Any, do: str, **fields: str) -> Any:
