@@ -14,7 +14,12 @@ from hypothesis import strategies as st
 
 from celery_delayq.periodic.cron_times import fixed_instant
 from celery_delayq.periodic.occurrences import Occurrences
-from celery_delayq.periodic.schedules.rrules import as_rrule_schedule, rrule_schedule
+from celery_delayq.periodic.schedules.rrules import (
+    RuleFields,
+    as_rrule_schedule,
+    rrule_schedule,
+    rule_fields,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -291,3 +296,42 @@ def test_a_rule_is_kept_as_its_text_and_its_start_in_the_entrys_zone(given, kept
 def test_what_is_no_single_rfc_5545_rule_is_refused(given, says) -> None:
     with pytest.raises(ValueError, match=says):
         as_rrule_schedule(given, BERLIN, FALLBACK)
+
+
+@pytest.mark.parametrize(
+    ("rule", "fields"),
+    [
+        (
+            rrulestr("DTSTART:20260301T090000\nRRULE:FREQ=DAILY;COUNT=3"),
+            RuleFields(datetime(2026, 3, 1, 9), 3, None, False),
+        ),
+        (
+            rrulestr("RRULE:FREQ=WEEKLY;UNTIL=20260401T000000Z", dtstart=utc(2026, 3, 2, 8)),
+            RuleFields(utc(2026, 3, 2, 8), None, utc(2026, 4, 1), False),
+        ),
+        (
+            rrulestr(
+                "DTSTART;TZID=Europe/Berlin:20260301T090000\nRRULE:FREQ=DAILY;UNTIL=20260310T080000Z",
+                tzids=ZoneInfo,
+            ),
+            RuleFields(
+                datetime(2026, 3, 1, 9, tzinfo=BERLIN),
+                None,
+                datetime(2026, 3, 10, 9, tzinfo=BERLIN),
+                False,
+            ),
+        ),
+        (
+            rrule(DAILY, dtstart=datetime(2026, 1, 1), byeaster=0, count=2),
+            RuleFields(datetime(2026, 1, 1), 2, None, True),
+        ),
+    ],
+)
+def test_the_fields_read_from_dateutils_rrule_are_those_it_was_made_with(rule, fields) -> None:
+    """dateutil has no public accessor for these (rrules.rule_fields reads its attributes):
+    pinned here, run on the oldest dateutil allowed and the newest."""
+    found = rule_fields(rule)
+    assert found == fields  # aware times: the same instants
+    assert [m is None or m.tzinfo is None for m in (found.dtstart, found.until)] == [
+        m is None or m.tzinfo is None for m in (fields.dtstart, fields.until)
+    ]
