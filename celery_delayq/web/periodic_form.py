@@ -39,6 +39,7 @@ from ..periodic.entry import (
 )
 from ..periodic.schedules.clocked import clocked
 from ..periodic.writer import OccurrenceWriter
+from ..worker.poison import MAX_DEPTH, nested_deeper
 from .actions import no_entry, writable
 from .context import context, problem
 
@@ -99,6 +100,8 @@ class Submitted:
         """Say the entry model's refusal beside the field it names."""
         text = str(error)
         found = [name for start, name in BLAMED.items() if text.startswith(start)]
+        if not found and "MessageTooLarge" in text:  # the arguments make it so
+            found = [max(("args", "kwargs"), key=lambda name: len(self.values[name]))]
         if not found and " refused: " in text and "never fires" not in text:
             found = ["options"]  # its message cannot be built: the routing options
         self.errors[found[0] if found else KINDS.get(self.values["kind"], "")] = text
@@ -177,9 +180,12 @@ def json_of(text: str, empty: Any) -> Any:
     if not text:
         return empty
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"not JSON: {exc}") from None
+    if nested_deeper(MAX_DEPTH, value):  # a worker could not hand it to its pool
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return value
 
 
 def checked(app: Celery, got: Submitted, old: PeriodicEntry | None) -> PeriodicEntry | None:
