@@ -4,6 +4,7 @@ DST included, whatever time they are asked from, however long ago they started."
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -205,6 +206,54 @@ def test_an_hourly_rule_fires_once_per_wall_hour_across_fall_back() -> None:
         utc(2026, 10, 25, 2),
         utc(2026, 10, 25, 3),
     ]
+
+
+# --- rules that fire rarely, or never ---------------------------------------------------------
+
+#: Rules that never fire: no 30 February, no second time in a day of one, no 31 April.
+NEVER = [
+    "FREQ=SECONDLY;BYMONTH=2;BYMONTHDAY=30",
+    "FREQ=DAILY;BYHOUR=9;BYSETPOS=2",
+    "FREQ=MINUTELY;BYMONTH=4;BYMONTHDAY=31;UNTIL=20300101T000000",
+]
+
+
+@pytest.mark.parametrize("rule", NEVER)
+def test_a_rule_that_never_fires_has_no_next_time(rule) -> None:
+    never = occurrences(rule, zone=ZoneInfo("UTC"), dtstart=datetime(2026, 3, 1, 9))
+    assert never.after(utc(2026, 3, 1)) is None
+
+
+@pytest.mark.slow
+def test_a_rule_that_never_fires_is_found_to_in_a_fraction_of_dateutils_walk() -> None:
+    """dateutil walks the calendar day by day to the year 9999 for a rule that never fires
+    (seconds of CPU, on every call: a preview or a beat's pass held that long); here the
+    walk ends within 500 years of the time asked, and a later call does not walk again."""
+    rule, start = NEVER[0], datetime(2026, 3, 2, 9)
+    spent = time.process_time()
+    assert rrulestr(f"RRULE:{rule}", dtstart=start).after(start) is None
+    dateutils = time.process_time() - spent
+    spent = time.process_time()
+    assert occurrences(rule, zone=ZoneInfo("UTC"), dtstart=start).after(utc(2026, 3, 2)) is None
+    assert occurrences(rule, zone=ZoneInfo("UTC"), dtstart=start).after(utc(2026, 3, 3)) is None
+    assert time.process_time() - spent < dateutils / 4
+
+
+def test_a_time_within_a_century_is_found_and_one_further_counts_as_none() -> None:
+    zone = ZoneInfo("UTC")
+    leap_monday = occurrences(
+        "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=29;BYDAY=MO", zone=zone, dtstart=datetime(2026, 1, 1)
+    )
+    assert leap_monday.after(utc(2026, 1, 1)) == utc(2044, 2, 29)
+    assert leap_monday.after(utc(2044, 2, 29)) == utc(2072, 2, 29)
+    far = "FREQ=YEARLY;COUNT=3"
+    assert occurrences(far, zone=zone, dtstart=datetime(2140, 1, 1)).after(utc(2026, 1, 1)) is None
+    found = occurrences(far, zone=zone, dtstart=datetime(2140, 1, 1)).after(utc(2045, 1, 1))
+    assert found == utc(2140, 1, 1)
+    unbounded = occurrences("FREQ=YEARLY", zone=zone, dtstart=datetime(2140, 1, 1))
+    assert unbounded.after(utc(2026, 1, 1)) is None
+    later = occurrences("FREQ=YEARLY", zone=zone, dtstart=datetime(2140, 1, 1))
+    assert later.after(utc(2045, 1, 1)) == utc(2140, 1, 1)
 
 
 # --- count, until, start --------------------------------------------------------------------------

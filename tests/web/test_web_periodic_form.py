@@ -231,6 +231,7 @@ REFUSED = [
     ({"kind": "clocked", "at": "2001-01-01T00:00"}, "at", "it never fires in time zone UTC"),
     ({"kind": "rrule", "rrule": "FREQ=SOMETIMES"}, "rrule", "not an RFC 5545 rule"),
     ({"kind": "rrule", "rrule": "FREQ=DAILY;COUNT=100001"}, "rrule", "COUNT is at most 100,000"),
+    ({"kind": "rrule", "rrule": "FREQ=SECONDLY;BYMONTH=2;BYMONTHDAY=30"}, "rrule", "never fires"),
     ({"args": "[1,"}, "args", "not JSON: "),
     ({"args": '{"a": 1}'}, "args", "args must be a list or a tuple, not dict"),
     ({"args": "[" * 65 + "]" * 65}, "args", "JSON nested deeper than 64 levels"),
