@@ -222,6 +222,7 @@ REFUSED = [
     ({"every": ""}, "every", "give the interval's interval"),
     ({"every": "soon"}, "every", "an interval is a number of seconds, not 'soon'"),
     ({"every": "inf"}, "every", "an interval is a finite number of seconds"),
+    ({"every": "1e20"}, "every", "an interval is at most 86,400,000,000,000 seconds"),
     ({"every": "0"}, "every", "an interval must be positive, not 0:00:00"),
     ({"every": "0.5", "relative": "on"}, "every", "a relative interval must be at least 1"),
     ({"kind": "crontab", "cron": "0 3 * *"}, "cron", "a crontab is five fields"),
@@ -245,6 +246,9 @@ REFUSED = [
     ({"catch_up": "sometimes"}, "catch_up", "catch_up must be one of latest, all, none"),
     ({"start_time": "1 June"}, "start_time", "a time is ISO 8601"),
     ({"expires": "2029-01-01T00:00"}, "expires", "expires must be after start_time"),
+    ({"expires": "9999-12-31T23:59", "timezone": "Etc/GMT+12"}, "expires", "outside the years"),
+    ({"start_time": "9999-12-31T23:59", "timezone": "Etc/GMT+12"}, "start_time", "outside the"),
+    ({"kind": "clocked", "at": "9999-12-31T23:59", "timezone": "Etc/GMT+12"}, "at", "outside the"),
     ({"description": "d" * 1001}, "description", "description must be text of at most 1000"),
     ({"args": "[NaN]"}, "", "entry 'nightly' cannot be stored as JSON"),
 ]
