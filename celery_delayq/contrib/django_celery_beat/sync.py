@@ -112,6 +112,8 @@ def _release(lock: Any) -> None:
         lock.release()
 
 
+#: What ends a sync: its lock lost, or Redis out of reach (a later pass syncs again).
+_STOPS: tuple[type[Exception], ...] = (LockError, *STORE_OUTAGES)
 #: The schedules a row may point to, read with it in one query.
 _SCHEDULES = ("interval", "crontab", "solar", "clocked")
 
@@ -136,7 +138,7 @@ class _Run:
             try:
                 if self._row(row, stored.get(row.name)) and row.enabled:
                     kept.append(row)
-            except (LockError, *STORE_OUTAGES):
+            except _STOPS:
                 raise  # the lock lost, or Redis down: this sync ends, a later pass syncs again
             except Exception as exc:  # one row stops no other
                 self._refuse(row.name, error_text(exc))
