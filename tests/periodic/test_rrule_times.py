@@ -219,12 +219,14 @@ NEVER = [
 
 
 @pytest.mark.parametrize("rule", NEVER)
+@pytest.mark.promise("periodic-rrule-bounded")
 def test_a_rule_that_never_fires_has_no_next_time(rule) -> None:
     never = occurrences(rule, zone=ZoneInfo("UTC"), dtstart=datetime(2026, 3, 1, 9))
     assert never.after(utc(2026, 3, 1)) is None
 
 
 @pytest.mark.slow
+@pytest.mark.promise("periodic-rrule-bounded")
 def test_a_rule_that_never_fires_is_found_to_in_a_fraction_of_dateutils_walk() -> None:
     """dateutil walks the calendar day by day to the year 9999 for a rule that never fires
     (seconds of CPU, on every call: a preview or a beat's pass held that long); here the
@@ -239,6 +241,7 @@ def test_a_rule_that_never_fires_is_found_to_in_a_fraction_of_dateutils_walk() -
     assert time.process_time() - spent < dateutils / 4
 
 
+@pytest.mark.promise("periodic-rrule-bounded")
 def test_a_time_within_a_century_is_found_and_one_further_counts_as_none() -> None:
     zone = ZoneInfo("UTC")
     leap_monday = occurrences(
