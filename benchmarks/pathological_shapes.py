@@ -15,8 +15,9 @@
   argument in, and what it writes or returns, where a plain command keeps the bytes it
   read). The other queue's lateness (when it was all delivered after the pass began) is set
   against the same pass without the big messages.
-- **never-firing entries**: 1,000 periodic interval entries, of which 10 are crontabs that
-  never fire (``* 1 31 3 sun`` in Antarctica/Troll), against 1,000 that all fire; beat's
+- **never-firing entries**: 1,000 periodic interval entries, of which 10 never fire, half
+  crontabs (``* 1 31 3 sun`` in Antarctica/Troll) and half rules (``FREQ=SECONDLY;
+  BYMONTH=2;BYMONTHDAY=30``), against 1,000 that all fire; beat's
   scheduler (``celery_delayq.beat:Scheduler``) is driven in-process with ``_pass(now)``, a
   pass every 5 s of its clock; per pass, beat's CPU time and the longest script call.
 
@@ -75,12 +76,17 @@ ENTRIES, NEVER_FIRING, PASSES = 1_000, 10, 6
 GOAL_LATENESS = 1.10
 #: A pass longer than this is stopped (older code searched a never-firing crontab on).
 PASS_LIMIT_S = 120
-NEVER = {
-    "schedule": crontab(
-        minute="*", hour="1", day_of_month="31", month_of_year="3", day_of_week="sun"
-    ),
-    "timezone": "Antarctica/Troll",
-}
+#: Entries that never fire, taken in turn: a crontab whose every time falls in a DST gap,
+#: and a rule of 30 February (dateutil walks every day to the year 9999 for it).
+NEVER = [
+    {
+        "schedule": crontab(
+            minute="*", hour="1", day_of_month="31", month_of_year="3", day_of_week="sun"
+        ),
+        "timezone": "Antarctica/Troll",
+    },
+    {"schedule": "FREQ=SECONDLY;BYMONTH=2;BYMONTHDAY=30", "timezone": "UTC"},
+]
 
 
 @dataclass
@@ -335,7 +341,7 @@ def beat_passes(entries: int, never: int, passes: int) -> BeatRun:
             for i in range(entries):
                 shape: dict[str, Any] = {"schedule": 60.0, "timezone": "UTC"}
                 if i < never:
-                    shape = dict(NEVER)
+                    shape = dict(NEVER[i % len(NEVER)])
                 entry = PeriodicEntry(f"e{i:04d}", "bench.tick", anchor=anchor, **shape)
                 registry.put(entry)
         client = redis.Redis.from_url(server.url, socket_timeout=600)

@@ -57,6 +57,8 @@ ORIGINS = ("settings", "api", "django")
 TIMED_OPTIONS = frozenset({"eta", "countdown"})
 #: The longest entry name accepted (it is part of Redis keys and of every occurrence).
 MAX_NAME_LENGTH = 200
+#: The longest time zone name looked up (IANA's are under 40 characters).
+MAX_ZONE_LENGTH = 100
 #: The longest description accepted (free text for people; every beat reads it each pass).
 MAX_DESCRIPTION_LENGTH = 1000
 #: The longest pause note accepted (a line or two for people: why the entry is paused).
@@ -238,10 +240,13 @@ def _maybe_ms(ms: int | None) -> datetime | None:
 
 
 def zone_of(name: str) -> ZoneInfo:
-    """The IANA zone ``name``, or a ``ValueError`` naming it."""
+    """The IANA zone ``name``, or a ``ValueError`` naming it (a name the system cannot
+    open as a file, too long or a folder's, is unknown too)."""
+    if isinstance(name, str) and len(name) > MAX_ZONE_LENGTH:
+        raise ValueError(f"unknown time zone {name[:MAX_ZONE_LENGTH]!r}...: too long a name")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError) as exc:
         raise ValueError(f"unknown time zone {name!r}: {exc}") from None
 
 

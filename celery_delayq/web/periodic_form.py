@@ -41,6 +41,7 @@ from ..periodic.entry import (
 )
 from ..periodic.schedules.clocked import clocked
 from ..periodic.writer import OccurrenceWriter
+from ..worker.poison import MAX_DEPTH, nested_deeper
 from .actions import no_entry, writable
 from .context import acting_user, context, problem
 
@@ -55,6 +56,8 @@ FIELDS = (
     *("args", "kwargs", "options", "catch_up", "one_off", "start_time", "expires"),
     *("description", "overlap"),
 )
+#: The longest interval (Python's longest ``timedelta``), in seconds.
+MOST_SECONDS = int(timedelta.max.total_seconds())
 #: How many next runs a preview shows.
 PREVIEWED = 5
 #: The field a refusal of the entry model names, by how its text starts; the others are
@@ -109,6 +112,8 @@ class Submitted:
         """Say the entry model's refusal beside the field it names."""
         text = str(error)
         found = [name for start, name in BLAMED.items() if text.startswith(start)]
+        if not found and "MessageTooLarge" in text:  # the arguments make it so
+            found = [max(("args", "kwargs"), key=lambda name: len(self.values[name]))]
         if not found and " refused: " in text and "never fires" not in text:
             found = ["options"]  # its message cannot be built: the routing options
         self.errors[found[0] if found else KINDS.get(self.values["kind"], "")] = text
@@ -154,13 +159,7 @@ def schedule_of(kind: str, text: str, zone: str, relative: bool) -> Any:
     if not text:
         raise ValueError(f"give the {kind}'s {'time' if kind == 'clocked' else kind}")
     if kind == "interval":
-        try:
-            seconds = float(text)
-        except ValueError:
-            raise ValueError(f"an interval is a number of seconds, not {text!r}") from None
-        if not math.isfinite(seconds):
-            raise ValueError(f"an interval is a finite number of seconds, not {text!r}")
-        every = timedelta(seconds=seconds)
+        every = interval_of(text)
         return schedule(every, relative=True) if relative else every
     if kind == "crontab":
         fields = text.split()
@@ -173,6 +172,20 @@ def schedule_of(kind: str, text: str, zone: str, relative: bool) -> Any:
     return text  # the rule's text: the entry reads it
 
 
+def interval_of(text: str) -> timedelta:
+    """A number of seconds, as a ``timedelta``."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise ValueError(f"an interval is a number of seconds, not {text!r}") from None
+    if not math.isfinite(seconds):
+        raise ValueError(f"an interval is a finite number of seconds, not {text!r}")
+    try:
+        return timedelta(seconds=seconds)
+    except OverflowError:
+        raise ValueError(f"an interval is at most {MOST_SECONDS:,} seconds") from None
+
+
 def moment_of(text: str, zone: str) -> datetime:
     """An ISO 8601 time (a browser's ``2030-06-01T09:00``); one with no offset is a time
     on the clocks of ``zone``."""
@@ -180,7 +193,12 @@ def moment_of(text: str, zone: str) -> datetime:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"a time is ISO 8601 (2030-06-01T09:00), not {text!r}") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=ZoneInfo(zone))
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=ZoneInfo(zone))
+    try:
+        moment.astimezone(timezone.utc)  # as the entry keeps it
+    except OverflowError:
+        raise ValueError(f"{text!r} in UTC is outside the years 1 to 9999") from None
+    return moment
 
 
 def json_of(text: str, empty: Any) -> Any:
@@ -188,9 +206,12 @@ def json_of(text: str, empty: Any) -> Any:
     if not text:
         return empty
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except (ValueError, RecursionError) as exc:
         raise ValueError(f"not JSON: {exc}") from None
+    if nested_deeper(MAX_DEPTH, value):  # a worker could not hand it to its pool
+        raise ValueError(f"JSON nested deeper than {MAX_DEPTH} levels")
+    return value
 
 
 def checked(app: Celery, got: Submitted, old: PeriodicEntry | None) -> PeriodicEntry | None:

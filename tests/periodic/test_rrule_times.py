@@ -4,6 +4,7 @@ DST included, whatever time they are asked from, however long ago they started."
 
 from __future__ import annotations
 
+import time
 from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
@@ -14,7 +15,12 @@ from hypothesis import strategies as st
 
 from celery_delayq.periodic.cron_times import fixed_instant
 from celery_delayq.periodic.occurrences import Occurrences
-from celery_delayq.periodic.schedules.rrules import as_rrule_schedule, rrule_schedule
+from celery_delayq.periodic.schedules.rrules import (
+    RuleFields,
+    as_rrule_schedule,
+    rrule_schedule,
+    rule_fields,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -202,6 +208,57 @@ def test_an_hourly_rule_fires_once_per_wall_hour_across_fall_back() -> None:
     ]
 
 
+# --- rules that fire rarely, or never ---------------------------------------------------------
+
+#: Rules that never fire: no 30 February, no second time in a day of one, no 31 April.
+NEVER = [
+    "FREQ=SECONDLY;BYMONTH=2;BYMONTHDAY=30",
+    "FREQ=DAILY;BYHOUR=9;BYSETPOS=2",
+    "FREQ=MINUTELY;BYMONTH=4;BYMONTHDAY=31;UNTIL=20300101T000000",
+]
+
+
+@pytest.mark.parametrize("rule", NEVER)
+@pytest.mark.promise("periodic-rrule-bounded")
+def test_a_rule_that_never_fires_has_no_next_time(rule) -> None:
+    never = occurrences(rule, zone=ZoneInfo("UTC"), dtstart=datetime(2026, 3, 1, 9))
+    assert never.after(utc(2026, 3, 1)) is None
+
+
+@pytest.mark.slow
+@pytest.mark.promise("periodic-rrule-bounded")
+def test_a_rule_that_never_fires_is_found_to_in_a_fraction_of_dateutils_walk() -> None:
+    """dateutil walks the calendar day by day to the year 9999 for a rule that never fires
+    (seconds of CPU, on every call: a preview or a beat's pass held that long); here the
+    walk ends within 500 years of the time asked, and a later call does not walk again."""
+    rule, start = NEVER[0], datetime(2026, 3, 2, 9)
+    spent = time.process_time()
+    assert rrulestr(f"RRULE:{rule}", dtstart=start).after(start) is None
+    dateutils = time.process_time() - spent
+    spent = time.process_time()
+    assert occurrences(rule, zone=ZoneInfo("UTC"), dtstart=start).after(utc(2026, 3, 2)) is None
+    assert occurrences(rule, zone=ZoneInfo("UTC"), dtstart=start).after(utc(2026, 3, 3)) is None
+    assert time.process_time() - spent < dateutils / 4
+
+
+@pytest.mark.promise("periodic-rrule-bounded")
+def test_a_time_within_a_century_is_found_and_one_further_counts_as_none() -> None:
+    zone = ZoneInfo("UTC")
+    leap_monday = occurrences(
+        "FREQ=YEARLY;BYMONTH=2;BYMONTHDAY=29;BYDAY=MO", zone=zone, dtstart=datetime(2026, 1, 1)
+    )
+    assert leap_monday.after(utc(2026, 1, 1)) == utc(2044, 2, 29)
+    assert leap_monday.after(utc(2044, 2, 29)) == utc(2072, 2, 29)
+    far = "FREQ=YEARLY;COUNT=3"
+    assert occurrences(far, zone=zone, dtstart=datetime(2140, 1, 1)).after(utc(2026, 1, 1)) is None
+    found = occurrences(far, zone=zone, dtstart=datetime(2140, 1, 1)).after(utc(2045, 1, 1))
+    assert found == utc(2140, 1, 1)
+    unbounded = occurrences("FREQ=YEARLY", zone=zone, dtstart=datetime(2140, 1, 1))
+    assert unbounded.after(utc(2026, 1, 1)) is None
+    later = occurrences("FREQ=YEARLY", zone=zone, dtstart=datetime(2140, 1, 1))
+    assert later.after(utc(2045, 1, 1)) == utc(2140, 1, 1)
+
+
 # --- count, until, start --------------------------------------------------------------------------
 
 
@@ -291,3 +348,42 @@ def test_a_rule_is_kept_as_its_text_and_its_start_in_the_entrys_zone(given, kept
 def test_what_is_no_single_rfc_5545_rule_is_refused(given, says) -> None:
     with pytest.raises(ValueError, match=says):
         as_rrule_schedule(given, BERLIN, FALLBACK)
+
+
+@pytest.mark.parametrize(
+    ("rule", "fields"),
+    [
+        (
+            rrulestr("DTSTART:20260301T090000\nRRULE:FREQ=DAILY;COUNT=3"),
+            RuleFields(datetime(2026, 3, 1, 9), 3, None, False),
+        ),
+        (
+            rrulestr("RRULE:FREQ=WEEKLY;UNTIL=20260401T000000Z", dtstart=utc(2026, 3, 2, 8)),
+            RuleFields(utc(2026, 3, 2, 8), None, utc(2026, 4, 1), False),
+        ),
+        (
+            rrulestr(
+                "DTSTART;TZID=Europe/Berlin:20260301T090000\nRRULE:FREQ=DAILY;UNTIL=20260310T080000Z",
+                tzids=ZoneInfo,
+            ),
+            RuleFields(
+                datetime(2026, 3, 1, 9, tzinfo=BERLIN),
+                None,
+                datetime(2026, 3, 10, 9, tzinfo=BERLIN),
+                False,
+            ),
+        ),
+        (
+            rrule(DAILY, dtstart=datetime(2026, 1, 1), byeaster=0, count=2),
+            RuleFields(datetime(2026, 1, 1), 2, None, True),
+        ),
+    ],
+)
+def test_the_fields_read_from_dateutils_rrule_are_those_it_was_made_with(rule, fields) -> None:
+    """dateutil has no public accessor for these (rrules.rule_fields reads its attributes):
+    pinned here, run on the oldest dateutil allowed and the newest."""
+    found = rule_fields(rule)
+    assert found == fields  # aware times: the same instants
+    assert [m is None or m.tzinfo is None for m in (found.dtstart, found.until)] == [
+        m is None or m.tzinfo is None for m in (fields.dtstart, fields.until)
+    ]

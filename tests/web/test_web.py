@@ -74,11 +74,6 @@ def schedule(app: Celery) -> Callable[..., str]:
     return schedule
 
 
-@pytest.fixture
-def client(app: Celery) -> Any:
-    return create_app(app, access=Access()).test_client()
-
-
 def test_overview_shows_queues_timeline_movers_and_doctor(app, schedule, client) -> None:
     for n in range(3):
         schedule(n, countdown=120 + n)

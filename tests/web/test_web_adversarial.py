@@ -72,11 +72,6 @@ class RedisWork:
 
 
 @pytest.fixture
-def client(app: Celery) -> Any:
-    return create_app(app, access=Access()).test_client()
-
-
-@pytest.fixture
 def tie(app: Celery) -> list[str]:
     """TIE tasks due in the same millisecond, each with a 200-byte argument, and a few
     later ones; their ids in listing order."""

@@ -52,16 +52,6 @@ CRAFTED = [
 VERBS = ["pause", "resume", "run"]
 
 
-@pytest.fixture
-def app(periodic_app: Celery) -> Celery:
-    return periodic_app
-
-
-@pytest.fixture
-def client(app: Celery) -> Any:
-    return create_app(app, access=Access()).test_client()
-
-
 def act(client: Any, verb: str, name: str, confirmed: bool = True, **form: Any) -> Any:
     """A row's form, submitted: its CSRF token and the entry's name; confirmed or not."""
     data = {"csrf_token": csrf_token(client, "/periodic"), "ids": [quote(name)], **form}

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 from datetime import datetime, timezone
-from typing import Any
 
 import pytest
 from celery import Celery
@@ -33,16 +32,6 @@ WRITES = {
     "/periodic/remove": {"ids": "tick", "confirmed": "yes"},
     "/periodic/pause": {"ids": "tick", "confirmed": "yes", "note": "why"},
 }
-
-
-@pytest.fixture
-def app(periodic_app: Celery) -> Celery:
-    return periodic_app
-
-
-@pytest.fixture
-def client(app: Celery) -> Any:
-    return create_app(app, access=Access()).test_client()
 
 
 def stored(app: Celery) -> list[str]:

@@ -21,8 +21,6 @@ from celery import Celery
 from celery.schedules import crontab, schedule, solar
 
 from celery_delayq import periodic
-from celery_delayq.web import create_app
-from celery_delayq.web.guard.access import Access
 
 from ..helpers import PERIODIC_TASK as TASK
 from .periodic_pages import error_beside, errors_said, form_fields, preview_runs
@@ -74,16 +72,6 @@ KINDS: dict[str, tuple[dict[str, str], list[tuple[str, str]]]] = {
 }
 #: The fields every form above shares: its start, on the entry's clocks.
 COMMON = {"name": "nightly", "task": TASK, "start_time": "2030-06-01T00:00"}
-
-
-@pytest.fixture
-def app(periodic_app: Celery) -> Celery:
-    return periodic_app
-
-
-@pytest.fixture
-def client(app: Celery) -> Any:
-    return create_app(app, access=Access()).test_client()
 
 
 def submit(client: Any, do: str, **fields: str) -> Any:
@@ -231,10 +219,13 @@ REFUSED = [
     ({"name": "n" * 201}, "name", "name must be non-empty text of at most 200 characters"),
     ({"task": " "}, "task", "task must be non-empty text of at most 200 characters"),
     ({"timezone": "Mars/Olympus"}, "timezone", "unknown time zone 'Mars/Olympus'"),
+    ({"timezone": "Europe"}, "timezone", "unknown time zone 'Europe'"),  # a folder
+    ({"timezone": "Etc/" + "x" * 5000}, "timezone", "too long a name"),
     ({"kind": "sometimes"}, "kind", "pick one of interval, crontab, clocked, rrule"),
     ({"every": ""}, "every", "give the interval's interval"),
     ({"every": "soon"}, "every", "an interval is a number of seconds, not 'soon'"),
     ({"every": "inf"}, "every", "an interval is a finite number of seconds"),
+    ({"every": "1e20"}, "every", "an interval is at most 86,400,000,000,000 seconds"),
     ({"every": "0"}, "every", "an interval must be positive, not 0:00:00"),
     ({"every": "0.5", "relative": "on"}, "every", "a relative interval must be at least 1"),
     ({"kind": "crontab", "cron": "0 3 * *"}, "cron", "a crontab is five fields"),
@@ -246,6 +237,10 @@ REFUSED = [
     ({"kind": "rrule", "rrule": "FREQ=DAILY;COUNT=100001"}, "rrule", "COUNT is at most 100,000"),
     ({"args": "[1,"}, "args", "not JSON: "),
     ({"args": '{"a": 1}'}, "args", "args must be a list or a tuple, not dict"),
+    ({"args": "[" * 65 + "]" * 65}, "args", "JSON nested deeper than 64 levels"),
+    ({"kwargs": '{"a":' * 65 + "1" + "}" * 65}, "kwargs", "JSON nested deeper than 64 levels"),
+    ({"args": '["' + "x" * 200_000 + '"]'}, "args", "MessageTooLarge"),
+    ({"kwargs": '{"x": "' + "x" * 200_000 + '"}'}, "kwargs", "MessageTooLarge"),
     ({"kwargs": "[1]"}, "kwargs", "kwargs must be a mapping with string keys"),
     ({"options": "[]"}, "options", "options must be a mapping"),
     ({"options": '{"countdown": 5}'}, "options", "options may not set eta or countdown"),
@@ -253,6 +248,9 @@ REFUSED = [
     ({"catch_up": "sometimes"}, "catch_up", "catch_up must be one of latest, all, none"),
     ({"start_time": "1 June"}, "start_time", "a time is ISO 8601"),
     ({"expires": "2029-01-01T00:00"}, "expires", "expires must be after start_time"),
+    ({"expires": "9999-12-31T23:59", "timezone": "Etc/GMT+12"}, "expires", "outside the years"),
+    ({"start_time": "9999-12-31T23:59", "timezone": "Etc/GMT+12"}, "start_time", "outside the"),
+    ({"kind": "clocked", "at": "9999-12-31T23:59", "timezone": "Etc/GMT+12"}, "at", "outside the"),
     ({"description": "d" * 1001}, "description", "description must be text of at most 1000"),
     ({"args": "[NaN]"}, "", "entry 'nightly' cannot be stored as JSON"),
 ]
@@ -274,6 +272,17 @@ def test_a_refused_field_is_said_beside_it_and_nothing_is_written(
     kept = form_fields(answer)  # what was typed stays, to correct
     typed_in = {name: value for name, value in fields.items() if name not in ("kind", "catch_up")}
     assert {name: kept.get(name, "") for name in typed_in} == typed_in  # a browser sends no other
+
+
+@pytest.mark.parametrize("do", ["preview", "save"])
+@pytest.mark.promise("periodic-rrule-bounded")
+def test_a_rule_that_never_fires_is_refused_beside_it(app, client, do) -> None:
+    """30 February: dateutil would walk every second's day to the year 9999 (seconds)."""
+    rule = "FREQ=SECONDLY;BYMONTH=2;BYMONTHDAY=30"
+    answer = submit(client, do, **{**COMMON, "kind": "rrule", "rrule": rule})
+    assert answer.status_code == 400 and errors_said(answer) == ["rrule"]
+    assert "it never fires in time zone UTC" in (error_beside(answer, "rrule") or "")
+    assert stored(app) == []
 
 
 @pytest.mark.parametrize("do", ["preview", "save"])

@@ -17,15 +17,21 @@ could write last, putting back an interval the admin had just changed. So a sync
 short lock in the store (``<periodic entries key>:django-sync``), and reads the rows only
 once it holds it: the syncs of all beats follow one another, each from rows at least as new
 as the last. The lock orders the syncs only; writing occurrences ahead needs none, and a
-beat that finds it held syncs on a later pass. Each write is also a compare-and-set on the
-entry's version (``EntryRegistry.put_if``): a write that lands meanwhile (an upsert, a
-``beat_schedule`` sync) is read and decided on again, never overwritten unseen.
+beat that finds it held syncs on a later pass. The lock expires (a beat killed mid-sync
+holds up the others' syncs ``LOCK_SECONDS`` at most, and the next sync writes what it left
+undone) and is released by its owner only (redis-py's token lock); it is renewed, with a
+check that this beat still holds it, before each write and each removal: a beat that lost
+it (stalled past its expiry while another synced newer rows) writes nothing more and syncs
+again on a later pass. Each write is also a compare-and-set on the entry's version
+(``EntryRegistry.put_if``): a write that lands meanwhile (an upsert, a ``beat_schedule``
+sync) is read and decided on again, never overwritten unseen.
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime
 from typing import Any
@@ -93,15 +99,23 @@ class AdminSync:
             stamp = PeriodicTasks.last_change()
             rows = list(PeriodicTask.objects.select_related(*_SCHEDULES))
             synced = _Run(self, store, producer, now, lock).over(rows)
+        except LockError:  # lost past its time: another beat's sync may have newer rows
+            logger.warning("django-celery-beat rows: the sync lost its lock; stopped, retried")
+            return None
         finally:
-            try:
-                lock.release()
-            except LockError:  # held past its time: another sync may have run meanwhile
-                logger.warning("django-celery-beat rows: the sync outlasted its lock")
+            _release(lock)
         self.stamp, self.synced_at = stamp, time.monotonic()
         return synced
 
 
+def _release(lock: Any) -> None:
+    """Release ``lock`` if this beat still holds it (never another beat's)."""
+    with suppress(LockError):  # expired: another beat's sync may hold it now
+        lock.release()
+
+
+#: What ends a sync: its lock lost, or Redis out of reach (a later pass syncs again).
+_STOPS: tuple[type[Exception], ...] = (LockError, *STORE_OUTAGES)
 #: The schedules a row may point to, read with it in one query.
 _SCHEDULES = ("interval", "crontab", "solar", "clocked")
 
@@ -126,13 +140,14 @@ class _Run:
             try:
                 if self._row(row, stored.get(row.name)) and row.enabled:
                     kept.append(row)
-            except STORE_OUTAGES:
-                raise  # Redis is down: this sync ends, a later pass syncs again
+            except _STOPS:
+                raise  # the lock lost, or Redis down: this sync ends, a later pass syncs again
             except Exception as exc:  # one row stops no other
                 self._refuse(row.name, error_text(exc))
         names = {row.name for row in rows}
         gone = [n for n, e in stored.items() if e.entry.origin == ORIGIN and n not in names]
         for name in gone:
+            self._renew(hold=True)
             with acting("admin", "admin", "row deleted"):
                 remove(self.sync.app, name, now=self.now)
         self._log_refusals()
@@ -143,6 +158,8 @@ class _Run:
         """Sync one row; whether its entry is in the store as the row says."""
         try:
             return self._write(row_entry(self.sync.app, row, self.now), old, row)
+        except LockError:
+            raise  # a ValueError too, but not the row's
         except ValueError as exc:  # it cannot be an entry, or its messages cannot be sent
             self._refuse(row.name, str(exc))
             if old is not None and old.entry.origin == ORIGIN and old.entry.enabled:
@@ -164,6 +181,7 @@ class _Run:
                     entry = replace(entry, anchor=old.entry.anchor)  # same rhythm, same times
             if entry.enabled:  # a paused entry sends nothing: it can always be paused
                 self.sync.writer.check(entry, self.now)
+            self._renew(hold=True)
             who, detail = row_editor(row)
             with acting(who, "admin", detail):
                 version = self.registry.put_if(entry, None if old is None else old.version)
@@ -194,8 +212,9 @@ class _Run:
                 logger.error("django-celery-beat row %r is not run: %s", name, reason)
         self.sync.refused = dict(self.refused)
 
-    def _renew(self) -> None:
-        """Keep the lock while a long sync goes on."""
-        if time.monotonic() - self.renewed > LOCK_SECONDS / 3:
+    def _renew(self, hold: bool = False) -> None:
+        """Keep the lock while a long sync goes on, and before a write (``hold``): a
+        ``LockNotOwnedError`` if this beat no longer holds it (nothing more is written)."""
+        if hold or time.monotonic() - self.renewed > LOCK_SECONDS / 3:
             self.lock.reacquire()
             self.renewed = time.monotonic()

@@ -37,8 +37,12 @@ local MARKS, AHEAD, GONE = KEYS[5], KEYS[6], KEYS[7]
 local name, read_mark, new_mark = ARGV[3], ARGV[4], ARGV[5]
 
 -- The version of a mark (its digits, without leading zeros) and its state ('removed',
--- 'paused' or 'written'); '0' and nil for a mark of no known form.
+-- 'paused' or 'written'); '0' and nil for a mark of no known form. A mark is at most
+-- MARK_LONGEST bytes (18 digits, a state of 15, a time of 15): a longer one (crafted) is
+-- not matched at all, as the pattern's backtracking takes time quadratic in its length.
+local MARK_LONGEST = 50
 local function version_of(mark)
+  if #mark > MARK_LONGEST then return '0', nil end
   local version, state, since = string.match(mark, '^(%d+) (%w+) ?(%d*)$')
   if not version or #version > 18 or #since > 15 or string.find(mark, ' $') then
     return '0', nil

@@ -23,7 +23,14 @@ from zoneinfo import ZoneInfo
 
 from dateutil.rrule import rrule, rrulestr
 
-__all__ = ["MOST_COUNT", "as_rrule_schedule", "rrule_schedule", "wall_of"]
+__all__ = [
+    "MOST_COUNT",
+    "RuleFields",
+    "as_rrule_schedule",
+    "rule_fields",
+    "rrule_schedule",
+    "wall_of",
+]
 
 #: The largest ``COUNT`` accepted: a counted rule is walked from its start to be read (a
 #: longer rule takes an ``UNTIL``, or none).
@@ -56,17 +63,15 @@ def as_rrule_schedule(value: RuleInput, zone: ZoneInfo, fallback: datetime) -> r
     parse it: dateutil derives the rule's defaults from its start). A ``ValueError``
     says what is wrong."""
     parsed, start = _parsed(value, zone, fallback)
-    original: dict[str, Any] = vars(parsed)["_original_rule"]
-    if original.get("byeaster"):
+    fields = rule_fields(parsed)
+    if fields.byeaster:
         raise ValueError("BYEASTER is dateutil's own, not RFC 5545")
-    count = vars(parsed)["_count"]
-    if count is not None and count > MOST_COUNT:
+    if fields.count is not None and fields.count > MOST_COUNT:
         raise ValueError(f"COUNT is at most {MOST_COUNT:,} (a longer rule takes an UNTIL)")
-    until = vars(parsed)["_until"]
     canonical = _dateutil(
         parsed.replace,
         dtstart=start or fallback,
-        until=None if until is None else wall_of(until, zone),
+        until=None if fields.until is None else wall_of(fields.until, zone),
     )
     text = str(canonical).splitlines()[-1]
     return rrule_schedule(text[len(_RRULE_PREFIX) :], start)
@@ -80,10 +85,34 @@ def wall_of(moment: datetime, zone: ZoneInfo) -> datetime:
     return moment.replace(tzinfo=None, microsecond=0)
 
 
+@dataclass(frozen=True)
+class RuleFields:
+    """What a dateutil ``rrule`` was made with that it offers no public accessor for."""
+
+    dtstart: datetime
+    count: int | None
+    until: datetime | None
+    byeaster: bool
+
+
+def rule_fields(rule: rrule) -> RuleFields:
+    """``rule``'s start, ``COUNT``, ``UNTIL`` (as dateutil holds them: aware or not) and
+    whether it has dateutil's own ``BYEASTER``. dateutil has no public accessor for them
+    (its ``__str__`` drops the start's and the end's zones), so they are read from its
+    attributes, here only: the same from dateutil 2.8.2, the oldest allowed, to 2.9
+    (tests/periodic/test_rrule_times.py pins them); a ``ValueError`` if they are not."""
+    try:
+        found = vars(rule)
+        byeaster = found["_original_rule"].get("byeaster")
+        return RuleFields(found["_dtstart"], found["_count"], found["_until"], bool(byeaster))
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"this dateutil's rrule keeps its fields otherwise: {exc!r}") from None
+
+
 def _parsed(value: RuleInput, zone: ZoneInfo, fallback: datetime) -> tuple[rrule, datetime | None]:
     """The rule as dateutil reads it, and its own start as a wall time (None: none)."""
     if isinstance(value, rrule):
-        return value, wall_of(vars(value)["_dtstart"], zone)
+        return value, wall_of(rule_fields(value).dtstart, zone)
     text, start = _text_of(value, zone)
     placeholder = start or fallback
     if _UTC_UNTIL.search(text):  # dateutil refuses a UTC UNTIL with a wall-clock start
@@ -95,7 +124,7 @@ def _parsed(value: RuleInput, zone: ZoneInfo, fallback: datetime) -> tuple[rrule
             "are not supported"
         )
     if _DTSTART.search(text):
-        start = wall_of(vars(parsed)["_dtstart"], zone)
+        start = wall_of(rule_fields(parsed).dtstart, zone)
     return parsed, start
 
 

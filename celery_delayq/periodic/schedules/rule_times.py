@@ -14,7 +14,14 @@ would walk half a million times per call. Here:
   are kept;
 - the walk last used is kept, so the writer's run of ``after`` calls, each from the time
   found before, continues it instead of starting over;
-- one ``RuleTimes`` per rule, zone and start is kept for the process (``rule_times``).
+- one ``RuleTimes`` per rule, zone and start is kept for the process (``rule_times``);
+- a time more than ``SEARCH_YEARS`` after the time asked counts as none (the rule has
+  ended), and is looked for in bounded time: between two times dateutil walks the
+  calendar day by day, to the year 9999 for a rule that never fires (30 February, or a
+  ``BYSETPOS`` past its day's times), seconds of CPU. The calendar repeats every 400
+  years (the same weekdays, the same leap years), so the walk is moved ahead by whole
+  400-year cycles, to end within ``SEARCH_YEARS`` + 400 years of the time asked, and the
+  times it finds moved back.
 
 A wall time becomes an instant by cron's rule for a fixed time (``cron_times.
 fixed_instant``): one in a DST gap fires at the first instant after the gap (RFC 5545
@@ -33,13 +40,22 @@ from datetime import date, datetime, time, timedelta
 from functools import lru_cache
 from zoneinfo import ZoneInfo
 
-from dateutil.rrule import rrule, rrulestr
+from dateutil.rrule import rrulestr
 
 from ..cron_times import fixed_instant
 from .rrules import rrule_schedule, wall_of
 
 __all__ = ["RuleTimes", "next_function", "rule_times"]
 
+#: How far after the time asked a rule's next time is looked for (one further counts as
+#: none: the rule has ended).
+SEARCH_YEARS = 100
+#: 400 Gregorian years, after which the calendar repeats (146,097 days: whole weeks).
+CYCLE = timedelta(days=146_097)
+#: The last year dateutil walks to.
+LAST_YEAR = 9999
+#: A rule's ``UNTIL`` as dateutil writes it (a wall time).
+UNTIL_FORMAT = "%Y%m%dT%H%M%S"
 #: RFC 5545 weekday codes, Monday first (``date.weekday()``).
 WEEKDAYS = ("MO", "TU", "WE", "TH", "FR", "SA", "SU")
 #: How long one period of each frequency is, for those of a fixed length.
@@ -67,6 +83,7 @@ class _Walk:
     restart: datetime | None
     times: Iterator[datetime]
     asked: datetime
+    covered: datetime  # the walk ends here (dateutil's last year, moved back)
     found_ahead: deque[datetime] = field(default_factory=deque)
 
 
@@ -76,40 +93,63 @@ class RuleTimes:
     def __init__(self, text: str, start: datetime, zone: ZoneInfo) -> None:
         self.zone = zone
         self.start = start
-        self.rule: rrule = rrulestr(f"RRULE:{text}", dtstart=start)
         self.parts = dict(part.split("=", 1) for part in text.split(";"))
         self.freq = self.parts["FREQ"]
         self.interval = int(self.parts.get("INTERVAL", "1"))
         #: A counted rule's times, all of them (walked on first use).
         self._all: list[datetime] | None = None
+        self._all_covered = datetime.min  # how far ``_all`` was walked
         self._walk: _Walk | None = None
+        #: No time after this wall time up to ``_none_through`` (a walk found none).
+        self._none_after, self._none_through = datetime.max, datetime.min
         self._lock = threading.Lock()  # one per rule, shared by a process's threads
 
     def after(self, moment: datetime) -> datetime | None:
         """The first instant strictly after ``moment`` (aware, UTC) at which it fires."""
         wall = moment.astimezone(self.zone).replace(tzinfo=None)
+        horizon = _years_after(wall, SEARCH_YEARS)
         with self._lock:
+            if self._none_after <= wall and horizon <= self._none_through:
+                return None
             # a wall time at or before ``wall`` fires at or before ``moment`` (cron's
             # rule keeps them in order); in a repeated hour, some after it do too
+            beyond = None
             for each in self._walls_after(wall):
+                if each > horizon:
+                    beyond = each
+                    break
                 try:
                     instant = fixed_instant(each, self.zone)
                 except OverflowError:  # past the year 9999: there is no next one
-                    return None
+                    break
                 if instant > moment:
                     return instant
+            through = self._covered() if beyond is None else beyond - timedelta(microseconds=1)
+            self._none_after, self._none_through = wall, through
         return None
+
+    def _covered(self) -> datetime:
+        """How far the times walked last reach (none after ``_none_after`` up to it)."""
+        if "COUNT" in self.parts:
+            return self._all_covered
+        return datetime.min if self._walk is None else self._walk.covered
 
     def _walls_after(self, wall: datetime) -> Iterator[datetime]:
         """The rule's wall times strictly after ``wall``, in order."""
         if "COUNT" in self.parts:
-            if self._all is None:
-                self._all = list(self.rule)
+            if self._all is None or self._all_covered < _years_after(wall, SEARCH_YEARS):
+                # counted from its start: walked from there, as far as asked
+                times, self._all_covered = _moved(self.parts, self.start, wall)
+                self._all = list(times)
             return iter(self._all[bisect_right(self._all, wall) :])
         restart = self._restart_point(wall)
         walk = self._walk
-        if walk is None or wall < walk.asked or (restart is not None and walk.asked < restart):
-            walk = self._walk = _Walk(restart, iter(self._rule_from(restart)), wall)
+        stale = walk is None or wall < walk.asked or walk.covered < _years_after(wall, SEARCH_YEARS)
+        if stale or (restart is not None and walk is not None and walk.asked < restart):
+            parts = self.parts if restart is None else self._restart_parts()
+            times, covered = _moved(parts, restart or self.start, wall)
+            walk = self._walk = _Walk(restart, times, wall, covered)
+        assert walk is not None
         walk.asked = wall
         while walk.found_ahead and walk.found_ahead[0] <= wall:
             walk.found_ahead.popleft()
@@ -142,11 +182,8 @@ class RuleTimes:
             point = first + (wall - first) // length * length
         return point
 
-    def _rule_from(self, point: datetime | None) -> rrule:
-        """The rule restarted at ``point`` (None: the rule itself), dtstart's defaults
-        written in."""
-        if point is None:
-            return self.rule
+    def _restart_parts(self) -> dict[str, str]:
+        """The rule's parts with dtstart's defaults written in, to restart it elsewhere."""
         parts = dict(self.parts)
         if not any(name in parts for name in _DAY_FIELDS):
             if self.freq == "YEARLY":
@@ -158,8 +195,41 @@ class RuleTimes:
         for name, finer in _TIME_DEFAULTS.items():
             if self.freq in finer:
                 parts.setdefault(name, str(getattr(self.start, name[2:].lower())))
-        text = ";".join(f"{key}={value}" for key, value in parts.items())
-        return rrulestr(f"RRULE:{text}", dtstart=point)
+        return parts
+
+
+def _moved(
+    parts: dict[str, str], start: datetime, wall: datetime
+) -> tuple[Iterator[datetime], datetime]:
+    """The times of the rule of ``parts`` from ``start``, walked whole 400-year cycles
+    later (its ``UNTIL`` too) so that dateutil's walk ends within ``SEARCH_YEARS`` + 400
+    years of ``wall``, each moved back; and where the walk ends, moved back."""
+    cycles = max(0, min(LAST_YEAR - SEARCH_YEARS - wall.year, LAST_YEAR - start.year) // 400)
+    parts = dict(parts)
+    if cycles and "UNTIL" in parts:
+        try:
+            until = datetime.strptime(parts["UNTIL"], UNTIL_FORMAT) + cycles * CYCLE
+        except ValueError:  # not dateutil's spelling (it wrote the rule): walked unmoved
+            cycles = 0
+        except OverflowError:  # after the walk's end: it bounds nothing walked
+            del parts["UNTIL"]
+        else:
+            parts["UNTIL"] = f"{until:{UNTIL_FORMAT}}"
+    shift = cycles * CYCLE
+    text = ";".join(f"{key}={value}" for key, value in parts.items())
+    rule = rrulestr(f"RRULE:{text}", dtstart=start + shift)
+    return (each - shift for each in rule), datetime(LAST_YEAR, 12, 31, 23, 59, 59) - shift
+
+
+def _years_after(wall: datetime, years: int) -> datetime:
+    """``years`` after ``wall`` (a day earlier from a 29 February; the calendar's end)."""
+    try:
+        return wall.replace(year=wall.year + years)
+    except ValueError:
+        try:
+            return wall + timedelta(days=365 * years)
+        except OverflowError:
+            return datetime.max
 
 
 def _continued(walk: _Walk, wall: datetime) -> Iterator[datetime]:

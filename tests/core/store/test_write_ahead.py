@@ -235,6 +235,8 @@ MARK_TEXTS = [
     "7 " + "9" * 16,
     "7 5 " + "9" * 16,
     "9" * 19 + " 5",
+    "7 " + "5" * 60 + "!",
+    "7 paused " + "1" * 45,
     "7",
     "x 7",
     "",
@@ -252,3 +254,23 @@ def test_the_store_reads_a_marks_version_as_the_writer_does(redis_client, text) 
     mark = Mark.parse(text)
     assert outcome.written == (mark is None or mark.version <= 6)
     assert outcome.stale == (mark is not None and mark.version > 6)
+
+
+def test_tombstones_with_crafted_marks_are_pruned_in_bounded_time(redis_client) -> None:
+    """Twenty tombstones due to be forgotten, each with a crafted 12 kB mark (digits, then a
+    byte no mark has), and the entry's own: one call reads all 21 marks. Reading a mark
+    once matched it with a backtracking pattern, in time quadratic in its length (seconds
+    for these); now a mark longer than any mark is not matched at all."""
+    store = make_store(redis_client)
+    keys = store.keys.for_queue(QUEUE)
+    crafted = "1 " + "1" * 12_000 + "!"
+    for n in range(20):
+        redis_client.hset(keys.periodic_marks, f"gone {n}", crafted)
+        redis_client.zadd(keys.periodic_gone, {f"gone {n}": 0})
+    redis_client.hset(keys.periodic_marks, ENTRY, crafted)
+    redis_client.config_resetstat()
+    written = store.write_ahead(QUEUE, ENTRY, crafted, "1 removed", [], 0, gone_kept_ms=1)
+    took_us = int(redis_client.info("commandstats")["cmdstat_evalsha"]["usec"])
+    assert written.written and redis_client.zrange(keys.periodic_gone, 0, -1) == [ENTRY.encode()]
+    assert redis_client.hlen(keys.periodic_marks) == 21  # not tombstones: left as they are
+    assert took_us < 250_000  # far above a call on well-formed marks (under 1 ms)
