@@ -25,14 +25,11 @@ from celery.schedules import crontab
 from celery_delayq.periodic.records import OCCURRENCE_HEADER
 from celery_delayq.testing import build_app
 
+from .beat_chaos import READY_KEY, RUNS_KEY, SENT_HEADER, stamp_sent
+
 ENV = "PERIODIC_BENCH"
 TASK = "periodic.run"
 QUEUE = "periodic"
-#: The Redis list of the runs, and the set of ready workers' pids.
-RUNS_KEY = "periodic:runs"
-READY_KEY = "periodic:ready"
-#: The header with the epoch second a beat published a task at (vanilla and redbeat).
-SENT_HEADER = "bench-sent"
 #: Each entry's name and its interval in seconds (the crontab's: a minute).
 ENTRIES = {"every-second": 1.0, "every-minute": 60.0}
 #: Where a process started without the orchestrator's settings would connect: nowhere.
@@ -86,17 +83,12 @@ def run(self: Any, entry: str) -> None:
     _client().rpush(RUNS_KEY, json.dumps(record))
 
 
-def _stamp_sent(headers: dict[str, Any] | None = None, **_: Any) -> None:
-    if headers is not None:
-        headers.setdefault(SENT_HEADER, time.time())
-
-
 def _announce_ready(**_: Any) -> None:
     _client().sadd(READY_KEY, os.getpid())
 
 
 app.task(name=TASK, bind=True)(run)
-signals.before_task_publish.connect(_stamp_sent, weak=False)
+signals.before_task_publish.connect(stamp_sent, weak=False)
 signals.worker_ready.connect(_announce_ready, weak=False)
 # A beat's scheduler is set up (its entries loaded) before beat_init is sent.
 signals.beat_init.connect(_announce_ready, weak=False)

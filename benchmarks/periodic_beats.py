@@ -1,4 +1,5 @@
-"""``python -m benchmarks.periodic_beats [--quick] [--duration S] [--outage S] [--output PATH]``:
+"""``python -m benchmarks.periodic_beats [--quick] [--duration S] [--outage S] [--output PATH]``
+(or ``--django``):
 periodic tasks under beat chaos, three schedulers side by side in one run.
 
 Each side has a private redis-server, one ``celery worker`` and three ``celery beat``
@@ -18,6 +19,9 @@ for the other two, which send no such thing, the time its message was sent round
 entry's grid (whole seconds, whole minutes). A slot of the grid run twice is a double
 fire; a slot in a window with no run is missed. The gaps are between runs' start times.
 
+``--django``: django-celery-beat's rows edited in the admin under beat chaos,
+``DatabaseScheduler`` against celery-delayq's scheduler (benchmarks/periodic_django.py).
+
 Exit status 1 when celery-delayq misses its goal: no double fire, no missed occurrence,
 no gap longer than 1.5 intervals, and nothing missed through the outage (the other two
 are expected to miss it, and are only reported); a crash fails the run too.
@@ -28,7 +32,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import random
 import sys
 import tempfile
 import time
@@ -41,32 +44,19 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from celery_delayq.testing import (
-    BEAT,
-    WORKER,
-    LedgerWriter,
-    RedisServer,
-    Slot,
-    celery_command,
-    exit_on_termination,
-    wait_until,
-)
+from celery_delayq.testing import RedisServer, celery_command, exit_on_termination
 
+from .beat_chaos import DRAIN, KILL_EVERY, Side, Window, chaos, sleep_until, slot_time, start_all
 from .harness import log
-from .periodic_app import ENTRIES, ENV, QUEUE, READY_KEY, RUNS_KEY
-from .processes import REPO_ROOT
-from .report import environment
+from .periodic_app import ENTRIES, ENV, QUEUE
+from .report import environment, goal_line
 from .standalone import publish
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS-periodic.md"
 APP = "benchmarks.periodic_app"
 BEATS = 3
-#: A beat of each side is killed and started again this often (seconds).
-KILL_EVERY = 5.0
 #: The goal for celery-delayq: the longest gap between runs, in intervals.
 MOST_GAP = 1.5
-#: Seconds the workers go on after the last beat stopped, for the tasks already queued.
-DRAIN = 3.0
 
 
 @dataclass(frozen=True)
@@ -137,75 +127,10 @@ def beat_command(scheduler: Scheduler, directory: Path, slot: str) -> Callable[[
     return command
 
 
-class Side:
-    """One scheduler's Redis, worker and beats; the beats' kills and restarts are in the
-    side's ledger (``celery_delayq.testing.ledger``), the processes' logs beside it."""
-
-    def __init__(self, scheduler: Scheduler, server: RedisServer, directory: Path) -> None:
-        self.scheduler = scheduler
-        self.client = server.client()
-        (directory / "logs").mkdir(parents=True)
-        ledger = LedgerWriter(directory, "orchestrator")
-        env = {ENV: json.dumps({"scheduler": scheduler.key, "broker_url": server.url})}
-        self.worker = Slot("worker", WORKER, worker_command, env, directory, ledger, root=REPO_ROOT)
-        self.beats = [
-            Slot(
-                name,
-                BEAT,
-                beat_command(scheduler, directory, name),
-                env,
-                directory,
-                ledger,
-                root=REPO_ROOT,
-            )
-            for name in (f"beat-{n}" for n in range(BEATS))
-        ]
-        self.kills = 0
-        self.rng = random.Random(0)  # Slot.reap's; nothing restarts on its own here
-
-    def start_worker(self) -> None:
-        self.worker.start()
-        wait_until(
-            lambda: self.client.scard(READY_KEY),
-            timeout=60,
-            what=f"the {self.scheduler.key} worker is ready",
-            abort=lambda: None if self.worker.alive() else f"it exited: {self.worker.log_path}",
-        )
-
-    def kill(self, beat: Slot) -> None:
-        """SIGKILL ``beat`` (if running) and wait until it is gone."""
-        process = beat.process
-        beat.kill()
-        if process is not None:
-            process.wait()
-        beat.reap(self.rng, restart=False)
-
-    def restart(self, beat: Slot) -> None:
-        """A chaos kill: SIGKILL ``beat``, then start it again."""
-        self.kills += 1
-        self.kill(beat)
-        beat.start()
-
-    def all_down(self) -> None:
-        for beat in self.beats:
-            self.kill(beat)
-
-    def ran(self, entry: str) -> bool:
-        return any(run["entry"] == entry for run in self.runs())
-
-    def runs(self) -> list[dict[str, Any]]:
-        return [json.loads(raw) for raw in self.client.lrange(RUNS_KEY, 0, -1)]
-
-    def stop(self) -> None:
-        for slot in (*self.beats, self.worker):
-            slot.stop()
-
-
-@dataclass(frozen=True)
-class Window:
-    name: str
-    start: float
-    end: float
+def make_side(scheduler: Scheduler, server: RedisServer, directory: Path) -> Side:
+    env = {ENV: json.dumps({"scheduler": scheduler.key, "broker_url": server.url})}
+    beats = [beat_command(scheduler, directory, f"beat-{n}") for n in range(BEATS)]
+    return Side(scheduler.key, scheduler.label, server, directory, env, worker_command, beats)
 
 
 @dataclass(frozen=True)
@@ -222,13 +147,6 @@ class Figures:
     @property
     def gap_intervals(self) -> float:
         return self.longest_gap / self.every
-
-
-def slot_time(run: dict[str, Any]) -> float:
-    """The occurrence a run stands for (celery-delayq's header), else when it was sent."""
-    if run.get("occurrence"):
-        return datetime.fromisoformat(run["occurrence"]).timestamp()
-    return float(run.get("sent") or run["at"])
 
 
 def figures(runs: Sequence[dict[str, Any]], every: float, window: Window) -> Figures:
@@ -258,31 +176,9 @@ def figures(runs: Sequence[dict[str, Any]], every: float, window: Window) -> Fig
 
 def run_sides(sides: list[Side], timing: Timing) -> list[Window]:
     """Both phases on every side at once; the windows they measure."""
-    for side in sides:
-        side.start_worker()
-    log("workers ready; starting the beats")
-    for side in sides:
-        for beat in side.beats:
-            beat.start()
-    wait_until(
-        lambda: all(side.ran("every-second") for side in sides),
-        timeout=90,
-        interval=0.2,
-        what="every side ran its 1-second entry",
-    )
+    start_all(sides, "every-second")
     start = time.time() + 1.0
-    chaos_end = start + timing.duration
-    kills = sorted(
-        (start + n * KILL_EVERY + k * KILL_EVERY / len(sides), k, n)
-        for k in range(len(sides))
-        for n in range(1, int(timing.duration / KILL_EVERY) + 1)
-        if start + n * KILL_EVERY + k * KILL_EVERY / len(sides) < chaos_end
-    )
-    log(f"chaos: {len(kills)} beat kills over {timing.duration:g} s")
-    for when, k, n in kills:
-        sleep_until(when)
-        sides[k].restart(sides[k].beats[n % BEATS])
-    sleep_until(chaos_end)
+    chaos(sides, start, start + timing.duration)
     for side in sides:
         side.all_down()
     down = time.time()
@@ -304,10 +200,6 @@ def run_sides(sides: list[Side], timing: Timing) -> list[Window]:
     ]
 
 
-def sleep_until(moment: float) -> None:
-    time.sleep(max(0.0, moment - time.time()))
-
-
 Results = dict[str, dict[str, dict[str, Figures]]]  # scheduler -> entry -> window -> figures
 
 
@@ -315,7 +207,7 @@ def measure(sides: list[Side], windows: list[Window]) -> Results:
     results: Results = {}
     for side in sides:
         runs = side.runs()
-        results[side.scheduler.key] = {
+        results[side.key] = {
             entry: {
                 window.name: figures([r for r in runs if r["entry"] == entry], every, window)
                 for window in windows
@@ -350,7 +242,7 @@ def render(
     took: float,
 ) -> str:
     lengths = ", ".join(f"{w.name} {w.end - w.start:.0f} s" for w in windows)
-    kills = ", ".join(f"{side.scheduler.key} {side.kills}" for side in sides)
+    kills = ", ".join(f"{side.key} {side.kills}" for side in sides)
     lines = [
         "# Periodic tasks under beat chaos: three schedulers side by side",
         "",
@@ -381,19 +273,21 @@ def render(
         "|---|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for side in sides:
-        for entry, by_window in results[side.scheduler.key].items():
+        for entry, by_window in results[side.key].items():
             for name, f in by_window.items():
                 lines.append(
-                    f"| {side.scheduler.label} | `{entry}` | {name} | {f.runs:,} | {f.ideal:,} "
+                    f"| {side.label} | `{entry}` | {name} | {f.runs:,} | {f.ideal:,} "
                     f"| {f.doubles:,} | {f.missed:,} | {f.longest_gap:.1f} "
                     f"| {f.gap_intervals:.2f} |"
                 )
     misses = goal_misses(results)
     lines += [
         "",
-        f"Goal for celery-delayq: 0 double fires, 0 missed, the longest gap at most {MOST_GAP:g} "
-        "intervals (whole run), 0 missed through the outage: "
-        + ("**met**." if not misses else "**MISSED**: " + "; ".join(misses) + "."),
+        goal_line(
+            f"0 double fires, 0 missed, the longest gap at most {MOST_GAP:g} intervals "
+            "(whole run), 0 missed through the outage",
+            misses,
+        ),
         "",
     ]
     return "\n".join(lines)
@@ -403,8 +297,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.periodic_beats", description=(__doc__ or "").split("\n\n")[0]
     )
-    parser.add_argument("--quick", action="store_true", help="a CI smoke run, about 70 s")
-    parser.add_argument("--duration", type=float, help="seconds of chaos (default 600; quick 30)")
+    parser.add_argument(
+        "--quick", action="store_true", help="a CI smoke run, about 70 s (80 s with --django)"
+    )
+    parser.add_argument(
+        "--django",
+        action="store_true",
+        help="django-celery-beat's rows edited under chaos: DatabaseScheduler against "
+        "celery-delayq's (benchmarks/periodic_django.py)",
+    )
+    parser.add_argument(
+        "--duration", type=float, help="seconds of chaos (default 600; quick 30, with --django 60)"
+    )
     parser.add_argument("--outage", type=float, help="seconds every beat is down (120; quick 15)")
     parser.add_argument("--output", type=Path, help=f"default: {DEFAULT_OUTPUT.name} (full run)")
     parser.add_argument(
@@ -419,6 +323,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     exit_on_termination()
     options = parse_args(argv)
+    if options.django:
+        from .periodic_django import main as django
+
+        return django(options, list(sys.argv[1:] if argv is None else argv))
     base = QUICK if options.quick else FULL
     timing = Timing(
         duration=base.duration if options.duration is None else options.duration,
@@ -433,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
         sides = []
         for scheduler in chosen:
             server = stack.enter_context(RedisServer())
-            side = Side(scheduler, server, directory / scheduler.key)
+            side = make_side(scheduler, server, directory / scheduler.key)
             stack.callback(side.stop)
             sides.append(side)
         windows = run_sides(sides, timing)

@@ -12,7 +12,7 @@ import math
 import os
 import platform
 import subprocess
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import version
 from pathlib import Path
@@ -105,6 +105,12 @@ def missed_lines(results: list[ScenarioResult]) -> list[str]:
         for row in result.missed
         if row.spec.target is not None
     ]
+
+
+def goal_line(goal: str, misses: Sequence[str]) -> str:
+    """The last line of a report with a goal for celery-delayq: met, or missed where."""
+    outcome = "**met**." if not misses else "**MISSED**: " + "; ".join(misses) + "."
+    return f"Goal for celery-delayq: {goal}: {outcome}"
 
 
 def _number(value: float | None, digits: int) -> str:

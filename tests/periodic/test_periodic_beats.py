@@ -315,10 +315,10 @@ def test_an_entry_resumed_just_before_an_occurrence_first_runs_the_one_get_names
 
 #: The race of a beat's pass with upserts: many entries (each pass writes every one of
 #: them), the upserted ones last in the pass's order; upserts 2 to 4 s apart.
-BALLAST, HOT, UPSERTS = 390, 10, 20
+BALLAST, HOT, UPSERTS = 390, 10, 60
 
 
-@pytest.mark.timeout(400)
+@pytest.mark.timeout(600)
 @pytest.mark.filterwarnings("ignore::celery_delayq.periodic.manage.UnknownTaskWarning")
 @pytest.mark.promise("periodic-versions-forward")
 def test_upserts_while_two_beats_pass_over_many_entries_never_run_an_older_version(
