@@ -57,8 +57,9 @@ logger = logging.getLogger(__name__)
 #: Most seconds between two syncs, changes or not (as ``DatabaseScheduler`` from 2.8 on).
 FULL_SYNC_SECONDS = 300.0
 #: Most seconds a sync holds the lock without renewing it: a beat that dies holding it
-#: holds up the others' syncs this long at most.
-LOCK_SECONDS = 60.0
+#: holds up the others' syncs this long at most (so an admin change waits this much more,
+#: once), and a sync renews it before every write, so a short one costs nothing.
+LOCK_SECONDS = 15.0
 #: How many times one row is decided again after another writer changed its entry first.
 MOST_TRIES = 5
 #: What ``_write`` did with an entry.
