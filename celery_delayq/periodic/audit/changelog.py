@@ -45,6 +45,10 @@ MAX_AGE = timedelta(days=90)
 MAX_VALUE = 120
 #: A stored record longer than this (bytes) is not read.
 MAX_RECORD_BYTES = 16_384
+#: The most fields one record names, and the most characters of its changes as stored:
+#: what a change replaces may be anyone's bytes, of any size (the rest are counted).
+MAX_CHANGED_FIELDS = 32
+MAX_CHANGES_TEXT = 8_000
 #: The stored fields a record does not compare: the name is the log's, and the anchor
 #: (where an interval counts from) moves with the writer's choices, not a person's.
 UNCOMPARED = frozenset({"name", "anchor_ms"})
@@ -100,13 +104,21 @@ def record_text(
 
 def field_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, list[str | None]]:
     """Each field whose value differs, with its old and new value as short JSON text
-    (None: no such field)."""
+    (None: no such field); past ``MAX_CHANGED_FIELDS`` or ``MAX_CHANGES_TEXT``, a last
+    field "…" counts the rest (a crafted record replaced may hold any number of fields,
+    of any name)."""
     names = sorted((set(old) | set(new)) - UNCOMPARED)
-    return {
-        name: [_short(old, name), _short(new, name)]
-        for name in names
-        if old.get(name) != new.get(name)
-    }
+    differ = [name for name in names if old.get(name) != new.get(name)]
+    found: dict[str, list[str | None]] = {}
+    size = 0
+    for name in differ:
+        pair = [_short(old, name), _short(new, name)]
+        size += len(json.dumps({name[:MAX_VALUE]: pair}))
+        if size > MAX_CHANGES_TEXT or len(found) == MAX_CHANGED_FIELDS:
+            found["…"] = [None, f"{len(differ) - len(found)} more fields"]
+            break
+        found[name[:MAX_VALUE]] = pair
+    return found
 
 
 def _short(fields: Mapping[str, Any], name: str) -> str | None:
