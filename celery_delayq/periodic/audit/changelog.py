@@ -9,7 +9,7 @@ A change and its record are one script call (core/lua/swap_field.lua), in the sl
 Each write keeps the newest ``MAX_CHANGES`` records and makes the list expire
 ``MAX_AGE`` after it; a read leaves out records older than ``MAX_AGE``. The bytes read
 back may be anyone's: a record that cannot be read is an ``UnreadableRecord``, never an
-error.
+error, as is a log key of another type, which the next change replaces.
 """
 
 from __future__ import annotations
@@ -142,8 +142,12 @@ class ChangeLog:
 
     def append(self, name: str, text: str) -> None:
         """Record a change made by another call (a run sent now; a change whose log
-        cannot share its slot): as swap_field.lua does, in one transaction."""
+        cannot share its slot): as swap_field.lua does, in one transaction (a key of
+        that name of another type deleted first, as the script does)."""
         key = self.keys.periodic_changes(name)
+        kind = self.client.type(key)
+        if (kind.decode() if isinstance(kind, bytes) else kind) not in ("list", "none"):
+            self.client.unlink(key)  # made by other code: the log starts anew
         with self.client.pipeline(transaction=True) as pipe:
             pipe.lpush(key, text)
             pipe.ltrim(key, 0, MAX_CHANGES - 1)
@@ -159,7 +163,13 @@ class ChangeLog:
         """The newest ``limit`` records of the entry ``name`` (at most ``MAX_CHANGES``),
         newest first; those older than ``MAX_AGE`` left out."""
         count = max(0, min(limit, MAX_CHANGES))
-        found = self.client.lrange(self.keys.periodic_changes(name), 0, count - 1) if count else []
+        key = self.keys.periodic_changes(name)
+        try:
+            found = self.client.lrange(key, 0, count - 1) if count else []
+        except redis.ResponseError as exc:  # a key of that name, of another type
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return [UnreadableRecord("the log is not a list: the next change makes it anew")]
         since = datetime.now(timezone.utc) - MAX_AGE
         read = [parse(raw) for raw in found]
         return [each for each in read if not isinstance(each, ChangeRecord) or each.at >= since]

@@ -189,3 +189,21 @@ def test_a_change_over_a_crafted_record_of_many_fields_is_recorded_readably(app)
     assert (updated.who, updated.action) == ("alice", "updated")
     assert 0 < len(updated.changed) <= MAX_CHANGED_FIELDS + 1
     assert all(len(field) <= 120 for field in updated.changed)
+
+
+@pytest.mark.promise("periodic-change-log-crafted")
+@pytest.mark.parametrize("prefix", ["", "a{b:"])  # the log in the script call, or after it
+def test_a_log_key_of_another_type_stops_no_change_and_no_reading(make_app, prefix) -> None:
+    """A log key someone made a string: reading says so, and the next change goes through
+    whole (its runs rewritten), its log made anew, not half-written with an error."""
+    app = make_app(broker_transport_options={"global_keyprefix": prefix})
+    with pytest.warns(periodic.UnknownTaskWarning):
+        periodic.upsert(app, "tick", "some.task", 60, now=NOW)
+    with open_store(app) as store:
+        store.client.set(store.keys.periodic_changes("tick"), "not a list")
+    (read,) = periodic.changes(app, "tick")
+    assert isinstance(read, UnreadableRecord) and "not a list" in read.reason
+    periodic.pause(app, "tick", now=NOW, changed_by="alice")
+    assert [(each.who, each.action) for each in records(app, "tick")] == [("alice", "paused")]
+    with open_store(app) as store:
+        assert store.pending() == []  # the paused entry's runs withdrawn: the change was whole
