@@ -184,15 +184,24 @@ class EntryRegistry:
 
 def _record(read: bytes | str | None, value: str, version: int, action: str | None) -> str | None:
     """The change log's record of writing ``value`` over ``read`` (None: nothing to
-    record, as an update that changes no field, or removing what is not there)."""
-    old, new = _fields(read), _fields(value)
-    if not old and not new:
+    record, as an update that changes no field, or removing what is not there; removing
+    a record that cannot be read is a change)."""
+    if read is None and not value:
         return None
+    old, new = _fields(read), _fields(value)
     actor, changes = current_actor(), field_changes(old, new)
     chosen = actor.action or action or ("created" if read is None else "updated")
-    if chosen == "updated" and not changes:
+    if chosen in UNCHANGED_UNRECORDED and not changes:  # a pause of a paused entry...
         return None
-    return record_text(actor, chosen, changes, version)
+    unread = read is not None and not old  # bytes written by hand: no fields to compare
+    return record_text(actor, chosen, changes, version, UNREAD_DETAIL if unread else "")
+
+
+#: What a write that changes no field is not recorded as (unlike an import, which may
+#: move only where its interval counts from).
+UNCHANGED_UNRECORDED = frozenset({"updated", "paused", "resumed"})
+#: The detail of a change over a stored record that is no entry (no fields compared).
+UNREAD_DETAIL = "over a stored record that could not be read"
 
 
 def _fields(stored: bytes | str | None) -> dict[str, Any]:

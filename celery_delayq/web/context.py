@@ -39,14 +39,17 @@ def context() -> WebContext:
 def acting_user() -> str:
     """Who the dashboard's changes are recorded as made by: the basic-auth user it
     checked, the web server's ``REMOTE_USER`` (mounted behind another app's login),
-    "token" for a token login, else "anonymous" (no credentials are set)."""
+    "token" for a token login, else "anonymous" (no credentials are set). A basic-auth
+    header names its user only if it is right: a token login lets a request through
+    without looking at one, so any name could ride beside it."""
     auth = request.authorization
-    if context().access.required and auth is not None and auth.type == "basic":
+    access = context().access
+    if auth is not None and auth.type == "basic" and access.basic_ok(auth.username, auth.password):
         return str(auth.username)
     remote = request.environ.get("REMOTE_USER")
     if isinstance(remote, str) and remote:
         return remote
-    if context().access.required and (session.get("login") or auth is not None):
+    if access.required and (session.get("login") or auth is not None):
         return "token"
     return "anonymous"
 

@@ -5,6 +5,7 @@ or a login changes nothing. The form itself: test_web_periodic_form.py."""
 
 from __future__ import annotations
 
+import base64
 import json
 from datetime import datetime, timezone
 
@@ -174,3 +175,26 @@ def test_without_credentials_the_form_and_its_writes_are_refused(app) -> None:
         answer = client.post(path, data={**form, "csrf_token": token, "do": "save"})
         assert answer.status_code == 401, path
     assert stored(app) == before
+
+
+def test_a_change_is_recorded_as_the_user_who_logged_in_not_one_a_header_names(app) -> None:
+    """A token login with a basic-auth header of any name and a wrong password beside it
+    (the session lets the request through, unchecked): the change log names the token
+    login, never the name the header claims."""
+    periodic.upsert(app, "tick", TASK, 60)
+    client = create_app(app, access=Access("ops", "pa55word", token="t0ken")).test_client()
+    login = {"token": "t0ken", "csrf_token": csrf_token(client, "/login"), "next": "/periodic"}
+    assert client.post("/login", data=login).status_code == 302
+    for claimed in ("ops:wrong", "root:x"):
+        forged = base64.b64encode(claimed.encode()).decode()
+        client.environ_base["HTTP_AUTHORIZATION"] = f"Basic {forged}"
+        verb = "pause" if periodic.get(app, "tick").entry.enabled else "resume"  # type: ignore[union-attr]
+        assert act(client, verb, "tick").status_code == 302
+    assert [(each.who, each.via) for each in periodic.changes(app, "tick")][:2] == [
+        ("token", "dashboard"),
+        ("token", "dashboard"),
+    ]
+    right = base64.b64encode(b"ops:pa55word").decode()
+    client.environ_base["HTTP_AUTHORIZATION"] = f"Basic {right}"
+    assert act(client, "pause", "tick").status_code == 302
+    assert periodic.changes(app, "tick")[0].who == "ops"  # type: ignore[union-attr]

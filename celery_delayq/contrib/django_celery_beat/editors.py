@@ -2,14 +2,16 @@
 
 The rows keep no editor, only ``date_changed``. When ``django.contrib.admin`` is installed,
 its log (``LogEntry``, written by each save through the admin) names the user whose save
-of the row is the latest, if it is not older than the row's last change; otherwise (a
-save by code, a schedule edited rather than the row) the change is the "admin"'s. Read
-only for a row whose entry is written, so a sync of unchanged rows queries nothing more.
+of the row is the latest, if it is not older than the row's last change and that change
+is not in the entry's change log already; otherwise (a save by code, a schedule edited
+rather than the row) the change is the "admin"'s. Read only for a row whose entry is
+written, so a sync of unchanged rows queries nothing more.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from datetime import datetime
 
 from django.apps import apps
@@ -21,12 +23,16 @@ __all__ = ["row_editor"]
 logger = logging.getLogger(__name__)
 
 
-def row_editor(row: PeriodicTask) -> tuple[str, str]:
-    """Who changed ``row`` last (the admin user, else "admin"), and the change's detail."""
+def row_editor(row: PeriodicTask, recorded: Collection[str] = ()) -> tuple[str, str]:
+    """Who made the change of ``row`` synced now (the admin user, else "admin"), and the
+    change's detail. ``recorded``: the details of the entry's records made through the
+    admin; a save of the row among them was synced already, so this change comes from
+    elsewhere (a schedule edited, not the row) and is no user's known."""
     changed: datetime | None = getattr(row, "date_changed", None)
-    when = f" changed {changed.isoformat(timespec='seconds')}" if changed else ""
-    user = _admin_user(row, changed) if changed is not None else None
-    return user or "admin", f"row {row.pk}{when}" + ("" if user else " (no admin user known)")
+    saved = f"row {row.pk}" + (f" changed {changed.isoformat()}" if changed else "")
+    new = changed is not None and not any(each.startswith(saved) for each in recorded)
+    user = _admin_user(row, changed) if new and changed is not None else None
+    return user or "admin", saved + ("" if user else " (no admin user known)")
 
 
 def _admin_user(row: PeriodicTask, changed: datetime) -> str | None:

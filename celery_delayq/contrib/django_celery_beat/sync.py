@@ -42,7 +42,7 @@ from redis.exceptions import LockError
 
 from ...config.errors import STORE_OUTAGES
 from ...core.store import DelayedStore
-from ...periodic.audit import acting
+from ...periodic.audit import ChangeLog, ChangeRecord, acting
 from ...periodic.entry import PeriodicEntry, error_text
 from ...periodic.manage import Synced, remove
 from ...periodic.registry import EntryRegistry, Versioned
@@ -183,7 +183,7 @@ class _Run:
             if entry.enabled:  # a paused entry sends nothing: it can always be paused
                 self.sync.writer.check(entry, self.now)
             self._renew(hold=True)
-            who, detail = row_editor(row)
+            who, detail = row_editor(row, self._admin_details(entry.name))
             with acting(who, "admin", detail):
                 version = self.registry.put_if(entry, None if old is None else old.version)
             if version is not None:
@@ -192,6 +192,11 @@ class _Run:
                 return True
             old = self.registry.get(entry.name)
         raise RuntimeError(f"its entry kept changing under {MOST_TRIES} writes in a row")
+
+    def _admin_details(self, name: str) -> list[str]:
+        """The details of the records of ``name``'s changes made through the admin."""
+        log = ChangeLog(self.registry.client, self.registry.keys).read(name)
+        return [e.detail for e in log if isinstance(e, ChangeRecord) and e.via == "admin"]
 
     def _may_replace(self, old: PeriodicEntry) -> bool:
         """Whether a row may replace the entry ``old`` of its name: one of its own, or one

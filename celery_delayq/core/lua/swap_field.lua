@@ -18,6 +18,12 @@
 
 local found = redis.call('HGET', KEYS[1], ARGV[1]) or ''
 if found ~= ARGV[2] then return 0 end
+if KEYS[2] then
+  -- a key of that name of another type (made by other code) would fail the LPUSH after
+  -- the change is written: the log starts anew instead (UNLINK: freed aside, at any size)
+  local kind = redis.call('TYPE', KEYS[2]).ok
+  if kind ~= 'list' and kind ~= 'none' then redis.call('UNLINK', KEYS[2]) end
+end
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[1], ARGV[1])
 else

@@ -9,7 +9,7 @@ A change and its record are one script call (core/lua/swap_field.lua), in the sl
 Each write keeps the newest ``MAX_CHANGES`` records and makes the list expire
 ``MAX_AGE`` after it; a read leaves out records older than ``MAX_AGE``. The bytes read
 back may be anyone's: a record that cannot be read is an ``UnreadableRecord``, never an
-error.
+error, as is a log key of another type, which the next change replaces.
 """
 
 from __future__ import annotations
@@ -45,6 +45,10 @@ MAX_AGE = timedelta(days=90)
 MAX_VALUE = 120
 #: A stored record longer than this (bytes) is not read.
 MAX_RECORD_BYTES = 16_384
+#: The most fields one record names, and the most characters of its changes as stored:
+#: what a change replaces may be anyone's bytes, of any size (the rest are counted).
+MAX_CHANGED_FIELDS = 32
+MAX_CHANGES_TEXT = 8_000
 #: The stored fields a record does not compare: the name is the log's, and the anchor
 #: (where an interval counts from) moves with the writer's choices, not a person's.
 UNCOMPARED = frozenset({"name", "anchor_ms"})
@@ -100,13 +104,21 @@ def record_text(
 
 def field_changes(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, list[str | None]]:
     """Each field whose value differs, with its old and new value as short JSON text
-    (None: no such field)."""
+    (None: no such field); past ``MAX_CHANGED_FIELDS`` or ``MAX_CHANGES_TEXT``, a last
+    field "…" counts the rest (a crafted record replaced may hold any number of fields,
+    of any name)."""
     names = sorted((set(old) | set(new)) - UNCOMPARED)
-    return {
-        name: [_short(old, name), _short(new, name)]
-        for name in names
-        if old.get(name) != new.get(name)
-    }
+    differ = [name for name in names if old.get(name) != new.get(name)]
+    found: dict[str, list[str | None]] = {}
+    size = 0
+    for name in differ:
+        pair = [_short(old, name), _short(new, name)]
+        size += len(json.dumps({name[:MAX_VALUE]: pair}))
+        if size > MAX_CHANGES_TEXT or len(found) == MAX_CHANGED_FIELDS:
+            found["…"] = [None, f"{len(differ) - len(found)} more fields"]
+            break
+        found[name[:MAX_VALUE]] = pair
+    return found
 
 
 def _short(fields: Mapping[str, Any], name: str) -> str | None:
@@ -130,8 +142,12 @@ class ChangeLog:
 
     def append(self, name: str, text: str) -> None:
         """Record a change made by another call (a run sent now; a change whose log
-        cannot share its slot): as swap_field.lua does, in one transaction."""
+        cannot share its slot): as swap_field.lua does, in one transaction (a key of
+        that name of another type deleted first, as the script does)."""
         key = self.keys.periodic_changes(name)
+        kind = self.client.type(key)
+        if (kind.decode() if isinstance(kind, bytes) else kind) not in ("list", "none"):
+            self.client.unlink(key)  # made by other code: the log starts anew
         with self.client.pipeline(transaction=True) as pipe:
             pipe.lpush(key, text)
             pipe.ltrim(key, 0, MAX_CHANGES - 1)
@@ -147,7 +163,13 @@ class ChangeLog:
         """The newest ``limit`` records of the entry ``name`` (at most ``MAX_CHANGES``),
         newest first; those older than ``MAX_AGE`` left out."""
         count = max(0, min(limit, MAX_CHANGES))
-        found = self.client.lrange(self.keys.periodic_changes(name), 0, count - 1) if count else []
+        key = self.keys.periodic_changes(name)
+        try:
+            found = self.client.lrange(key, 0, count - 1) if count else []
+        except redis.ResponseError as exc:  # a key of that name, of another type
+            if "WRONGTYPE" not in str(exc):
+                raise
+            return [UnreadableRecord("the log is not a list: the next change makes it anew")]
         since = datetime.now(timezone.utc) - MAX_AGE
         read = [parse(raw) for raw in found]
         return [each for each in read if not isinstance(each, ChangeRecord) or each.at >= since]

@@ -14,7 +14,9 @@ from celery_delayq import periodic
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.audit import MAX_CHANGES, ChangeRecord, UnreadableRecord, acting
 from celery_delayq.periodic.audit.actors import os_user
+from celery_delayq.periodic.audit.changelog import MAX_CHANGED_FIELDS, MAX_RECORD_BYTES
 from celery_delayq.periodic.manage import sync_settings
+from celery_delayq.periodic.transfer.clear_all import clear
 
 from ...helpers import PERIODIC_TASK as TASK
 
@@ -66,6 +68,11 @@ def test_a_write_that_changes_nothing_and_a_removal_of_nothing_are_not_recorded(
     periodic.upsert(app, "tick", TASK, 60, now=NOW)
     assert not periodic.remove(app, "ghost", now=NOW)
     assert [each.action for each in records(app, "tick")] == ["created"]
+    for _ in range(2):  # paused twice, resumed twice: the second of each changes nothing
+        periodic.pause(app, "tick", note="why", now=NOW)
+    for _ in range(2):
+        periodic.resume(app, "tick", now=NOW)
+    assert [each.action for each in records(app, "tick")] == ["resumed", "paused", "created"]
     assert periodic.changes(app, "ghost") == []
 
 
@@ -152,3 +159,51 @@ def test_records_older_than_the_max_age_are_not_read(app) -> None:
             record = {"at": now_ms - age * day, "who": f"{age}", "via": "api", "action": "updated"}
             store.client.lpush(key, json.dumps(record))
     assert [each.who for each in records(app, "tick")] == ["89"]
+
+
+@pytest.mark.promise("periodic-change-log")
+def test_removing_or_clearing_a_record_that_cannot_be_read_is_recorded(app) -> None:
+    """A stored record that is no entry (bytes written by hand) has no fields to compare:
+    its removal is still a change, and recorded."""
+    with open_store(app) as store:
+        store.client.hset(store.keys.periodic_entries, mapping={"junk": "7 <not json>", "x": "?"})
+    assert periodic.remove(app, "junk", now=NOW, changed_by="alice")
+    (removed,) = records(app, "junk")
+    assert (removed.who, removed.action, removed.changed) == ("alice", "removed", {})
+    assert "could not be read" in removed.detail
+    with acting(action="cleared"):
+        assert clear(app, NOW).unreadable == ["x"]
+    assert [each.action for each in records(app, "x")] == ["cleared"]
+
+
+def test_a_change_over_a_crafted_record_of_many_fields_is_recorded_readably(app) -> None:
+    """The fields compared are those of what was stored, which may be anyone's bytes: the
+    record of the change that replaces it stays short enough to be read."""
+    crafted = {"name": "tick", **{f"{n:05}" + "k" * 1000: "v" * 1000 for n in range(300)}}
+    with open_store(app) as store:
+        store.client.hset(store.keys.periodic_entries, "tick", "1 " + json.dumps(crafted))
+        periodic.upsert(app, "tick", TASK, 60, now=NOW, changed_by="alice")
+        (raw,) = store.client.lrange(store.keys.periodic_changes("tick"), 0, -1)
+    assert len(raw) < MAX_RECORD_BYTES
+    (updated,) = records(app, "tick")
+    assert (updated.who, updated.action) == ("alice", "updated")
+    assert 0 < len(updated.changed) <= MAX_CHANGED_FIELDS + 1
+    assert all(len(field) <= 120 for field in updated.changed)
+
+
+@pytest.mark.promise("periodic-change-log-crafted")
+@pytest.mark.parametrize("prefix", ["", "a{b:"])  # the log in the script call, or after it
+def test_a_log_key_of_another_type_stops_no_change_and_no_reading(make_app, prefix) -> None:
+    """A log key someone made a string: reading says so, and the next change goes through
+    whole (its runs rewritten), its log made anew, not half-written with an error."""
+    app = make_app(broker_transport_options={"global_keyprefix": prefix})
+    with pytest.warns(periodic.UnknownTaskWarning):
+        periodic.upsert(app, "tick", "some.task", 60, now=NOW)
+    with open_store(app) as store:
+        store.client.set(store.keys.periodic_changes("tick"), "not a list")
+    (read,) = periodic.changes(app, "tick")
+    assert isinstance(read, UnreadableRecord) and "not a list" in read.reason
+    periodic.pause(app, "tick", now=NOW, changed_by="alice")
+    assert [(each.who, each.action) for each in records(app, "tick")] == [("alice", "paused")]
+    with open_store(app) as store:
+        assert store.pending() == []  # the paused entry's runs withdrawn: the change was whole
