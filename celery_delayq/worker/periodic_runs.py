@@ -15,9 +15,9 @@ class (a task's own would bypass it); ``loader.on_task_init`` runs outside the t
 strategy or ``Request`` decides in the worker's main process as the message arrives, not
 as its run starts (a prefetched message waits there for a pool slot).
 
-"Still going" ends as ``task_postrun`` comes (success, failure, retry), and at the latest
-when the running mark's lease is over (``lease_of``): a worker killed mid-run blocks its
-entry that long. With Redis out of reach, or crafted headers, the task runs, unrecorded,
+"Still going" ends as ``task_postrun`` comes (success, failure; a retried run goes on
+until its retry ends), and at the latest when the running mark's lease is over
+(``lease_of``): a worker killed mid-run blocks its entry that long. With Redis out of reach, or crafted headers, the task runs, unrecorded,
 and a warning is logged.
 """
 
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
-from celery import Celery
+from celery import Celery, states
 from celery.exceptions import Ignore
 
 from ..brokers.connect import StoreConnection
@@ -179,11 +179,14 @@ def guard_tasks(app: Celery) -> None:
             task.run = guarded(task, task.run)
 
 
-def end_periodic_run(sender: Any = None, task_id: Any = None, task: Any = None, **_: Any) -> None:
-    """``task_postrun``: the run that holds its entry's running mark ended (it returned,
-    failed or is retried): the entry's next occurrence may start."""
+def end_periodic_run(
+    sender: Any = None, task_id: Any = None, task: Any = None, state: Any = None, **_: Any
+) -> None:
+    """``task_postrun``: the run that holds its entry's running mark ended (it returned or
+    failed): the entry's next occurrence may start. A run that is retried goes on: its
+    retry, the same occurrence, takes the mark again, and ends it."""
     run = _MARKED.pop(task_id, None) if isinstance(task_id, str) else None
-    if run is None or task is None:
+    if run is None or task is None or state == states.RETRY:
         return
     try:
         history_of(task.app).ended(run.name, run.occurrence)

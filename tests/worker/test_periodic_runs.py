@@ -126,6 +126,20 @@ def test_with_overlap_skip_a_run_is_skipped_while_another_occurrences_run_goes(a
     assert (found.history.skipped, found.history.total_run_count) == (1, 2)
 
 
+def test_a_retried_run_keeps_its_entry_until_its_retry_ends(app) -> None:
+    """A retry of the run is the same run: the next occurrence that comes while the
+    retry waits is skipped, and the retry is not."""
+    first, second = OCCURRENCE, OCCURRENCE + timedelta(hours=1)
+    task = app.tasks["celery.backend_cleanup"]
+    assert run_with(app, headers_of(first, id="run-1"))
+    end_periodic_run(task_id="run-1", task=task, state="RETRY")  # self.retry(countdown=...)
+    assert not run_with(app, headers_of(second, id="run-2"))  # the retry is still to come
+    assert run_with(app, headers_of(first, id="run-1"))  # the retry itself
+    end_periodic_run(task_id="run-1", task=task, state="SUCCESS")
+    third = OCCURRENCE + timedelta(hours=2)
+    assert run_with(app, headers_of(third, id="run-3"))
+
+
 def test_with_overlap_allow_runs_start_whatever_runs(app) -> None:
     for hours in (0, 1):
         headers = headers_of(OCCURRENCE + timedelta(hours=hours), id=f"run-{hours}")
