@@ -5,6 +5,7 @@ the task, and record nothing false."""
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from celery_delayq import periodic
 from celery_delayq.testing import wait_until
-from celery_delayq.worker.periodic_runs import end_periodic_run, starts
+from celery_delayq.worker.periodic_runs import end_periodic_run, guard_tasks, starts
 
 pytestmark = pytest.mark.adversarial
 
@@ -138,6 +139,16 @@ def test_a_retried_run_keeps_its_entry_until_its_retry_ends(app) -> None:
     end_periodic_run(task_id="run-1", task=task, state="SUCCESS")
     third = OCCURRENCE + timedelta(hours=2)
     assert run_with(app, headers_of(third, id="run-3"))
+
+
+def test_the_lease_is_the_workers_time_limit_from_its_command_line(app, redis_client) -> None:
+    # celery worker --time-limit=1: the pool kills a run at 1 s; the app's settings
+    # do not have it
+    guard_tasks(app, 1.0)
+    assert run_with(app, headers_of(OCCURRENCE, id="killed"))
+    mark = redis_client.hget("delayq:periodic:counts", "running:nightly")
+    ends = int(mark.split()[1]) / 1000
+    assert ends - time.time() < 30  # not the hour of a run without a limit
 
 
 def test_with_overlap_allow_runs_start_whatever_runs(app) -> None:
