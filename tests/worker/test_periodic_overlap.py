@@ -162,3 +162,35 @@ def test_a_worker_killed_mid_run_blocks_its_entry_until_the_lease_is_over(
     assert datetime.fromtimestamp(again["at"], timezone.utc) >= lease_end - timedelta(
         milliseconds=5
     )
+
+
+def solo(name: str) -> tuple[str, ...]:
+    return ("-P", "solo", "-n", f"{name}@%h")
+
+
+def test_the_lease_of_a_run_is_the_time_limit_given_on_the_workers_command_line(
+    make_app, redis_server, redis_client
+) -> None:
+    """Two workers started with ``--time-limit=6`` (the task has none of its own); the one
+    running the entry's run is SIGKILLed: the other runs the entry again once those 6 s
+    are over, not an hour later."""
+    app, settings = make_app(), settings_of("skip")
+    with ExitStack() as stack:
+        workers = [
+            stack.enter_context(
+                celery_process("worker", redis_server.url, settings, *solo(name), "--time-limit=6")
+            )
+            for name in ("first", "second")
+        ]
+        stack.enter_context(beat(redis_server.url, settings))
+        try:
+            wait_until(lambda: len(phases(redis_client, "start")) == 1, timeout=60)
+            killed = phases(redis_client, "start")[0]
+            victim = next(worker for worker in workers if worker.pid == killed["pid"])
+            victim.kill()
+            victim.wait()
+            wait_until(lambda: len(phases(redis_client, "start")) == 2, timeout=60)
+        finally:
+            release(redis_client, 20)
+    assert phases(redis_client, "start")[1]["occurrence"] > killed["occurrence"]
+    assert history(app).skipped >= 1
