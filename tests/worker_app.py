@@ -93,6 +93,18 @@ gated = app.task(bind=True, name="tests.worker_app.gated")(gate)
 gated_briefly = app.task(bind=True, name="tests.worker_app.gated_briefly", time_limit=8)(gate)
 
 
+@app.task(bind=True, name="tests.worker_app.gated_after_a_retry")
+def gated_after_a_retry(self: Any) -> None:
+    """The first run is retried once (in 3 s); each run after it waits like ``gated``."""
+    with redis.Redis.from_url(os.environ.get("RECORD_URL") or app.conf.broker_url) as client:
+        first = client.set("test:retried", "1", nx=True)
+    if first:
+        occurrence = self.request.get("delayq-occurrence")
+        record(self.request.id, eta_of(self.request), phase="retried", occurrence=occurrence)
+        raise self.retry(countdown=3)
+    gate(self)
+
+
 @app.task(bind=True, acks_late=True)
 def hold(self: Any, label: str = "", seconds: float = 60.0) -> None:
     """Record its start, then run for ``seconds`` (long enough to be killed), unless it

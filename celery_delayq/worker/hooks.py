@@ -32,7 +32,8 @@ def on_worker_init(sender: Any, **_: Any) -> None:
         import_facets()
         sender.app.steps["worker"].update({WorkerMover, DueTimers})
         sender.app.steps["consumer"].add(PoisonGuard)
-        guard_tasks(sender.app)  # before the pool builds its tracers
+        # before the pool builds its tracers
+        guard_tasks(sender.app, getattr(sender, "time_limit", None))
         signals.task_postrun.connect(
             end_periodic_run, weak=False, dispatch_uid="celery_delayq.periodic_runs"
         )

@@ -15,10 +15,10 @@ class (a task's own would bypass it); ``loader.on_task_init`` runs outside the t
 strategy or ``Request`` decides in the worker's main process as the message arrives, not
 as its run starts (a prefetched message waits there for a pool slot).
 
-"Still going" ends as ``task_postrun`` comes (success, failure, retry), and at the latest
-when the running mark's lease is over (``lease_of``): a worker killed mid-run blocks its
-entry that long. With Redis out of reach, or crafted headers, the task runs, unrecorded,
-and a warning is logged.
+"Still going" ends as ``task_postrun`` comes (success, failure; a retried run goes on
+until its retry ends), and at the latest when the running mark's lease is over
+(``lease_of``): a worker killed mid-run blocks its entry that long. With Redis out
+of reach, or crafted headers, the task runs, unrecorded, and a warning is logged.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any, NamedTuple
 
-from celery import Celery
+from celery import Celery, states
 from celery.exceptions import Ignore
 
 from ..brokers.connect import StoreConnection
@@ -79,12 +79,18 @@ def run_of(request: Any) -> Run | None:
     return Run(name, when, request.get(OVERLAP_HEADER) == "skip")
 
 
+#: The hard time limit of the worker each app runs in (``celery worker --time-limit`` or
+#: ``task_time_limit``), as ``guard_tasks`` found it: the pool's default for each task.
+_WORKER_LIMITS: weakref.WeakKeyDictionary[Celery, Any] = weakref.WeakKeyDictionary()
+
+
 def lease_of(task: Any, request: Any) -> float:
     """How long a run's running mark holds: its hard time limit (the message's, else
-    the task's, else the app's), else ``DEFAULT_LEASE``."""
+    the task's, else the worker's, else the app's), else ``DEFAULT_LEASE``."""
     limits = request.get("timelimit") or (None, None)
     hard = limits[0] if isinstance(limits, (list, tuple)) and limits else None
-    for seconds in (hard, task.time_limit, task.app.conf.task_time_limit):
+    app = task.app
+    for seconds in (hard, task.time_limit, _WORKER_LIMITS.get(app), app.conf.task_time_limit):
         if isinstance(seconds, (int, float)) and math.isfinite(seconds) and seconds > 0:
             return float(min(seconds, MAX_LEASE))
     return DEFAULT_LEASE
@@ -171,19 +177,25 @@ def guarded(task: Any, run: Callable[..., Any]) -> Callable[..., Any]:
     return guarded_run
 
 
-def guard_tasks(app: Celery) -> None:
+def guard_tasks(app: Celery, time_limit: Any = None) -> None:
     """Wrap the ``run`` of each of ``app``'s tasks, before the pool builds its tracers
-    (at ``worker_init``: a prefork pool forks later; other pools build them on first use)."""
+    (at ``worker_init``: a prefork pool forks later; other pools build them on first use).
+    ``time_limit``: the worker's hard time limit, which its pool enforces on a task with
+    none of its own (the command line's is not in the app's settings)."""
+    _WORKER_LIMITS[app] = time_limit
     for task in app.tasks.values():
         if not getattr(task.run, GUARDED, False):
             task.run = guarded(task, task.run)
 
 
-def end_periodic_run(sender: Any = None, task_id: Any = None, task: Any = None, **_: Any) -> None:
-    """``task_postrun``: the run that holds its entry's running mark ended (it returned,
-    failed or is retried): the entry's next occurrence may start."""
+def end_periodic_run(
+    sender: Any = None, task_id: Any = None, task: Any = None, state: Any = None, **_: Any
+) -> None:
+    """``task_postrun``: the run that holds its entry's running mark ended (it returned or
+    failed): the entry's next occurrence may start. A run that is retried goes on: its
+    retry, the same occurrence, takes the mark again, and ends it."""
     run = _MARKED.pop(task_id, None) if isinstance(task_id, str) else None
-    if run is None or task is None:
+    if run is None or task is None or state == states.RETRY:
         return
     try:
         history_of(task.app).ended(run.name, run.occurrence)

@@ -106,6 +106,27 @@ def test_with_overlap_allow_runs_overlap(make_app, redis_server, redis_client) -
     assert history(app).skipped == 0
 
 
+def test_a_retried_run_holds_its_entry_and_its_retry_is_not_skipped(
+    make_app, redis_server, redis_client
+) -> None:
+    """The first run retries itself in 3 s: the occurrences sent meanwhile are skipped,
+    and the retry runs."""
+    app, settings = make_app(), settings_of("skip", "tests.worker_app.gated_after_a_retry")
+    with ExitStack() as stack:
+        stack.enter_context(celery_process("worker", redis_server.url, settings, "-c", "3"))
+        stack.enter_context(beat(redis_server.url, settings))
+        try:
+            wait_until(lambda: len(phases(redis_client, "retried")) == 1, timeout=60)
+            wait_until(lambda: len(phases(redis_client, "start")) == 1, timeout=60)
+            wait_until(lambda: history(app).skipped >= 1, timeout=60)  # the next ones
+        finally:
+            release(redis_client, 20)
+        wait_until(lambda: len(phases(redis_client, "end")) == len(phases(redis_client, "start")))
+    retried, started = phases(redis_client, "retried")[0], phases(redis_client, "start")[0]
+    assert (started["id"], started["occurrence"]) == (retried["id"], retried["occurrence"])
+    assert_one_at_a_time(redis_client)
+
+
 @pytest.mark.promise("periodic-overlap-lease")
 def test_a_worker_killed_mid_run_blocks_its_entry_until_the_lease_is_over(
     make_app, redis_server, redis_client
@@ -141,3 +162,35 @@ def test_a_worker_killed_mid_run_blocks_its_entry_until_the_lease_is_over(
     assert datetime.fromtimestamp(again["at"], timezone.utc) >= lease_end - timedelta(
         milliseconds=5
     )
+
+
+def solo(name: str) -> tuple[str, ...]:
+    return ("-P", "solo", "-n", f"{name}@%h")
+
+
+def test_the_lease_of_a_run_is_the_time_limit_given_on_the_workers_command_line(
+    make_app, redis_server, redis_client
+) -> None:
+    """Two workers started with ``--time-limit=6`` (the task has none of its own); the one
+    running the entry's run is SIGKILLed: the other runs the entry again once those 6 s
+    are over, not an hour later."""
+    app, settings = make_app(), settings_of("skip")
+    with ExitStack() as stack:
+        workers = [
+            stack.enter_context(
+                celery_process("worker", redis_server.url, settings, *solo(name), "--time-limit=6")
+            )
+            for name in ("first", "second")
+        ]
+        stack.enter_context(beat(redis_server.url, settings))
+        try:
+            wait_until(lambda: len(phases(redis_client, "start")) == 1, timeout=60)
+            killed = phases(redis_client, "start")[0]
+            victim = next(worker for worker in workers if worker.pid == killed["pid"])
+            victim.kill()
+            victim.wait()
+            wait_until(lambda: len(phases(redis_client, "start")) == 2, timeout=60)
+        finally:
+            release(redis_client, 20)
+    assert phases(redis_client, "start")[1]["occurrence"] > killed["occurrence"]
+    assert history(app).skipped >= 1

@@ -5,6 +5,7 @@ the task, and record nothing false."""
 from __future__ import annotations
 
 import logging
+import time
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 
 from celery_delayq import periodic
 from celery_delayq.testing import wait_until
-from celery_delayq.worker.periodic_runs import end_periodic_run, starts
+from celery_delayq.worker.periodic_runs import end_periodic_run, guard_tasks, starts
 
 pytestmark = pytest.mark.adversarial
 
@@ -124,6 +125,30 @@ def test_with_overlap_skip_a_run_is_skipped_while_another_occurrences_run_goes(a
     found = periodic.get(app, "nightly")
     assert found is not None
     assert (found.history.skipped, found.history.total_run_count) == (1, 2)
+
+
+def test_a_retried_run_keeps_its_entry_until_its_retry_ends(app) -> None:
+    """A retry of the run is the same run: the next occurrence that comes while the
+    retry waits is skipped, and the retry is not."""
+    first, second = OCCURRENCE, OCCURRENCE + timedelta(hours=1)
+    task = app.tasks["celery.backend_cleanup"]
+    assert run_with(app, headers_of(first, id="run-1"))
+    end_periodic_run(task_id="run-1", task=task, state="RETRY")  # self.retry(countdown=...)
+    assert not run_with(app, headers_of(second, id="run-2"))  # the retry is still to come
+    assert run_with(app, headers_of(first, id="run-1"))  # the retry itself
+    end_periodic_run(task_id="run-1", task=task, state="SUCCESS")
+    third = OCCURRENCE + timedelta(hours=2)
+    assert run_with(app, headers_of(third, id="run-3"))
+
+
+def test_the_lease_is_the_workers_time_limit_from_its_command_line(app, redis_client) -> None:
+    # celery worker --time-limit=1: the pool kills a run at 1 s; the app's settings
+    # do not have it
+    guard_tasks(app, 1.0)
+    assert run_with(app, headers_of(OCCURRENCE, id="killed"))
+    mark = redis_client.hget("delayq:periodic:counts", "running:nightly")
+    ends = int(mark.split()[1]) / 1000
+    assert ends - time.time() < 30  # not the hour of a run without a limit
 
 
 def test_with_overlap_allow_runs_start_whatever_runs(app) -> None:
