@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from celery_delayq.periodic.cron_times import fixed_instant
 from celery_delayq.periodic.occurrences import Occurrences
+from celery_delayq.periodic.schedules.rule_times import rule_times
 from celery_delayq.periodic.schedules.rrules import (
     RuleFields,
     as_rrule_schedule,
@@ -257,6 +258,20 @@ def test_a_time_within_a_century_is_found_and_one_further_counts_as_none() -> No
     assert unbounded.after(utc(2026, 1, 1)) is None
     later = occurrences("FREQ=YEARLY", zone=zone, dtstart=datetime(2140, 1, 1))
     assert later.after(utc(2045, 1, 1)) == utc(2140, 1, 1)
+
+
+def test_a_rule_found_ended_in_a_repeated_hours_second_pass_is_found_from_its_first() -> None:
+    """New York, 1 November 2026: 01:00-01:59 happens twice (EDT, then EST). A rule ending
+    at 01:45 (firing at the first 01:45) has no time left after 01:30 EST, but has one
+    after 01:30 EDT, the same wall time an hour earlier: what one call found (none) is
+    not taken for the other."""
+    times = rule_times(
+        "FREQ=MINUTELY;INTERVAL=15;UNTIL=20261101T014500",
+        datetime(2026, 11, 1),
+        ZoneInfo("America/New_York"),
+    )
+    assert times.after(utc(2026, 11, 1, 6, 30)) is None  # 01:30 EST
+    assert times.after(utc(2026, 11, 1, 5, 30)) == utc(2026, 11, 1, 5, 45)  # 01:30 EDT
 
 
 # --- count, until, start --------------------------------------------------------------------------
