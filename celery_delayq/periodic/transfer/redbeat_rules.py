@@ -5,8 +5,9 @@ at a fixed UTC offset (its JSON stores each as a timestamp and an offset), so it
 keep that offset all year: the clocks' changes move them on the wall. Ours are wall times
 of the entry's zone. So a rule goes to redbeat only from a zone that keeps one offset
 (``one_offset``: over the next two years, as far as the zone's rules say), and comes from
-redbeat in the app's zone when that zone keeps the rule's offset, else in the fixed-offset
-zone ``Etc/GMT-<hours>`` (there is none for an offset that is not whole hours). A
+redbeat in the app's zone when that zone keeps the rule's offset (ahead, and at the rule's
+start and end, which become its wall times), else in the fixed-offset zone
+``Etc/GMT-<hours>`` (there is none for an offset that is not whole hours). A
 ``BYDAY`` with a position (``-1FR``) does not go: redbeat's JSON writes the weekday only.
 """
 
@@ -68,7 +69,12 @@ def our_zone(app: Celery, name: str, rule: Any, now: datetime) -> tuple[str, str
     """The zone the redbeat ``rrule`` of the entry ``name`` is kept in here, and the note
     when it is not the app's ("" if it is); a ``ValueError`` if no zone keeps its offset."""
     offset = rule.dtstart.utcoffset() or timedelta(0)
-    if one_offset(zone_of(app_zone(app)), offset, now):
+    zone = zone_of(app_zone(app))
+    # the rule's start and end become wall times of the zone at their own dates: a zone
+    # that kept another offset then (Europe/Istanbul before 2016) would move them
+    bounds = [moment for moment in (rule.dtstart, rule.until) if moment is not None]
+    kept = all(moment.astimezone(zone).utcoffset() == offset for moment in bounds)
+    if kept and one_offset(zone, offset, now):
         return app_zone(app), ""
     if offset % HOUR:
         raise ValueError(
