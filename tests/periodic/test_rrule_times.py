@@ -15,13 +15,13 @@ from hypothesis import strategies as st
 
 from celery_delayq.periodic.cron_times import fixed_instant
 from celery_delayq.periodic.occurrences import Occurrences
-from celery_delayq.periodic.schedules.rule_times import rule_times
 from celery_delayq.periodic.schedules.rrules import (
     RuleFields,
     as_rrule_schedule,
     rrule_schedule,
     rule_fields,
 )
+from celery_delayq.periodic.schedules.rule_times import rule_times
 
 pytestmark = pytest.mark.unit
 

@@ -76,7 +76,7 @@ def fixture_rows(objects: Any) -> list[TaskRow]:
     tasks = [fields for (model, _), fields in rows.items() if model == f"{APP}.periodictask"]
     for fields in tasks + unkeyed:
         kind = next((k for k in KINDS if fields.get(k) is not None), None)
-        key = _key(f"{APP}.{kind}schedule", fields.get(kind))
+        key = _key(f"{APP}.{kind}schedule", fields.get(kind)) if kind else None
         found.append(TaskRow(fields, kind, rows.get(key, {}) if key else {}))
     return found
 

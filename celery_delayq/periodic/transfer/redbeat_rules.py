@@ -69,12 +69,12 @@ def our_zone(app: Celery, name: str, rule: Any, now: datetime) -> tuple[str, str
     """The zone the redbeat ``rrule`` of the entry ``name`` is kept in here, and the note
     when it is not the app's ("" if it is); a ``ValueError`` if no zone keeps its offset."""
     offset = rule.dtstart.utcoffset() or timedelta(0)
-    zone = zone_of(app_zone(app))
+    apps = zone_of(app_zone(app))
     # the rule's start and end become wall times of the zone at their own dates: a zone
     # that kept another offset then (Europe/Istanbul before 2016) would move them
     bounds = [moment for moment in (rule.dtstart, rule.until) if moment is not None]
-    kept = all(moment.astimezone(zone).utcoffset() == offset for moment in bounds)
-    if kept and one_offset(zone, offset, now):
+    kept = all(moment.astimezone(apps).utcoffset() == offset for moment in bounds)
+    if kept and one_offset(apps, offset, now):
         return app_zone(app), ""
     if offset % HOUR:
         raise ValueError(

@@ -123,8 +123,11 @@ def test_a_one_off_that_has_run_there_is_kept_paused() -> None:
     (``total_run_count`` > 0) it disables the row instead of running it again."""
     ran = {"interval": 1, "one_off": True, "last_run_at": "2026-11-29T07:00:00Z"}
     found = read_fixture(
-        [INTERVAL, task_object(1, name="ran", total_run_count=1, **ran),
-         task_object(2, name="not-yet", total_run_count=0, **ran)]  # fmt: skip
+        [
+            INTERVAL,
+            task_object(1, name="ran", total_run_count=1, **ran),
+            task_object(2, name="not-yet", total_run_count=0, **ran),
+        ]  # fmt: skip
     )
     ran_once, not_yet = found["ran"], found["not-yet"]
     assert isinstance(ran_once, Incoming) and ran_once.entry.enabled is False
