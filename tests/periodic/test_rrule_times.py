@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from dateutil.rrule import DAILY, MO, WEEKLY, rrule, rrulestr
+from dateutil.rrule import DAILY, FR, MO, MONTHLY, SU, WEEKLY, rrule, rrulestr
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -17,9 +17,11 @@ from celery_delayq.periodic.cron_times import fixed_instant
 from celery_delayq.periodic.occurrences import Occurrences
 from celery_delayq.periodic.schedules.rrules import (
     RuleFields,
+    RuleParts,
     as_rrule_schedule,
     rrule_schedule,
     rule_fields,
+    rule_parts,
 )
 from celery_delayq.periodic.schedules.rule_times import rule_times
 
@@ -402,3 +404,11 @@ def test_the_fields_read_from_dateutils_rrule_are_those_it_was_made_with(rule, f
     assert [m is None or m.tzinfo is None for m in (found.dtstart, found.until)] == [
         m is None or m.tzinfo is None for m in (fields.dtstart, fields.until)
     ]
+
+
+def test_the_parts_read_from_dateutils_rrule_are_those_it_was_made_with() -> None:
+    """The rest of what redbeat's rrule is made from (redbeat_rules.their_rule), pinned as
+    the fields are: the BY parts given, none taken from the start."""
+    rule = rrulestr("DTSTART:20260301T090000\nRRULE:FREQ=MONTHLY;INTERVAL=2;WKST=SU;BYDAY=MO,-1FR")
+    parts = rule_parts(rule)
+    assert parts == RuleParts(MONTHLY, 2, SU.weekday, {"byweekday": (MO, FR(-1))})

@@ -21,6 +21,7 @@ from celery import Celery
 from dateutil.rrule import rrulestr
 
 from ..entry import PeriodicEntry, zone_of
+from ..schedules.rrules import rule_fields, rule_parts
 from .model import app_zone, rule_of
 
 #: How far ahead a zone must keep one UTC offset for a rule in it to go to redbeat.
@@ -48,20 +49,20 @@ def their_rule(app: Celery, entry: PeriodicEntry, now: datetime) -> Any:
             "at one offset"
         )
     parsed = rrulestr(text, dtstart=start)
-    given = dict(vars(parsed)["_original_rule"])
-    if any(day.n for day in given.get("byweekday") or ()):
+    fields, parts = rule_fields(parsed), rule_parts(parsed)
+    if any(day.n for day in parts.given.get("byweekday") or ()):
         raise ValueError("a BYDAY with a position (such as -1FR): redbeat keeps the weekday only")
     fixed = timezone(offset)
-    until = vars(parsed)["_until"]
+    until = fields.until
     return rrule(
-        vars(parsed)["_freq"],
+        parts.freq,
         dtstart=start.replace(tzinfo=fixed),
-        interval=vars(parsed)["_interval"],
-        wkst=vars(parsed)["_wkst"],
-        count=vars(parsed)["_count"],
+        interval=parts.interval,
+        wkst=parts.wkst,
+        count=fields.count,
         until=None if until is None else until.replace(tzinfo=fixed),
         app=app,
-        **given,
+        **parts.given,
     )
 
 
