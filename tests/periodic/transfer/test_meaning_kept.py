@@ -16,7 +16,7 @@ from celery import Celery
 from celery_delayq.periodic.entry import PeriodicEntry
 from celery_delayq.periodic.manage import EntryInfo
 from celery_delayq.periodic.schedules.clocked import clocked
-from celery_delayq.periodic.transfer import django_fixture, redbeat_keys
+from celery_delayq.periodic.transfer import beat_module, django_fixture, redbeat_keys
 from celery_delayq.periodic.transfer.model import Incoming, Skipped
 
 from ...helpers import PERIODIC_TASK as TASK
@@ -175,3 +175,34 @@ def test_a_description_longer_than_kept_here_is_cut_and_said() -> None:
     incoming = found["long"]
     assert isinstance(incoming, Incoming) and incoming.entry.description == long[:1000]
     assert any("description is cut" in note for note in incoming.notes)
+
+
+# --- beat_schedule -------------------------------------------------------------------------------
+
+
+def test_a_beat_schedule_module_is_ascii_and_reads_back_any_text(tmp_path: Any) -> None:
+    """The module is written in the locale's encoding (cp1252 on Windows has no ☕) and
+    read as UTF-8: written in ASCII, with escapes, it reads back the same in any."""
+    entry = PeriodicEntry(
+        "café ☕",
+        TASK,
+        3600.0,
+        anchor=NOW,
+        timezone="UTC",
+        args=("naïve", "☕"),
+        kwargs={"ключ": "値"},
+        description="Grüße 🌍",
+    )
+    exported = beat_module.export(app_in("UTC"), [EntryInfo(entry, 1, [])], NOW)
+    assert exported.text.isascii()
+    path = tmp_path / "schedule.py"
+    path.write_text(exported.text, encoding="ascii")
+    [found] = beat_module.read(app_in("UTC"), beat_module.beat_schedule_of(str(path)), NOW)
+    assert isinstance(found, Incoming), found
+    back = found.entry
+    assert (back.name, back.args, dict(back.kwargs), back.description) == (
+        entry.name,
+        entry.args,
+        dict(entry.kwargs),
+        entry.description,
+    )
