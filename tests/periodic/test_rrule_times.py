@@ -9,7 +9,7 @@ from datetime import datetime, timedelta, timezone
 from zoneinfo import ZoneInfo
 
 import pytest
-from dateutil.rrule import DAILY, MO, WEEKLY, rrule, rrulestr
+from dateutil.rrule import DAILY, FR, MO, MONTHLY, SU, WEEKLY, rrule, rrulestr
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
@@ -17,10 +17,13 @@ from celery_delayq.periodic.cron_times import fixed_instant
 from celery_delayq.periodic.occurrences import Occurrences
 from celery_delayq.periodic.schedules.rrules import (
     RuleFields,
+    RuleParts,
     as_rrule_schedule,
     rrule_schedule,
     rule_fields,
+    rule_parts,
 )
+from celery_delayq.periodic.schedules.rule_times import rule_times
 
 pytestmark = pytest.mark.unit
 
@@ -259,6 +262,20 @@ def test_a_time_within_a_century_is_found_and_one_further_counts_as_none() -> No
     assert later.after(utc(2045, 1, 1)) == utc(2140, 1, 1)
 
 
+def test_a_rule_found_ended_in_a_repeated_hours_second_pass_is_found_from_its_first() -> None:
+    """New York, 1 November 2026: 01:00-01:59 happens twice (EDT, then EST). A rule ending
+    at 01:45 (firing at the first 01:45) has no time left after 01:30 EST, but has one
+    after 01:30 EDT, the same wall time an hour earlier: what one call found (none) is
+    not taken for the other."""
+    times = rule_times(
+        "FREQ=MINUTELY;INTERVAL=15;UNTIL=20261101T014500",
+        datetime(2026, 11, 1),
+        ZoneInfo("America/New_York"),
+    )
+    assert times.after(utc(2026, 11, 1, 6, 30)) is None  # 01:30 EST
+    assert times.after(utc(2026, 11, 1, 5, 30)) == utc(2026, 11, 1, 5, 45)  # 01:30 EDT
+
+
 # --- count, until, start --------------------------------------------------------------------------
 
 
@@ -387,3 +404,11 @@ def test_the_fields_read_from_dateutils_rrule_are_those_it_was_made_with(rule, f
     assert [m is None or m.tzinfo is None for m in (found.dtstart, found.until)] == [
         m is None or m.tzinfo is None for m in (fields.dtstart, fields.until)
     ]
+
+
+def test_the_parts_read_from_dateutils_rrule_are_those_it_was_made_with() -> None:
+    """The rest of what redbeat's rrule is made from (redbeat_rules.their_rule), pinned as
+    the fields are: the BY parts given, none taken from the start."""
+    rule = rrulestr("DTSTART:20260301T090000\nRRULE:FREQ=MONTHLY;INTERVAL=2;WKST=SU;BYDAY=MO,-1FR")
+    parts = rule_parts(rule)
+    assert parts == RuleParts(MONTHLY, 2, SU.weekday, {"byweekday": (MO, FR(-1))})

@@ -26,8 +26,10 @@ from dateutil.rrule import rrule, rrulestr
 __all__ = [
     "MOST_COUNT",
     "RuleFields",
+    "RuleParts",
     "as_rrule_schedule",
     "rule_fields",
+    "rule_parts",
     "rrule_schedule",
     "wall_of",
 ]
@@ -95,18 +97,49 @@ class RuleFields:
     byeaster: bool
 
 
+@dataclass(frozen=True)
+class RuleParts:
+    """The rest of what a dateutil ``rrule`` was made with: its frequency, ``INTERVAL``
+    and ``WKST`` (dateutil's numbers), and the ``BY`` parts given, by dateutil's keyword
+    names (``byweekday``...), not those it takes from its start."""
+
+    freq: int
+    interval: int
+    wkst: int
+    given: dict[str, Any]
+
+
 def rule_fields(rule: rrule) -> RuleFields:
     """``rule``'s start, ``COUNT``, ``UNTIL`` (as dateutil holds them: aware or not) and
     whether it has dateutil's own ``BYEASTER``. dateutil has no public accessor for them
     (its ``__str__`` drops the start's and the end's zones), so they are read from its
-    attributes, here only: the same from dateutil 2.8.2, the oldest allowed, to 2.9
-    (tests/periodic/test_rrule_times.py pins them); a ``ValueError`` if they are not."""
+    attributes, here only (with ``rule_parts``): the same from dateutil 2.8.2, the oldest
+    allowed, to 2.9 (tests/periodic/test_rrule_times.py pins them); a ``ValueError`` if
+    they are not."""
+    found = _attributes(rule)
     try:
-        found = vars(rule)
         byeaster = found["_original_rule"].get("byeaster")
         return RuleFields(found["_dtstart"], found["_count"], found["_until"], bool(byeaster))
     except (KeyError, TypeError, AttributeError) as exc:
         raise ValueError(f"this dateutil's rrule keeps its fields otherwise: {exc!r}") from None
+
+
+def rule_parts(rule: rrule) -> RuleParts:
+    """``rule``'s frequency, ``INTERVAL``, ``WKST`` and ``BY`` parts, read as
+    ``rule_fields`` reads the others (and pinned with them)."""
+    found = _attributes(rule)
+    try:
+        given = dict(found["_original_rule"])
+        return RuleParts(found["_freq"], found["_interval"], found["_wkst"], given)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise ValueError(f"this dateutil's rrule keeps its fields otherwise: {exc!r}") from None
+
+
+def _attributes(rule: rrule) -> dict[str, Any]:
+    try:
+        return vars(rule)
+    except TypeError as exc:
+        raise ValueError(f"not a dateutil rrule: {exc!r}") from None
 
 
 def _parsed(value: RuleInput, zone: ZoneInfo, fallback: datetime) -> tuple[rrule, datetime | None]:

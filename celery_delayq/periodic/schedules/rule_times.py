@@ -100,8 +100,11 @@ class RuleTimes:
         self._all: list[datetime] | None = None
         self._all_covered = datetime.min  # how far ``_all`` was walked
         self._walk: _Walk | None = None
-        #: No time after this wall time up to ``_none_through`` (a walk found none).
-        self._none_after, self._none_through = datetime.max, datetime.min
+        #: No time after this instant (aware) fires up to the wall time ``_none_through``
+        #: (a walk found none): an instant, as the same wall time is two instants where
+        #: the clocks go back, and the later one may find none where the earlier finds one.
+        self._none_after: datetime | None = None
+        self._none_through = datetime.min
         self._lock = threading.Lock()  # one per rule, shared by a process's threads
 
     def after(self, moment: datetime) -> datetime | None:
@@ -109,7 +112,8 @@ class RuleTimes:
         wall = moment.astimezone(self.zone).replace(tzinfo=None)
         horizon = _years_after(wall, SEARCH_YEARS)
         with self._lock:
-            if self._none_after <= wall and horizon <= self._none_through:
+            none_after = self._none_after
+            if none_after is not None and none_after <= moment and horizon <= self._none_through:
                 return None
             # a wall time at or before ``wall`` fires at or before ``moment`` (cron's
             # rule keeps them in order); in a repeated hour, some after it do too
@@ -125,7 +129,7 @@ class RuleTimes:
                 if instant > moment:
                     return instant
             through = self._covered() if beyond is None else beyond - timedelta(microseconds=1)
-            self._none_after, self._none_through = wall, through
+            self._none_after, self._none_through = moment, through
         return None
 
     def _covered(self) -> datetime:

@@ -8,8 +8,10 @@ own time zone. An entry with a ``clocked`` or rrule schedule, ``one_off``,
 ``start_time``, ``expires`` or a ``description`` is written with delayq's keys, which
 only delayq's beat reads (Celery's refuses the item), and the export says so. An rrule
 is written with its start (a ``DTSTART`` line): one that had none would otherwise start
-again when imported. Import reads the ``beat_schedule`` of a module (or a Django settings
-module's ``CELERY_BEAT_SCHEDULE``) as delayq's beat reads it (``settings_entry``).
+again when imported. The module is ASCII (other text escaped): it is written in the
+locale's encoding and read as UTF-8. Import reads the ``beat_schedule`` of a module (or a
+Django settings module's ``CELERY_BEAT_SCHEDULE``) as delayq's beat reads it
+(``settings_entry``).
 """
 
 from __future__ import annotations
@@ -71,7 +73,7 @@ def export(app: Celery, infos: list[EntryInfo], now: datetime) -> Export:
             skipped.append(Skipped(entry.name, reason))
             continue
         notes += policy_notes(entry, WHAT) + _own_note(entry)
-        lines.append(f"    {entry.name!r}: {{\n{_item(app, entry)}    }},\n")
+        lines.append(f"    {entry.name!a}: {{\n{_item(app, entry)}    }},\n")
     more = "".join(lines)
     imports = "\nfrom celery_delayq.periodic import clocked\n" if "clocked(" in more else ""
     header = HEADER.format(now=now.isoformat(timespec="seconds"), zone=app.timezone, more=imports)
@@ -90,18 +92,18 @@ def _own_note(entry: PeriodicEntry) -> list[str]:
 
 def _item(app: Celery, entry: PeriodicEntry) -> str:
     """One entry's keys, as Python source."""
-    item: dict[str, str] = {"task": repr(entry.task), "schedule": schedule_code(entry)}
+    item: dict[str, str] = {"task": ascii(entry.task), "schedule": schedule_code(entry)}
     for key, value in (("args", list(entry.args)), ("kwargs", entry.kwargs)):
         if value:
-            item[key] = repr(value)
+            item[key] = ascii(value)
     if entry.options:
-        item["options"] = repr(dict(entry.options))
+        item["options"] = ascii(dict(entry.options))
     if isinstance(entry.schedule, rrule_schedule) and entry.timezone != app_zone(app):
-        item["timezone"] = repr(entry.timezone)  # a rule's wall times are in its zone
+        item["timezone"] = ascii(entry.timezone)  # a rule's wall times are in its zone
     for key in OWN_KEYS:
         value = getattr(entry, key)
         if value:
-            item[key] = _moment_code(value) if isinstance(value, datetime) else repr(value)
+            item[key] = _moment_code(value) if isinstance(value, datetime) else ascii(value)
     return "".join(f"        {key!r}: {code},\n" for key, code in item.items())
 
 

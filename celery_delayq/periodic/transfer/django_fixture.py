@@ -62,14 +62,30 @@ class TaskRow:
 def fixture_rows(objects: Any) -> list[TaskRow]:
     """The ``PeriodicTask`` rows of a fixture (``dumpdata``'s list), each with its
     schedule's row."""
-    rows = {(obj.get("model"), obj.get("pk")): obj.get("fields") or {} for obj in objects}
+    rows: dict[tuple[str, int | str], Mapping[str, Any]] = {}
+    unkeyed = []  # tasks with no primary key: loaddata adds each
+    for obj in objects:
+        fields = obj.get("fields")
+        fields = fields if isinstance(fields, Mapping) else {}
+        key = _key(obj.get("model"), obj.get("pk"))
+        if key is not None:
+            rows[key] = fields  # a later object replaces one of the same key, as in loaddata
+        elif obj.get("model") == f"{APP}.periodictask":
+            unkeyed.append(fields)
     found = []
-    for (model, _), fields in rows.items():
-        if model == f"{APP}.periodictask":
-            kind = next((k for k in KINDS if fields.get(k) is not None), None)
-            row = rows.get((f"{APP}.{kind}schedule", fields.get(kind)), {}) if kind else {}
-            found.append(TaskRow(fields, kind, row))
+    tasks = [fields for (model, _), fields in rows.items() if model == f"{APP}.periodictask"]
+    for fields in tasks + unkeyed:
+        kind = next((k for k in KINDS if fields.get(k) is not None), None)
+        key = _key(f"{APP}.{kind}schedule", fields.get(kind)) if kind else None
+        found.append(TaskRow(fields, kind, rows.get(key, {}) if key else {}))
     return found
+
+
+def _key(model: Any, pk: Any) -> tuple[str, int | str] | None:
+    """An object's model and primary key (a number or text), or None for a crafted one
+    (a list, a mapping, none): a row another can point to."""
+    ok = isinstance(model, str) and isinstance(pk, (int, str)) and not isinstance(pk, bool)
+    return (model, pk) if ok else None
 
 
 def is_fixture(document: Any) -> bool:
@@ -99,9 +115,26 @@ def _reader(app: Celery, row: TaskRow, now: datetime) -> Any:
             enabled=fields.get("enabled", True) is not False,
             **bounds(fields),
         )
-        return _anchored(entry, fields, now)
+        return _ran_once(_anchored(entry, fields, now), fields)
 
     return build
+
+
+def _ran_once(incoming: Incoming, fields: Mapping[str, Any]) -> Incoming:
+    """A one-off row that has run (``total_run_count``) runs no more there:
+    ``DatabaseScheduler`` disables it at its next check instead. Kept paused, said; and
+    a description cut to the length kept here, said too."""
+    entry, notes = incoming.entry, incoming.notes
+    if len(str(fields.get("description") or "")) > MAX_DESCRIPTION_LENGTH:
+        notes += (f"{entry.name}: its description is cut to {MAX_DESCRIPTION_LENGTH:,} characters",)
+    runs = fields.get("total_run_count")
+    if entry.one_off and entry.enabled and isinstance(runs, int) and runs > 0:
+        entry = replace(entry, enabled=False)
+        notes += (
+            f"{entry.name}: a one-off that has run there (total_run_count {runs}): kept "
+            "paused, as django-celery-beat disables it",
+        )
+    return replace(incoming, entry=entry, notes=notes)
 
 
 def bounds(fields: Mapping[str, Any]) -> dict[str, Any]:
@@ -162,7 +195,13 @@ def moment(value: Any) -> datetime | None:
     """A fixture's time (ISO 8601) or a column's (a datetime, aware)."""
     if value is None or isinstance(value, datetime):
         return value
-    return datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    found = datetime.fromisoformat(str(value).replace("Z", "+00:00"))
+    if found.tzinfo is None:  # the site's TIME_ZONE, which a fixture does not say
+        raise ValueError(
+            f"{value!r} has no UTC offset (a site with USE_TZ = False): import the rows "
+            "with --django-settings, which reads it in the site's TIME_ZONE"
+        )
+    return found
 
 
 def export(app: Celery, infos: list[EntryInfo], now: datetime) -> Export:
@@ -177,6 +216,12 @@ def export(app: Celery, infos: list[EntryInfo], now: datetime) -> Export:
             skipped.append(Skipped(entry.name, reason))
             continue
         notes += policy_notes(entry, WHAT)
+        ended = entry.enabled and entry.occurrences().after(now) is None
+        if ended:
+            notes.append(
+                f"{entry.name}: it has no run left: written disabled (django-celery-beat "
+                "would run a one-off or a clocked task again)"
+            )
         kind, row = _schedule_row(entry)
         key = (kind, json.dumps(row, sort_keys=True))
         if key not in schedules:
@@ -184,6 +229,7 @@ def export(app: Celery, infos: list[EntryInfo], now: datetime) -> Export:
             objects.append({"model": f"{APP}.{kind}schedule", "pk": schedules[key], "fields": row})
         pk = len([o for o in objects if o["model"] == f"{APP}.periodictask"]) + 1
         task = _task_row(entry, kind, schedules[key], now)
+        task["enabled"] = entry.enabled and not ended
         objects.append({"model": f"{APP}.periodictask", "pk": pk, "fields": task})
     return Export(json.dumps(objects, indent=2) + "\n", skipped, notes)
 

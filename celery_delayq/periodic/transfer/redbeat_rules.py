@@ -5,8 +5,9 @@ at a fixed UTC offset (its JSON stores each as a timestamp and an offset), so it
 keep that offset all year: the clocks' changes move them on the wall. Ours are wall times
 of the entry's zone. So a rule goes to redbeat only from a zone that keeps one offset
 (``one_offset``: over the next two years, as far as the zone's rules say), and comes from
-redbeat in the app's zone when that zone keeps the rule's offset, else in the fixed-offset
-zone ``Etc/GMT-<hours>`` (there is none for an offset that is not whole hours). A
+redbeat in the app's zone when that zone keeps the rule's offset (ahead, and at the rule's
+start and end, which become its wall times), else in the fixed-offset zone
+``Etc/GMT-<hours>`` (there is none for an offset that is not whole hours). A
 ``BYDAY`` with a position (``-1FR``) does not go: redbeat's JSON writes the weekday only.
 """
 
@@ -20,6 +21,7 @@ from celery import Celery
 from dateutil.rrule import rrulestr
 
 from ..entry import PeriodicEntry, zone_of
+from ..schedules.rrules import rule_fields, rule_parts
 from .model import app_zone, rule_of
 
 #: How far ahead a zone must keep one UTC offset for a rule in it to go to redbeat.
@@ -47,20 +49,20 @@ def their_rule(app: Celery, entry: PeriodicEntry, now: datetime) -> Any:
             "at one offset"
         )
     parsed = rrulestr(text, dtstart=start)
-    given = dict(vars(parsed)["_original_rule"])
-    if any(day.n for day in given.get("byweekday") or ()):
+    fields, parts = rule_fields(parsed), rule_parts(parsed)
+    if any(day.n for day in parts.given.get("byweekday") or ()):
         raise ValueError("a BYDAY with a position (such as -1FR): redbeat keeps the weekday only")
     fixed = timezone(offset)
-    until = vars(parsed)["_until"]
+    until = fields.until
     return rrule(
-        vars(parsed)["_freq"],
+        parts.freq,
         dtstart=start.replace(tzinfo=fixed),
-        interval=vars(parsed)["_interval"],
-        wkst=vars(parsed)["_wkst"],
-        count=vars(parsed)["_count"],
+        interval=parts.interval,
+        wkst=parts.wkst,
+        count=fields.count,
         until=None if until is None else until.replace(tzinfo=fixed),
         app=app,
-        **given,
+        **parts.given,
     )
 
 
@@ -68,7 +70,12 @@ def our_zone(app: Celery, name: str, rule: Any, now: datetime) -> tuple[str, str
     """The zone the redbeat ``rrule`` of the entry ``name`` is kept in here, and the note
     when it is not the app's ("" if it is); a ``ValueError`` if no zone keeps its offset."""
     offset = rule.dtstart.utcoffset() or timedelta(0)
-    if one_offset(zone_of(app_zone(app)), offset, now):
+    apps = zone_of(app_zone(app))
+    # the rule's start and end become wall times of the zone at their own dates: a zone
+    # that kept another offset then (Europe/Istanbul before 2016) would move them
+    bounds = [moment for moment in (rule.dtstart, rule.until) if moment is not None]
+    kept = all(moment.astimezone(apps).utcoffset() == offset for moment in bounds)
+    if kept and one_offset(apps, offset, now):
         return app_zone(app), ""
     if offset % HOUR:
         raise ValueError(
