@@ -32,6 +32,7 @@ the times in order, each after the one before), one that occurs twice fires at t
 from __future__ import annotations
 
 import threading
+from array import array
 from bisect import bisect_right
 from collections import deque
 from collections.abc import Iterator
@@ -54,6 +55,7 @@ SEARCH_YEARS = 100
 CYCLE = timedelta(days=146_097)
 #: The last year dateutil walks to.
 LAST_YEAR = 9999
+_MICROSECOND = timedelta(microseconds=1)
 #: A rule's ``UNTIL`` as dateutil writes it (a wall time).
 UNTIL_FORMAT = "%Y%m%dT%H%M%S"
 #: RFC 5545 weekday codes, Monday first (``date.weekday()``).
@@ -97,7 +99,7 @@ class RuleTimes:
         self.freq = self.parts["FREQ"]
         self.interval = int(self.parts.get("INTERVAL", "1"))
         #: A counted rule's times, all of them (walked on first use).
-        self._all: list[datetime] | None = None
+        self._all: array[int] | None = None  # a counted rule's times, packed (_packed)
         self._all_covered = datetime.min  # how far ``_all`` was walked
         self._walk: _Walk | None = None
         #: No time after this instant (aware) fires up to the wall time ``_none_through``
@@ -144,8 +146,8 @@ class RuleTimes:
             if self._all is None or self._all_covered < _years_after(wall, SEARCH_YEARS):
                 # counted from its start: walked from there, as far as asked
                 times, self._all_covered = _moved(self.parts, self.start, wall)
-                self._all = list(times)
-            return iter(self._all[bisect_right(self._all, wall) :])
+                self._all = array("q", map(_packed, times))
+            return map(_unpacked, self._all[bisect_right(self._all, _packed(wall)) :])
         restart = self._restart_point(wall)
         walk = self._walk
         stale = walk is None or wall < walk.asked or walk.covered < _years_after(wall, SEARCH_YEARS)
@@ -223,6 +225,16 @@ def _moved(
     text = ";".join(f"{key}={value}" for key, value in parts.items())
     rule = rrulestr(f"RRULE:{text}", dtstart=start + shift)
     return (each - shift for each in rule), datetime(LAST_YEAR, 12, 31, 23, 59, 59) - shift
+
+
+def _packed(wall: datetime) -> int:
+    """A wall time as microseconds since ``datetime.min``: a counted rule's 100,000 times
+    keep 8 bytes each in an array, not a datetime object each (about 7 times less)."""
+    return (wall - datetime.min) // _MICROSECOND
+
+
+def _unpacked(packed: int) -> datetime:
+    return datetime.min + timedelta(microseconds=packed)
 
 
 def _years_after(wall: datetime, years: int) -> datetime:
