@@ -25,6 +25,7 @@ from ..core.urls import sanitize_url
 from .broker_url import CLUSTER_SCHEMES, STORE_SCHEMES
 from .errors import ConfigurationError
 from .fields import SETTING_PREFIX, WEB_PREFIX, setting
+from .limits import read_concurrency_limits, read_rate_limits
 
 #: The most ``delayq_max_message_size`` may be: Redis's own largest string (proto-max-bulk-len).
 MOST_MESSAGE_SIZE = 512 * 1024 * 1024
@@ -215,6 +216,50 @@ class DelayqConfig:
         "Seconds before a refused message is tried again; doubles with each refusal.",
         valid="a number of seconds above 0",
     )
+    rate_limits: Any = setting(
+        None,
+        (
+            "Rate limits that hold across every worker: task name -> a rate as Celery writes"
+            ' one ("10/s", "100/m", "5/h", or "/d" for a day), or a list of them, all held at'
+            " once. Every message of such a task waits in the delayed store until its limit "
+            "allows its release (docs: flow control). None: none."
+        ),
+        valid='a dict of task name -> a rate such as "10/s", or a list of rates',
+    )
+    concurrency_limits: Any = setting(
+        None,
+        (
+            "Concurrency limits that hold across every worker: task name -> the most of its "
+            "tasks running at once. None: none."
+        ),
+        valid="a dict of task name -> an integer from 1 to 100000",
+    )
+    global_rate_limits: bool = setting(
+        False,
+        (
+            "Make every task's own ``rate_limit`` (Celery's per-worker limit) a limit across "
+            "all workers, enforced at release as ``delayq_rate_limits`` is; the workers' own "
+            "rate limiting is then switched off (``worker_disable_rate_limits``)."
+        ),
+        valid="True or False",
+    )
+    concurrency_lease: float = setting(
+        60.0,
+        (
+            "Seconds a running task's concurrency slot is held without its worker renewing it:"
+            " the slot of a task whose worker died is free again this long after its last "
+            "renewal."
+        ),
+        valid="a number of seconds from 1 to 86400",
+    )
+    release_log: int = setting(
+        10_000,
+        (
+            "How many of the last flow-control releases each queue keeps in its release log "
+            "(for ``celery delayq limits`` and audits); 0: no log."
+        ),
+        valid="an integer from 0 to 1000000",
+    )
     #: Not a ``delayq_`` setting: Celery's own ``timezone``, used for naive ETAs as the
     #: worker would read them.
     timezone: tzinfo | None = dataclasses.field(default=None, compare=False, metadata={})
@@ -244,6 +289,7 @@ class DelayqConfig:
             ("store_shards", 1, 1024),
             ("store_wait_replicas", 0, 16),
             ("max_message_size", 0, MOST_MESSAGE_SIZE),
+            ("release_log", 0, 1_000_000),
         ):
             value = getattr(self, name)
             _check(
@@ -272,6 +318,23 @@ class DelayqConfig:
             and not isinstance(self.handover_tries, bool)
             and self.handover_tries >= 1,
             f"delayq_handover_tries must be an integer of at least 1, got {self.handover_tries!r}",
+        )
+        _check(
+            isinstance(self.global_rate_limits, bool),
+            f"delayq_global_rate_limits must be True or False, got {self.global_rate_limits!r}",
+        )
+        _check(
+            isinstance(self.concurrency_lease, (int, float))
+            and not isinstance(self.concurrency_lease, bool)
+            and 1 <= self.concurrency_lease <= 86400,
+            "delayq_concurrency_lease must be a number of seconds from 1 to 86400, "
+            f"got {self.concurrency_lease!r}",
+        )
+        # frozen, and hashable (configs are compared and kept in sets): the limits are
+        # kept as sorted tuples of task name -> parsed limits
+        object.__setattr__(self, "rate_limits", read_rate_limits(self.rate_limits))
+        object.__setattr__(
+            self, "concurrency_limits", read_concurrency_limits(self.concurrency_limits)
         )
         for name in (
             "mover_max_sleep",

@@ -1,7 +1,8 @@
-"""The decision to keep a message whose ``eta`` lies ahead in the delayed store, and the
-write there: every broker's channel holds a ``Diverter`` and hands it one ``Outbound``
-value per publish (queue, headers, destination, payload), before kombu's own publish.
-Fanout (broadcast) messages are never delayed; a revoke broadcast also cancels its ids.
+"""The decision to keep a message in the delayed store (its ``eta`` lies ahead, or its
+task is flow-controlled: config/limits.py), and the write there: every broker's channel
+holds a ``Diverter`` and hands it one ``Outbound`` value per publish (queue, headers,
+destination, payload), before kombu's own publish. Fanout (broadcast) messages are never
+delayed; a revoke broadcast also cancels its ids.
 
 kombu gives a channel no reference to the Celery app that opened its connection, and
 ``current_app`` is Celery's empty fallback app in any thread that did not create the
@@ -28,6 +29,7 @@ from kombu.utils.json import dumps
 
 from ...config.broker_url import check_broker_url
 from ...config.errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable, check_message_size
+from ...config.limits import TaskLimits, limits_of
 from ...config.settings import DelayqConfig, config_of
 from ...core.store import DelayedStore, Scheduled
 from .message import due_ms, eta_span, eta_timestamp
@@ -66,9 +68,9 @@ class Outbound(NamedTuple):
 
     queue: str  # the queue it belongs to (the store groups by it)
     headers: Mapping[str, Any]  # Celery's message headers: eta, id, delay key
-    #: where it goes when due (a Redis list, an exchange and key, a queue); only a
-    #: message with an ``eta`` needs it
-    destination: str
+    #: where it goes when due (a Redis list, an exchange and key, a queue), or how to
+    #: work it out: only a message that is kept needs it
+    destination: str | Callable[[], str]
     payload: bytes | Callable[[], bytes]  # the envelope to store, or how to make it
     message_id: str | None = None  # its delivery tag (a new id when it has none)
     expires_ms: int | None = None  # its queue's x-expires, when declared
@@ -165,38 +167,48 @@ class Diverter:
         finally:
             self.captured, self.capture_due = None, False
 
-    def divert(self, message: Outbound) -> bool:
-        """Keep ``message`` in the store when its ``eta`` lies ahead, or when it has a
-        delay key (key_headers.py; then even when already due); whether it was kept."""
-        eta = message.headers.get("eta")
-        if eta is None:
-            return False
-        seconds = eta_timestamp(eta, self.config.timezone)
-        if message.headers.get(KEY_HEADER) is not None:
-            return self._divert_keyed(message, eta, seconds)
-        return self._divert_unkeyed(message, seconds)
+    @cached_property
+    def limits(self) -> TaskLimits:
+        """The flow-control limits of the app's tasks (config/limits.py)."""
+        return limits_of(self.app)
 
-    def _divert_unkeyed(self, message: Outbound, seconds: float) -> bool:
-        if seconds <= time.time() and not (self.captured is not None and self.capture_due):
+    def divert(self, message: Outbound) -> bool:
+        """Keep ``message`` in the store when its ``eta`` lies ahead, when it has a
+        delay key (key_headers.py), or when its task is flow-controlled (then even when
+        already due: it waits for its limits); whether it was kept."""
+        gate = self.limits.gate_of(message.headers)
+        eta = message.headers.get("eta")
+        if eta is None and gate is None:
             return False
-        scheduled = self.scheduled(message, seconds)
+        seconds = time.time() if eta is None else eta_timestamp(eta, self.config.timezone)
+        if message.headers.get(KEY_HEADER) is not None:
+            return self._divert_keyed(message, eta, seconds, gate)
+        return self._divert_unkeyed(message, seconds, gate)
+
+    def _divert_unkeyed(self, message: Outbound, seconds: float, gate: bytes | None) -> bool:
+        due_too = gate is not None or (self.captured is not None and self.capture_due)
+        if seconds <= time.time() and not due_too:
+            return False
+        scheduled = self.scheduled(message, seconds)._replace(gate=gate)
         if self.captured is not None:  # the capturing caller stores it (capture)
             self.captured.append(scheduled)
         else:
             self._write(lambda store: store.schedule(scheduled))
         return True
 
-    def _divert_keyed(self, message: Outbound, eta: Any, seconds: float) -> bool:
+    def _divert_keyed(
+        self, message: Outbound, eta: Any, seconds: float, gate: bytes | None
+    ) -> bool:
         """A message with delay-key headers: kept even when already due."""
         from .key_headers import InvalidDelayKey, delay_key_of, report
 
         delay_key = delay_key_of(message.headers)
         if delay_key is None:  # a retry: stored without its key
-            return self._divert_unkeyed(message, seconds)
+            return self._divert_unkeyed(message, seconds, gate)
         if self.captured is not None:
             raise InvalidDelayKey("keyed messages cannot be captured (schedule_many)")
-        scheduled = self.scheduled(message, seconds)
-        if delay_key.max_wait_ms:
+        scheduled = self.scheduled(message, seconds)._replace(gate=gate)
+        if delay_key.max_wait_ms and eta is not None:
             scheduled = scheduled._replace(eta_span=eta_span(scheduled.payload, eta))
         outcome = self._write(lambda store: store.schedule_keyed(scheduled, delay_key))
         report(delay_key, outcome)
@@ -207,6 +219,8 @@ class Diverter:
         task_id = message.headers.get("id")
         payload = message.payload() if callable(message.payload) else message.payload
         destination = message.destination
+        if callable(destination):
+            destination = destination()
         check_message_size(len(payload), self.config.max_message_size, message.queue, task_id)
         if message.validate is not None:
             message.validate(destination, payload)
@@ -291,7 +305,7 @@ class Diverter:
 def virtual_outbound(
     queue: str,
     message: Mapping[str, Any],
-    destination: str,
+    destination: str | Callable[[], str],
     expires_ms: int | None = None,
     validate: Callable[[str, bytes], None] | None = None,
 ) -> Outbound:

@@ -116,6 +116,7 @@ class Channel(VirtualDelayqChannel, kombu_redis.Channel):
                 queue_lists=self.real_queue_lists,
                 ahead_ms=round(config.move_ahead * 1000),
                 burst_ahead_ms=round(config.burst_ahead * 1000),
+                release_log=config.release_log,
             )
 
         return DelayedStore(
@@ -140,13 +141,11 @@ class Channel(VirtualDelayqChannel, kombu_redis.Channel):
     def outbound(self, queue: str, message: dict[str, Any]) -> Outbound:
         """The message as the diverter takes it: bound for the list kombu would push it
         to (priority and ``global_keyprefix`` applied; worked out only for a message
-        with an ``eta``, the only kind that may be kept), with its queue's x-expires."""
-        headers = message.get("headers")
-        timed = isinstance(headers, dict) and headers.get("eta") is not None
+        that is kept), with its queue's x-expires."""
         return virtual_outbound(
             queue,
             message,
-            destination=self.real_key(self._kombu_list(queue, message)) if timed else "",
+            destination=lambda: self.real_key(self._kombu_list(queue, message)),
             expires_ms=(getattr(self, "_expires", None) or {}).get(queue),
         )
 

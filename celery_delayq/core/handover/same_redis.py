@@ -41,6 +41,9 @@ class SameRedisMove:
     hold such an instant in memory before it is due, and fetching it only at the instant
     would make the last of it late. Still no task starts early: the worker's timer starts
     each at its ETA. With ``ahead_ms`` 0 (consumers that do not wait for the ETA) it is off.
+
+    ``release_log``: how many flow-control releases each queue shard's log keeps
+    (``delayq_release_log``; lua/gates.lua).
     """
 
     def __init__(
@@ -50,11 +53,13 @@ class SameRedisMove:
         queue_lists: Callable[[str], list[str]] | None = None,
         ahead_ms: int = 0,
         burst_ahead_ms: int = 0,
+        release_log: int = 0,
     ) -> None:
         self.scripts = scripts or StoreScripts.register(client)
         self.queue_lists = queue_lists
         self.ahead_ms = ahead_ms
         self.burst_ahead_ms = burst_ahead_ms
+        self.release_log = release_log
 
     def close(self) -> None:
         """Nothing to release: the move runs on the store's own connection."""
@@ -77,6 +82,7 @@ class SameRedisMove:
                 self.burst_ahead_ms,
                 BURST_FETCH_US,
                 BURST_INSTANT_MS,
+                self.release_log,
                 len(lists),
                 *lists,
                 *LATENESS_BUCKETS_MS,

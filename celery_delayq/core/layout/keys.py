@@ -67,6 +67,14 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:{Q}:periodic:gone ZSET   removed periodic entry name -> when its tombstone mark was
                                 written (ms); a write ahead in the queue forgets those a
                                 day old, with their marks (lua/write_ahead.lua)
+    P:{Q}:fc:ready      ZSET   flow control: bucket -> when (us) the first of its waiting
+                                messages may be released; a bucket is one rate- or
+                                concurrency-limited task, or one limit key of it
+    P:{Q}:fc:w:<B>      LIST   message keys waiting in bucket B, in due order
+    P:{Q}:fc:s:<B>      HASH   bucket B's limits (spec), arrival times (t<i>), hold, count
+    P:{Q}:fc:r:<B>      ZSET   message key -> lease end (ms) of each of B's running slots
+    P:{Q}:fc:log        LIST   "<us> <bucket>" per release, newest first, capped
+                                (``delayq_release_log``); see lua/gates.lua
     P:{Q}:inspect:<T>   STRING the worker (node name) that lists Q's delayed messages in
                                 its reply to the remote-control request with ticket T;
                                 set once (NX), expires after a minute
@@ -178,9 +186,19 @@ class QueueKeys(NamedTuple):
     def deliveries(self, message_id: str) -> str:
         return f"{self.tagged}:deliveries:{message_id}"
 
+    @property
+    def gates(self) -> str:
+        """The start of every flow-control key of this queue shard (lua/gates.lua)."""
+        return f"{self.tagged}:fc:"
+
+    def gate(self, kind: str, bucket: str) -> str:
+        """One bucket's waiting list (``w``), state (``s``) or running slots (``r``)."""
+        return f"{self.gates}{kind}:{bucket}"
+
     def move_keys(self) -> list[str]:
-        """KEYS[1..6] of ``lua/move_due.lua``: an unreadable record goes to the dead letters."""
-        return [*self.as_list(), self.dead, self.dead_reasons]
+        """KEYS[1..7] of ``lua/move_due.lua``: an unreadable record goes to the dead
+        letters, a flow-controlled one to its bucket (lua/gates.lua)."""
+        return [*self.as_list(), self.dead, self.dead_reasons, f"{self.gates}ready"]
 
     def handover_keys(self) -> list[str]:
         """KEYS[1..10] of the claim -> publish -> ack scripts (lua/handover.lua)."""

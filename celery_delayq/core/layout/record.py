@@ -7,11 +7,13 @@ A record has one of two forms:
   the envelope's first key, so the mover pushes the record whole: cutting a prefix off
   would copy every payload inside Redis, a quarter of a move's cost. The key stays in
   the delivered envelope, where kombu and Celery ignore it. Most records are inline.
-- **prefixed**, ``<due ms>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>``:
+- **prefixed**, ``<due ms>[d<len>:<destination>][x<ms>][k<len>:<delay key>][l<len>:<gate>]:
+  <payload>``:
   the due time, the kombu list to push to when it is not the queue's own list (a
   priority sub-list, say), the queue's ``x-expires`` when the publisher declared one
   (the move refreshes the queue lists' expiry, as kombu's own publish does), the delay
-  key of a keyed message (delay_keys.py; the move releases it), and the payload bytes
+  key of a keyed message (delay_keys.py; the move releases it), the gate of a
+  flow-controlled one (gates.py: the move puts it in its bucket), and the payload bytes
   exactly as kombu would have pushed them; also any payload that is not a JSON object.
   The mover cuts the prefix off and pushes the payload.
 
@@ -139,12 +141,14 @@ class Record(NamedTuple):
     payload: bytes
     expires_ms: int | None = None  # the queue's x-expires, as the publisher knew it
     delay_key: bytes | None = None  # a keyed message's key (delay_keys.py)
+    gate: bytes | None = None  # a flow-controlled message's limits and bucket (gates.py)
 
     def encode(self, own_list: str) -> bytes:
         """The record as stored, built here rather than in ``schedule.lua``: joining the
         due time to the payload in Lua costs a copy of the payload in Redis."""
         plain = self.destination == own_list and self.expires_ms is None
-        if plain and self.delay_key is None and self.payload.startswith(b'{"'):
+        unmarked = self.delay_key is None and self.gate is None
+        if plain and unmarked and self.payload.startswith(b'{"'):
             carried = _CARRIED_DUE.match(self.payload)
             rest = self.payload[carried.end() :] if carried else self.payload[1:]
             return b"%s%d,%s" % (INLINE_PREFIX, self.due_ms, rest)
@@ -156,6 +160,8 @@ class Record(NamedTuple):
             record += b"x%d" % self.expires_ms
         if self.delay_key is not None:
             record += b"k%d:%s" % (len(self.delay_key), self.delay_key)
+        if self.gate is not None:
+            record += b"l%d:%s" % (len(self.gate), self.gate)
         return record + b":" + self.payload
 
     @classmethod
@@ -167,19 +173,16 @@ class Record(NamedTuple):
                 raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
             return cls(due, own_list, b"{" + raw[pos + 1 :])
         due, pos = _digits(raw, 0)
-        destination, expires, delay_key = own_list, None, None
+        destination = own_list
         if raw[pos : pos + 1] == b"d":
             value, pos = _counted(raw, pos + 1)
             if not value:
                 raise ValueError(f"not a delayed-message record (empty destination): {raw[:40]!r}")
             destination = value.decode("utf-8", "surrogateescape")
-        if raw[pos : pos + 1] == b"x":
-            expires, pos = _digits(raw, pos + 1)
-        if raw[pos : pos + 1] == b"k":
-            delay_key, pos = _counted(raw, pos + 1)
+        expires, delay_key, gate, pos = _marks(raw, pos)
         if raw[pos : pos + 1] != b":":
             raise ValueError(f"not a delayed-message record: {raw[:40]!r}")
-        return cls(due, destination, raw[pos + 1 :], expires, delay_key)
+        return cls(due, destination, raw[pos + 1 :], expires, delay_key, gate)
 
     @classmethod
     def decode_or_raw(cls, raw: bytes, own_list: str, due_ms: int) -> Record:
@@ -188,6 +191,19 @@ class Record(NamedTuple):
             return cls.decode(raw, own_list)
         except ValueError:
             return cls(due_ms, "", raw)
+
+
+def _marks(raw: bytes, pos: int) -> tuple[int | None, bytes | None, bytes | None, int]:
+    """A prefixed record's optional x-expires, delay key and gate at ``pos``, and the
+    index after them."""
+    expires, delay_key, gate = None, None, None
+    if raw[pos : pos + 1] == b"x":
+        expires, pos = _digits(raw, pos + 1)
+    if raw[pos : pos + 1] == b"k":
+        delay_key, pos = _counted(raw, pos + 1)
+    if raw[pos : pos + 1] == b"l":
+        gate, pos = _counted(raw, pos + 1)
+    return expires, delay_key, gate, pos
 
 
 def _counted(raw: bytes, start: int) -> tuple[bytes, int]:

@@ -31,10 +31,10 @@ local INLINE = '{"delayq":'
 local INLINE_DUE = '^' .. INLINE .. '(%d+),'  -- none of INLINE's characters is magic
 
 -- The optional fields of a prefixed record after its due time, at pos: the index of the
--- payload's first byte, then destination, x-expires and delay key; nil and a reason
--- when unreadable.
+-- payload's first byte, then destination, x-expires, delay key and gate; nil and a
+-- reason when unreadable.
 local function prefixed_fields(record, pos)
-  local destination, expires, delay_key
+  local destination, expires, delay_key, gate
   if string.sub(record, pos, pos) == 'd' then
     destination, pos = counted(record, pos + 1)
     if not destination or destination == '' then return nil, 'bad destination' end
@@ -47,15 +47,20 @@ local function prefixed_fields(record, pos)
     delay_key, pos = counted(record, pos + 1)
     if not delay_key then return nil, 'bad delay key' end
   end
+  if string.sub(record, pos, pos) == 'l' then
+    gate, pos = counted(record, pos + 1)
+    if not gate then return nil, 'bad gate' end
+  end
   if string.sub(record, pos, pos) ~= ':' then return nil, 'no payload separator' end
-  return pos + 1, destination, expires, delay_key
+  return pos + 1, destination, expires, delay_key, gate
 end
 
 -- A record's due time, destination (nil: the queue's own list), the index of the first
 -- byte to deliver (1: an inline record is delivered whole), the queue's x-expires in ms
--- (nil: none) and its delay key (nil: none); nil and the reason for a record this store
--- did not write. Records (layout/record.py): inline '{"delayq":<due>,<rest of the envelope>',
--- or prefixed "<due>[d<len>:<destination>][x<ms>][k<len>:<delay key>]:<payload>".
+-- (nil: none), its delay key (nil: none) and its gate (nil: not flow-controlled,
+-- gates.lua); nil and the reason for a record this store did not write. Records
+-- (layout/record.py): inline '{"delayq":<due>,<rest of the envelope>', or prefixed
+-- "<due>[d<len>:<destination>][x<ms>][k<len>:<delay key>][l<len>:<gate>]:<payload>".
 local function parse(record)
   local inline_due = string.match(record, INLINE_DUE)
   if inline_due then
@@ -65,9 +70,9 @@ local function parse(record)
   local due, pos = digits_at(record, 1)
   if not due then return nil, 'bad due time' end
   if string.byte(record, pos) == 58 then return due, nil, pos + 1, nil, nil end  -- no fields
-  local start, destination, expires, delay_key = prefixed_fields(record, pos)
+  local start, destination, expires, delay_key, gate = prefixed_fields(record, pos)
   if not start then return nil, destination end  -- destination: the reason
-  return due, destination, start, expires, delay_key
+  return due, destination, start, expires, delay_key, gate
 end
 
 -- The record with its due time (`old_due`, as parse read it) changed to `due`.
@@ -203,10 +208,12 @@ end
 -- arrays, message i at index i of each (one table per field, not one per message: a
 -- batch is hundreds): found.n, found.key, .record, .due (ms), .destination (nil: the
 -- queue's own list), .start (first byte to deliver, as parse), .expires (x-expires ms or
--- nil), .delay_key; the unreadable ones in found.bad_key, .bad_record, .bad_reason.
+-- nil), .delay_key, .gate; the unreadable ones in found.bad_key, .bad_record,
+-- .bad_reason.
 local function collect_due(now, limit, budget)
   local found = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
-                 expires = {}, delay_key = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
+                 expires = {}, delay_key = {}, gate = {}, bad_key = {}, bad_record = {},
+                 bad_reason = {}}
   local taken_from, missing, bytes, page_index = {}, 0, 0, 0
   while limit > 0 and bytes < budget do
     local page = redis.call('ZRANGE', PAGES, page_index, page_index, 'WITHSCORES')
@@ -221,8 +228,8 @@ local function collect_due(now, limit, budget)
       for i, key in ipairs(keys) do
         taken = i
         local record = records[i]
-        local due, destination, start, expires, delay_key
-        if record then due, destination, start, expires, delay_key = parse(record) end
+        local due, destination, start, expires, delay_key, gate
+        if record then due, destination, start, expires, delay_key, gate = parse(record) end
         if record and not start then
           local bad = #found.bad_key + 1
           found.bad_key[bad], found.bad_record[bad] = key, record
@@ -237,6 +244,7 @@ local function collect_due(now, limit, budget)
           if destination then found.destination[n] = destination end
           if expires then found.expires[n] = expires end
           if delay_key then found.delay_key[n] = delay_key end
+          if gate then found.gate[n] = gate end
           bytes = bytes + #record - start + 1
           if bytes >= budget then break end
         else

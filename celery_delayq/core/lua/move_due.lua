@@ -1,5 +1,6 @@
 --! include prelude.lua
 --! include helpers.lua
+--! include gates.lua
 -- Deliver a bounded batch of due messages to their kombu queue lists, atomically
 -- (after prelude.lua).
 --
@@ -11,6 +12,9 @@
 --
 -- KEYS[5]  P:{Q}:dead      hash  message key -> record: an unreadable record goes there
 -- KEYS[6]  P:{Q}:dead:why  hash  message key -> "<ms when> 0 unreadable record: <reason>"
+-- KEYS[7]  P:{Q}:fc:ready   zset  flow control's ready buckets (gates.lua): a due message
+--                                with a gate waits in its bucket, and the buckets whose
+--                                limits allow release their next messages in this call
 -- ARGV[3]  most messages to move in this call
 -- ARGV[4]  payload bytes after which this call stops (keeps calls short for big messages)
 -- ARGV[5]  the queue's own list (destination of records that name none)
@@ -23,11 +27,13 @@
 --          than ARGV[6] (at most ARGV[6] + ARGV[7]): workers fetch it while they wait, as
 --          vanilla's hold it, and their timers still start each at its ETA
 -- ARGV[9]  instant (ms): how close to the earliest due time a message counts in it
--- ARGV[10] n, how many kombu lists the queue has (its own and its priority sub-lists)
--- ARGV[11..10+n] those lists: when a moved record carries the queue's x-expires, their
+-- ARGV[10] how many releases the flow-control log keeps (0: none; gates.lua)
+-- ARGV[11] n, how many kombu lists the queue has (its own and its priority sub-lists)
+-- ARGV[12..11+n] those lists: when a moved record carries the queue's x-expires, their
 --          expiry is refreshed after the push, as kombu's own publish refreshes it
--- ARGV[11+n..] upper bounds (ms) of the lateness histogram buckets, ascending
--- Returns  {moved, next due time in ms or -1 when the queue is empty, server time plus
+-- ARGV[12+n..] upper bounds (ms) of the lateness histogram buckets, ascending
+-- Returns  {moved (delivered, put in a bucket or released from one), next due time (or
+--           next release) in ms or -1 when the queue is empty, server time plus
 --           the look-ahead in ms (the time messages were judged due by),
 --           due entries whose record was missing or unreadable (dropped from the schedule;
 --           an unreadable record goes to the dead letters, KEYS[5] and KEYS[6]),
@@ -40,7 +46,8 @@ local now = server_now()
 local limit, budget, own_list = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local ahead, most_lead = tonumber(ARGV[6]), tonumber(ARGV[7])
 local fetch_us, instant = tonumber(ARGV[8]), tonumber(ARGV[9])
-local last_list = 10 + tonumber(ARGV[10])
+local log_size = tonumber(ARGV[10])
+local last_list = 11 + tonumber(ARGV[11])
 local lateness = lateness_histogram(last_list + 1)
 -- Pages counted at most for the look-ahead: an instant's messages share few pages (one
 -- due time is never split), so this bounds the count's cost, not its reach.
@@ -70,24 +77,59 @@ local judged = now + lead
 -- changes (Redis does not undo a script's earlier writes when a later command fails).
 local found, taken_from, missing = collect_due(judged, limit, budget)
 local payloads, destinations, expires = {}, {}, nil
-for i = 1, found.n do
-  local destination = found.destination[i] or own_list
-  expires = found.expires[i] or expires
+local kinds = {}  -- destination -> whether it can take a push (a list, or no key yet)
+local function deliverable(destination)
+  if kinds[destination] == nil then
+    local kind = redis.call('TYPE', destination)['ok']
+    kinds[destination] = kind == 'list' or kind == 'none'
+  end
+  return kinds[destination]
+end
+-- Queue message i of `batch` (found-style) for its list, which deliverable() allowed.
+local function push(batch, i)
+  local destination = batch.destination[i] or own_list
+  expires = batch.expires[i] or expires
   local list = payloads[destination]
   if not list then
-    local kind = redis.call('TYPE', destination)['ok']
-    if kind ~= 'list' and kind ~= 'none' then
-      return redis.error_reply('celery-delayq: cannot deliver to ' .. destination ..
-                               ': it holds a ' .. kind .. ', not a list')
-    end
     list = {}
     payloads[destination] = list
     destinations[#destinations + 1] = destination
   end
-  local record, start = found.record[i], found.start[i]
+  local record, start = batch.record[i], batch.start[i]
   list[#list + 1] = start == 1 and record or string.sub(record, start)  -- inline: whole
-  local late = now - found.due[i]
-  lateness.observe(late > 0 and late or 0)
+end
+for i = 1, found.n do
+  local destination = found.destination[i] or own_list
+  if not gate_parts(found.gate[i]) and not deliverable(destination) then
+    return redis.error_reply('celery-delayq: cannot deliver to ' .. destination ..
+                             ': it holds a ' .. redis.call('TYPE', destination)['ok'] ..
+                             ', not a list')
+  end
+end
+
+-- Writes from here on. A message with a gate waits in its bucket (one the record names
+-- unreadably is delivered as it would be without); then the buckets release.
+local now_us = server_us()
+local done = {}  -- message keys leaving MSG
+for i = 1, found.n do
+  local spec, bucket = gate_parts(found.gate[i])
+  if spec then
+    enter_gate(found.key[i], spec, bucket, now_us, now)
+  else
+    push(found, i)
+    done[#done + 1] = found.key[i]
+    local late = now - found.due[i]
+    lateness.observe(late > 0 and late or 0)
+  end
+end
+local released = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
+                  expires = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
+release_gates(now_us, now, judged, limit, log_size, released, function(destination)
+  return deliverable(destination or own_list)
+end)
+for i = 1, released.n do
+  push(released, i)
+  done[#done + 1] = released.key[i]
 end
 
 -- One LPUSH per destination, in due order, as kombu's own put would have pushed them.
@@ -95,18 +137,24 @@ for _, destination in ipairs(destinations) do
   call_chunked('LPUSH', destination, payloads[destination])
 end
 if expires then
-  for i = 11, last_list do redis.call('PEXPIRE', ARGV[i], expires) end
+  for i = 12, last_list do redis.call('PEXPIRE', ARGV[i], expires) end
 end
-call_chunked('HDEL', MSG, found.key)
+call_chunked('HDEL', MSG, done)
 bury_unreadable(found, KEYS[5], KEYS[6], now)
-for i = 1, found.n do
-  local key = found.key[i]
+bury_unreadable(released, KEYS[5], KEYS[6], now)
+for _, key in ipairs(done) do
   if #key ~= 16 then forget_duplicate(key) end  -- a packed task id is no duplicate's key
-  if found.delay_key[i] then release_key(found.delay_key[i], key) end
+end
+for i = 1, found.n do
+  if found.delay_key[i] then release_key(found.delay_key[i], found.key[i]) end
 end
 drop_taken(taken_from)
 lateness.write()
 
 local _, next_due = head()
 local further = next_due and math.max(0, look_ahead() - lead) or 0
-return {found.n, next_due and tonumber(next_due) or -1, judged, missing, lateness.max, further}
+next_due = next_due and tonumber(next_due)
+local release = next_release_ms()
+if release and (not next_due or release < next_due) then next_due, further = release, 0 end
+return {found.n + released.n + #released.bad_key, next_due or -1, judged, missing,
+        lateness.max, further}

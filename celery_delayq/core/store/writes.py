@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import redis
 from redis.commands.core import Script
 
+from ..layout.gates import shard_key as gate_shard_key
 from ..layout.keys import QueueKeys
 from ..layout.record import Record, key_index_field, message_key
 from ..lua import (
@@ -51,6 +52,8 @@ class Scheduled(NamedTuple):
     #: due time ``max_wait`` brings forward gets that ETA rewritten in ISO 8601 UTC, so
     #: the worker runs it at the due time rather than holding it until the old ETA.
     eta_span: tuple[int, int] | None = None
+    #: A flow-controlled message's gate (layout/gates.py): it waits in its bucket when due.
+    gate: bytes | None = None
 
     @property
     def key(self) -> bytes:
@@ -61,7 +64,9 @@ class Scheduled(NamedTuple):
         """Its record as stored in a queue (shard) whose own kombu list is ``own_list``:
         the one encoding of a message that every write (a publish, a chunk, an occurrence
         written ahead) stores."""
-        fields = Record(self.due_ms, self.destination, self.payload, self.expires_ms, delay_key)
+        fields = Record(
+            self.due_ms, self.destination, self.payload, self.expires_ms, delay_key, self.gate
+        )
         return fields.encode(own_list)
 
 
@@ -88,6 +93,8 @@ class Writes:
         key = message.key
         encoded_key = delay_key.encoded if delay_key else None
         shard_by = key if encoded_key is None else key_index_field(encoded_key)
+        if message.gate is not None:  # one bucket's messages wait in one shard
+            shard_by = gate_shard_key(message.gate)
         keys = self.state.keys.shard_of(message.queue, shard_by)
         encoded = message.record(keys.own_list, encoded_key)
         args = [
@@ -108,6 +115,8 @@ class Writes:
 
     def schedule(self, message: Scheduled) -> bool:
         """Store a message until it is due; True when it is now its queue's earliest."""
+        if message.gate is not None:
+            self.register_off_shard(message.queue)
         return bool(self._run_schedule(self.state.scripts.schedule, message))
 
     def schedule_keyed(self, message: Scheduled, delay_key: DelayKey) -> KeyedOutcome:

@@ -1,0 +1,152 @@
+"""Which tasks are flow-controlled, and under which limits: the settings
+(``delayq_rate_limits``, ``delayq_concurrency_limits``, ``delayq_global_rate_limits``),
+the task options (``delayq_rate_limit``, ``delayq_concurrency``) and the per-call limit key
+(the ``delayq_limit_key`` header), read into a message's gate (core/layout/gates.py).
+
+A publish asks ``TaskLimits.gate_of`` for every message: a dict lookup, and no Redis call,
+for a task without limits.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+from celery import Celery
+
+from ..core.layout.gates import (
+    MOST_KEY_BYTES,
+    GateSpec,
+    InvalidLimit,
+    Rate,
+    bucket_of,
+    gate_field,
+)
+from .errors import ConfigurationError
+
+#: The message header naming a call's limit key: each key gets its own bucket.
+LIMIT_KEY_HEADER = "delayq_limit_key"
+#: Most concurrency one limit may allow.
+MOST_CONCURRENCY = 100_000
+
+RateLimits = tuple[tuple[str, tuple[Rate, ...]], ...]
+ConcurrencyLimits = tuple[tuple[str, int], ...]
+
+
+def read_rates(value: object, where: str) -> tuple[Rate, ...]:
+    """One task's rate limit(s): a rate, or a list of rates."""
+    texts = value if isinstance(value, (list, tuple)) else [value]
+    try:
+        rates = tuple(Rate.parse(text) for text in texts)
+    except InvalidLimit as exc:
+        raise ConfigurationError(f"{where}: {exc}") from None
+    if not rates:
+        raise ConfigurationError(f"{where}: an empty list of rates")
+    return rates
+
+
+def read_concurrency(value: object, where: str) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MOST_CONCURRENCY:
+        raise ConfigurationError(
+            f"{where}: a concurrency limit is an integer from 1 to {MOST_CONCURRENCY}, "
+            f"got {value!r}"
+        )
+    return value
+
+
+def _task_names(value: object, setting: str) -> Mapping[str, Any]:
+    if isinstance(value, tuple):  # read before (a config is made once per app)
+        return dict(value)
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(name, str) for name in value):
+        raise ConfigurationError(f"{setting} must be a dict of task name -> limit, got {value!r}")
+    return value
+
+
+def read_rate_limits(value: object) -> RateLimits:
+    """``delayq_rate_limits``, checked, as sorted (task name, rates) pairs."""
+    names = _task_names(value, "delayq_rate_limits")
+    return tuple(
+        (name, read_rates(rates, f"delayq_rate_limits[{name!r}]"))
+        for name, rates in sorted(names.items())
+    )
+
+
+def read_concurrency_limits(value: object) -> ConcurrencyLimits:
+    """``delayq_concurrency_limits``, checked, as sorted (task name, most) pairs."""
+    names = _task_names(value, "delayq_concurrency_limits")
+    return tuple(
+        (name, read_concurrency(most, f"delayq_concurrency_limits[{name!r}]"))
+        for name, most in sorted(names.items())
+    )
+
+
+class TaskLimits:
+    """The limits of an app's tasks, each task's read once (settings first, then the
+    task's own options)."""
+
+    def __init__(self, app: Celery) -> None:
+        from .settings import config_of
+
+        config = config_of(app)
+        self.app = app
+        self._rates = dict(config.rate_limits)
+        self._concurrency = dict(config.concurrency_limits)
+        self._global = config.global_rate_limits
+        self._lease_ms = round(config.concurrency_lease * 1000)
+        self._specs: dict[str, str | None] = {}
+
+    def spec_of(self, task: str) -> GateSpec:
+        """The limits of the task named ``task`` (empty: none)."""
+        found = self.app.tasks.get(task) if self.app.finalized or self.app.autofinalize else None
+        rates = self._rates.get(task)
+        if rates is None and found is not None:
+            own = getattr(found, "delayq_rate_limit", None)
+            if own is None and self._global:
+                own = getattr(found, "rate_limit", None)
+            if own is not None:
+                rates = read_rates(own, f"the rate limit of task {task!r}")
+        most = self._concurrency.get(task)
+        if most is None and found is not None:
+            own_most = getattr(found, "delayq_concurrency", None)
+            if own_most is not None:
+                most = read_concurrency(own_most, f"the concurrency limit of task {task!r}")
+        return GateSpec(rates or (), most, self._lease_ms)
+
+    def gate_of(self, headers: Mapping[str, Any]) -> bytes | None:
+        """The gate of a message with these (protocol 2) headers; None: not limited.
+        ``InvalidLimit`` for a limit key on a task without limits, or one too long."""
+        task = headers.get("task")
+        if not isinstance(task, str):
+            return None
+        spec = self._specs.get(task, "")
+        if spec == "":
+            limits = self.spec_of(task)
+            spec = self._specs[task] = limits.encode() if limits else None
+        key = headers.get(LIMIT_KEY_HEADER)
+        if spec is None:
+            if key is not None:
+                raise InvalidLimit(
+                    f"task {task!r} was sent with a limit key ({LIMIT_KEY_HEADER}={key!r}) "
+                    "but has no rate or concurrency limit: set one in delayq_rate_limits, "
+                    "delayq_concurrency_limits or the task's options"
+                )
+            return None
+        if key is not None:
+            key = str(key)
+            if len(key.encode("utf-8", "surrogatepass")) > MOST_KEY_BYTES:
+                raise InvalidLimit(f"a limit key is at most {MOST_KEY_BYTES} bytes: {key[:40]!r}")
+        return gate_field(spec, bucket_of(task, key))
+
+
+_limits: weakref.WeakKeyDictionary[Celery, TaskLimits] = weakref.WeakKeyDictionary()
+
+
+def limits_of(app: Celery) -> TaskLimits:
+    """The app's task limits (one reader per app)."""
+    limits = _limits.get(app)
+    if limits is None:
+        limits = _limits[app] = TaskLimits(app)
+    return limits
