@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from celery import Celery
 
@@ -24,6 +24,9 @@ from ..core.layout.gates import (
     gate_field,
 )
 from .errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from .settings import DelayqConfig
 
 #: The message header naming a call's limit key: each key gets its own bucket.
 LIMIT_KEY_HEADER = "delayq_limit_key"
@@ -87,10 +90,7 @@ class TaskLimits:
     """The limits of an app's tasks, each task's read once (settings first, then the
     task's own options)."""
 
-    def __init__(self, app: Celery) -> None:
-        from .settings import config_of
-
-        config = config_of(app)
+    def __init__(self, app: Celery, config: DelayqConfig) -> None:
         self.app = app
         self._rates = dict(config.rate_limits)
         self._concurrency = dict(config.concurrency_limits)
@@ -144,9 +144,9 @@ class TaskLimits:
 _limits: weakref.WeakKeyDictionary[Celery, TaskLimits] = weakref.WeakKeyDictionary()
 
 
-def limits_of(app: Celery) -> TaskLimits:
-    """The app's task limits (one reader per app)."""
+def limits_of(app: Celery, config: DelayqConfig) -> TaskLimits:
+    """The app's task limits (one reader per app), with its settings ``config``."""
     limits = _limits.get(app)
     if limits is None:
-        limits = _limits[app] = TaskLimits(app)
+        limits = _limits[app] = TaskLimits(app, config)
     return limits
