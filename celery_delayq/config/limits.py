@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from celery import Celery
 
@@ -25,9 +25,6 @@ from ..core.layout.gates import (
 )
 from .errors import ConfigurationError
 
-if TYPE_CHECKING:
-    from .settings import DelayqConfig
-
 #: The message header naming a call's limit key: each key gets its own bucket.
 LIMIT_KEY_HEADER = "delayq_limit_key"
 #: Most concurrency one limit may allow.
@@ -35,6 +32,16 @@ MOST_CONCURRENCY = 100_000
 
 RateLimits = tuple[tuple[str, tuple[Rate, ...]], ...]
 ConcurrencyLimits = tuple[tuple[str, int], ...]
+
+
+class LimitSettings(Protocol):
+    """The settings a ``TaskLimits`` reads (``DelayqConfig``'s; settings.py imports this
+    module, not the other way round)."""
+
+    rate_limits: RateLimits
+    concurrency_limits: ConcurrencyLimits
+    global_rate_limits: bool
+    concurrency_lease: float
 
 
 def read_rates(value: object, where: str) -> tuple[Rate, ...]:
@@ -90,7 +97,7 @@ class TaskLimits:
     """The limits of an app's tasks, each task's read once (settings first, then the
     task's own options)."""
 
-    def __init__(self, app: Celery, config: DelayqConfig) -> None:
+    def __init__(self, app: Celery, config: LimitSettings) -> None:
         self.app = app
         self._rates = dict(config.rate_limits)
         self._concurrency = dict(config.concurrency_limits)
@@ -144,7 +151,7 @@ class TaskLimits:
 _limits: weakref.WeakKeyDictionary[Celery, TaskLimits] = weakref.WeakKeyDictionary()
 
 
-def limits_of(app: Celery, config: DelayqConfig) -> TaskLimits:
+def limits_of(app: Celery, config: LimitSettings) -> TaskLimits:
     """The app's task limits (one reader per app), with its settings ``config``."""
     limits = _limits.get(app)
     if limits is None:

@@ -1,4 +1,4 @@
-"""Reading flow control's release log (lua/gates.lua: ``P:{Q}:fc:log``, "<us> <bucket>"
+"""Reading flow control's release log (core/lua/gates.lua: ``P:{Q}:fc:log``, "<us> <bucket>"
 per release, newest first) for tests and benchmarks: who was released when, and the most
 releases any window of a limit's length held."""
 
