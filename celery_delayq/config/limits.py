@@ -50,9 +50,7 @@ def read_rates(
     return rates
 
 
-def read_concurrency(
-    value: object, where: str, error: type[Exception] = ConfigurationError
-) -> int:
+def read_concurrency(value: object, where: str, error: type[Exception] = ConfigurationError) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MOST_CONCURRENCY:
         raise error(
             f"{where}: a concurrency limit is an integer from 1 to {MOST_CONCURRENCY}, "

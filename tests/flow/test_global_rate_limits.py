@@ -98,9 +98,7 @@ def test_without_the_setting_each_worker_limits_itself(make_app, redis_server, r
 
 
 @pytest.mark.promise("flow-global-rate-limit-worker-off")
-def test_the_workers_own_rate_limit_is_off_under_the_setting(
-    make_app, redis_server, redis_client
-):
+def test_the_workers_own_rate_limit_is_off_under_the_setting(make_app, redis_server, redis_client):
     """The task's own 2/s, overridden by a global 10/s: were each worker still limiting
     itself to 2/s, no worker could start two of them less than half a second apart."""
     settings = {"delayq_global_rate_limits": True, "delayq_rate_limits": {PACED: "10/s"}}
