@@ -28,6 +28,9 @@ from .errors import ConfigurationError
 
 #: The message header naming a call's limit key: each key gets its own bucket.
 LIMIT_KEY_HEADER = "delayq_limit_key"
+#: The task options of a task's own limits.
+RATE_OPTION = "delayq_rate_limit"
+CONCURRENCY_OPTION = "delayq_concurrency"
 #: Most concurrency one limit may allow.
 MOST_CONCURRENCY = 100_000
 
@@ -108,14 +111,14 @@ class TaskLimits:
         found = self.app.tasks.get(task) if self.app.finalized or self.app.autofinalize else None
         rates = self._rates.get(task)
         if rates is None and found is not None:
-            own = getattr(found, "delayq_rate_limit", None)
+            own = getattr(found, RATE_OPTION, None)
             if own is None and self._global:
                 own = celery_rate_limit(found)
             if own is not None:
                 rates = read_rates(own, f"the rate limit of task {task!r}", InvalidLimit)
         most = self._concurrency.get(task)
         if most is None and found is not None:
-            own_most = getattr(found, "delayq_concurrency", None)
+            own_most = getattr(found, CONCURRENCY_OPTION, None)
             if own_most is not None:
                 where = f"the concurrency limit of task {task!r}"
                 most = read_concurrency(own_most, where, InvalidLimit)

@@ -56,7 +56,7 @@ def two_workers(url: str, settings: dict[str, Any]) -> Any:
     return celery_process(*args, "-n", "w1@%h"), celery_process(*args, "-n", "w2@%h")
 
 
-@pytest.mark.promise("flow-global-rate-limit")
+@pytest.mark.promise("flow-global-rate-limit", "flow-rate-never-more")
 def test_a_tasks_rate_limit_holds_across_two_workers(make_app, redis_server, redis_client):
     settings = {"delayq_global_rate_limits": True}
     app = paced_app(make_app, **settings)

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 PER_CUSTOMER = "tests.worker_app.per_customer"
 
 
-@pytest.mark.promise("flow-limit-keys")
+@pytest.mark.promise("flow-limit-keys", "flow-rate-never-more")
 def test_each_customer_gets_its_own_bucket(make_app, redis_server, redis_client):
     app = make_app()
 

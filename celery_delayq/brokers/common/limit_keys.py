@@ -23,8 +23,8 @@ from celery._state import _get_active_apps
 from ...config.limits import LIMIT_KEY_HEADER
 from .diverter import uses_delayq
 
-#: The task option naming the argument whose value is a call's limit key.
-ARGUMENT_OPTION = "delayq_limit_key"
+#: The task option naming the argument whose value is a call's limit key (as the header).
+ARGUMENT_OPTION = LIMIT_KEY_HEADER
 
 
 class ArgumentKey(NamedTuple):
