@@ -61,3 +61,19 @@ def test_a_limit_key_on_a_task_without_limits_fails_the_publish(app, redis_clien
     with pytest.raises(InvalidLimit, match="has no rate or concurrency limit"):
         unlimited.apply_async(headers={"delayq_limit_key": "cust-42"})
     assert written(redis_client) == [], "no message in the queue or the store"
+
+
+@pytest.mark.promise("flow-bad-limit-refused")
+def test_a_limit_key_argument_too_long_fails_the_publish(app, redis_client):
+    @app.task(
+        name="tests.flow.keyed_by_argument",
+        shared=False,
+        delayq_rate_limit="1/s",
+        delayq_limit_key="customer_id",
+    )
+    def keyed_by_argument(customer_id: str) -> None:
+        """Never runs."""
+
+    with pytest.raises(InvalidLimit, match="a limit key is at most 512 bytes"):
+        keyed_by_argument.delay("x" * 513)
+    assert written(redis_client) == [], "no message in the queue or the store"

@@ -62,7 +62,9 @@ def limit_key_of(found: ArgumentKey, args: object, kwargs: object) -> str | None
     return None if value is None else str(value)
 
 
-#: Task name -> where its limit key is (None: the task declares none), filled on demand.
+#: Task name -> where its limit key is (None: the task declares none), filled on demand
+#: for the apps' own tasks only (a name sent by ``send_task`` alone is looked up each time,
+#: so crafted names cannot grow it).
 _argument_keys: dict[str, ArgumentKey | None] = {}
 
 
@@ -75,11 +77,13 @@ def _delayq_apps() -> list[Celery]:
 
 
 def _argument_key_named(task_name: str) -> ArgumentKey | None:
-    if task_name not in _argument_keys:
-        tasks = (app.tasks.get(task_name) for app in _delayq_apps())
-        found = next((argument_key_of(task) for task in tasks if task is not None), None)
-        _argument_keys[task_name] = found
-    return _argument_keys[task_name]
+    if task_name in _argument_keys:
+        return _argument_keys[task_name]
+    task = next(filter(None, (app.tasks.get(task_name) for app in _delayq_apps())), None)
+    if task is None:
+        return None
+    found = _argument_keys[task_name] = argument_key_of(task)
+    return found
 
 
 def set_limit_key(sender: Any = None, body: Any = None, headers: Any = None, **_: Any) -> None:
