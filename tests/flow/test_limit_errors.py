@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 import redis
 
+from celery_delayq import InvalidLimit
 from celery_delayq.config.errors import ConfigurationError
-from celery_delayq.config.limits import InvalidLimit
 from celery_delayq.config.settings import config_of
 
 from ..helpers import run_celery
