@@ -42,10 +42,14 @@ class LimitSettings(Protocol):
     """The settings a ``TaskLimits`` reads (``DelayqConfig``'s; settings.py imports this
     module, not the other way round)."""
 
-    rate_limits: RateLimits
-    concurrency_limits: ConcurrencyLimits
-    global_rate_limits: bool
-    concurrency_lease: float
+    @property
+    def rate_limits(self) -> RateLimits: ...
+    @property
+    def concurrency_limits(self) -> ConcurrencyLimits: ...
+    @property
+    def global_rate_limits(self) -> bool: ...
+    @property
+    def concurrency_lease(self) -> float: ...
 
 
 def read_rates(

@@ -334,11 +334,11 @@ class DelayqConfig:
         # kept as sorted tuples of task name -> parsed limits
         fields = type(self).__dataclass_fields__
         rates = read_rate_limits(self.rate_limits, fields["rate_limits"].metadata["valid"])
-        most = read_concurrency_limits(
+        concurrency = read_concurrency_limits(
             self.concurrency_limits, fields["concurrency_limits"].metadata["valid"]
         )
         object.__setattr__(self, "rate_limits", rates)
-        object.__setattr__(self, "concurrency_limits", most)
+        object.__setattr__(self, "concurrency_limits", concurrency)
         for name in (
             "mover_max_sleep",
             "mover_retry_max",
