@@ -11,6 +11,7 @@ from __future__ import annotations
 import click
 
 from .dead import dead
+from .limits import limits
 from .doctor import doctor
 from .periodic import periodic
 from .periodic_transfer import clear_entries, export, import_entries
@@ -26,7 +27,19 @@ def delayq() -> None:
     """Inspect and operate celery-delayq's delayed tasks in Redis."""
 
 
-for command in (status, list_, show, cancel, reschedule, promote, purge, mover, doctor, dead):
+for command in (
+    status,
+    list_,
+    show,
+    cancel,
+    reschedule,
+    promote,
+    purge,
+    mover,
+    doctor,
+    dead,
+    limits,
+):
     delayq.add_command(command)
 delayq.add_command(rescue_command, name="rescue")
 delayq.add_command(exporter)
