@@ -33,7 +33,7 @@ def test_limits_lists_the_buckets_most_waiting_first_with_totals(make_app: Any) 
         "buckets": 3,
         "waiting": 4 + 1 + 2,
         "running": 2,
-        "throttled": 3,  # 1/m: the next a minute on; RUN: both slots taken
+        "throttled": 3,  # 1/m: the next one a minute on; RUN: both slots taken
         "held": 0,
     }
     rows = [(b["task"], b["key"], b["waiting"], b["released"], b["running"]) for b in data["shown"]]
