@@ -28,13 +28,16 @@ local helpers_exports = {
   "index_field", "key_holder", "release_key", "hold_key_again", "remove_message", "with_due",
   "counted",
 }
+-- The locals gates.lua (flow control) defines for the scripts that take due messages.
+local gates_exports = {"server_us", "gate_parts", "enter_gate", "release_gates",
+                       "next_release_ms"}
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
                           "unclaim", "dead_letter", "failed_once"}
 local exported, unused_exports = {}, {}
 local from_prelude = {}
 for _, name in ipairs(prelude_exports) do from_prelude[name] = true end
-for _, names in ipairs({prelude_exports, helpers_exports, handover_exports}) do
+for _, names in ipairs({prelude_exports, helpers_exports, gates_exports, handover_exports}) do
   for _, name in ipairs(names) do
     exported[name] = true
     unused_exports[#unused_exports + 1] = "211/" .. name
@@ -62,8 +65,13 @@ files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"},
                                   "prelude.lua and helpers.lua")
 files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram", "collect_due",
                                       "drop_taken", "call_chunked", "head", "forget_duplicate",
-                                       "release_key", "PAGES", "PAGE_PREFIX", "bury_unreadable"},
-                                     "prelude.lua and helpers.lua")
+                                       "release_key", "PAGES", "PAGE_PREFIX", "bury_unreadable",
+                                       "server_us", "gate_parts", "enter_gate", "release_gates",
+                                       "next_release_ms"},
+                                     "prelude.lua, helpers.lua and gates.lua")
+files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse"}, "prelude.lua and helpers.lua")
+files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/enter_gate",
+                                    "211/release_gates", "211/next_release_ms"}
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
                                       "hold_key_again", "with_due"},
                                      "prelude.lua and helpers.lua")

@@ -51,8 +51,8 @@ def luacheck_source(name: str, source: str) -> bool:
 
 
 def together() -> str:
-    """The prelude, helpers.lua and handover.lua, then every store script as a function,
-    all of them returned."""
+    """The prelude, helpers.lua, gates.lua and handover.lua, then every store script as
+    a function, all of them returned."""
     functions = {
         f"script_{name}": store.read_source(name)
         for name in store.SCRIPT_NAMES
@@ -60,7 +60,8 @@ def together() -> str:
     }
     bodies = "".join(f"local function {fn}()\n{body}end\n" for fn, body in functions.items())
     returned = "".join(f"  {fn},\n" for fn in functions)
-    return f"{store.PRELUDE}{store.HELPERS}{store.HANDOVER}{bodies}return {{\n{returned}}}\n"
+    shared = f"{store.PRELUDE}{store.HELPERS}{store.GATES}{store.HANDOVER}"
+    return f"{shared}{bodies}return {{\n{returned}}}\n"
 
 
 def main() -> int:

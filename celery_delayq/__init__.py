@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from .brokers.common.key_headers import DelayKeyHeld, InvalidDelayKey
     from .config.errors import ConfigurationError, InvalidETA, MessageTooLarge
     from .config.settings import DelayqConfig
+    from .core.layout.gates import InvalidLimit
     from .core.results import QueueBacklog
     from .ops.api import backlog, cancel, promote, reschedule
     from .scheduling.bulk import BulkScheduleError, schedule_many
@@ -40,6 +41,7 @@ _HOMES = {
     "DelayKeyHeld": ".brokers.common.key_headers",
     "InvalidDelayKey": ".brokers.common.key_headers",
     "DelayqConfig": ".config.settings",
+    "InvalidLimit": ".core.layout.gates",
     "QueueBacklog": ".core.results",
     "backlog": ".ops.api",
     "cancel": ".ops.api",

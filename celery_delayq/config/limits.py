@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Protocol
 
 from celery import Celery
 
@@ -32,6 +32,16 @@ MOST_CONCURRENCY = 100_000
 
 RateLimits = tuple[tuple[str, tuple[Rate, ...]], ...]
 ConcurrencyLimits = tuple[tuple[str, int], ...]
+
+
+class LimitSettings(Protocol):
+    """The settings a ``TaskLimits`` reads (``DelayqConfig``'s; settings.py imports this
+    module, not the other way round)."""
+
+    rate_limits: RateLimits
+    concurrency_limits: ConcurrencyLimits
+    global_rate_limits: bool
+    concurrency_lease: float
 
 
 def read_rates(value: object, where: str) -> tuple[Rate, ...]:
@@ -87,10 +97,7 @@ class TaskLimits:
     """The limits of an app's tasks, each task's read once (settings first, then the
     task's own options)."""
 
-    def __init__(self, app: Celery) -> None:
-        from .settings import config_of
-
-        config = config_of(app)
+    def __init__(self, app: Celery, config: LimitSettings) -> None:
         self.app = app
         self._rates = dict(config.rate_limits)
         self._concurrency = dict(config.concurrency_limits)
@@ -144,9 +151,9 @@ class TaskLimits:
 _limits: weakref.WeakKeyDictionary[Celery, TaskLimits] = weakref.WeakKeyDictionary()
 
 
-def limits_of(app: Celery) -> TaskLimits:
-    """The app's task limits (one reader per app)."""
+def limits_of(app: Celery, config: LimitSettings) -> TaskLimits:
+    """The app's task limits (one reader per app), with its settings ``config``."""
     limits = _limits.get(app)
     if limits is None:
-        limits = _limits[app] = TaskLimits(app)
+        limits = _limits[app] = TaskLimits(app, config)
     return limits

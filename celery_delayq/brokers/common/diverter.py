@@ -68,9 +68,9 @@ class Outbound(NamedTuple):
 
     queue: str  # the queue it belongs to (the store groups by it)
     headers: Mapping[str, Any]  # Celery's message headers: eta, id, delay key
-    #: where it goes when due (a Redis list, an exchange and key, a queue), or how to
-    #: work it out: only a message that is kept needs it
-    destination: str | Callable[[], str]
+    #: where it goes when due (a Redis list, an exchange and key, a queue); only a
+    #: message that may be kept (``Diverter.may_keep``) needs it
+    destination: str
     payload: bytes | Callable[[], bytes]  # the envelope to store, or how to make it
     message_id: str | None = None  # its delivery tag (a new id when it has none)
     expires_ms: int | None = None  # its queue's x-expires, when declared
@@ -170,7 +170,12 @@ class Diverter:
     @cached_property
     def limits(self) -> TaskLimits:
         """The flow-control limits of the app's tasks (config/limits.py)."""
-        return limits_of(self.app)
+        return limits_of(self.app, self.config)
+
+    def may_keep(self, headers: Mapping[str, Any]) -> bool:
+        """Whether a message with these headers may be kept (``divert``): it has an
+        ``eta``, or its task is flow-controlled."""
+        return headers.get("eta") is not None or self.limits.gate_of(headers) is not None
 
     def divert(self, message: Outbound) -> bool:
         """Keep ``message`` in the store when its ``eta`` lies ahead, when it has a
@@ -219,8 +224,6 @@ class Diverter:
         task_id = message.headers.get("id")
         payload = message.payload() if callable(message.payload) else message.payload
         destination = message.destination
-        if callable(destination):
-            destination = destination()
         check_message_size(len(payload), self.config.max_message_size, message.queue, task_id)
         if message.validate is not None:
             message.validate(destination, payload)
@@ -305,7 +308,7 @@ class Diverter:
 def virtual_outbound(
     queue: str,
     message: Mapping[str, Any],
-    destination: str | Callable[[], str],
+    destination: str,
     expires_ms: int | None = None,
     validate: Callable[[str, bytes], None] | None = None,
 ) -> Outbound:

@@ -141,11 +141,13 @@ class Channel(VirtualDelayqChannel, kombu_redis.Channel):
     def outbound(self, queue: str, message: dict[str, Any]) -> Outbound:
         """The message as the diverter takes it: bound for the list kombu would push it
         to (priority and ``global_keyprefix`` applied; worked out only for a message
-        that is kept), with its queue's x-expires."""
+        that may be kept), with its queue's x-expires."""
+        headers = message.get("headers")
+        kept = isinstance(headers, dict) and self.diverter.may_keep(headers)
         return virtual_outbound(
             queue,
             message,
-            destination=lambda: self.real_key(self._kombu_list(queue, message)),
+            destination=self.real_key(self._kombu_list(queue, message)) if kept else "",
             expires_ms=(getattr(self, "_expires", None) or {}).get(queue),
         )
 

@@ -189,7 +189,7 @@ def run_pipelined(client: redis.Redis, calls: Sequence[ScriptCall]) -> list[Any]
 
 #: The shared files as written, as module attributes read on first use (PEP 562): the
 #: tests and the Lua lint put them in front of code of their own.
-_TEXTS = frozenset({"PRELUDE", "HELPERS", "HANDOVER"})
+_TEXTS = frozenset({"PRELUDE", "HELPERS", "GATES", "HANDOVER"})
 
 
 def __getattr__(name: str) -> Any:

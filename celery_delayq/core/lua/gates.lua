@@ -61,9 +61,8 @@ end
 -- its catch-up's reach (see above), and, with every slot taken, the first lease's end.
 local function allowed_at(b, now, now_ms)
   local at = b.hold
-  for i, rate in ipairs(b.rates) do
-    local ready = b.tats[i]
-    if ready > at then at = ready end
+  for i = 1, #b.rates do
+    if b.tats[i] > at then at = b.tats[i] end
   end
   if b.most then
     redis.call('ZREMRANGEBYSCORE', b.running, '-inf', now_ms)  -- a dead worker's slots
@@ -153,7 +152,9 @@ local function release_gates(now, now_ms, judged_ms, most, log_size, out, delive
           b.tats[i] = math.max(b.tats[i], now - rate[2]) + rate[1]
         end
         if b.most then redis.call('ZADD', b.running, now_ms + b.lease, key) end
-        if log_size > 0 then redis.call('LPUSH', GATES .. 'log', string.format('%d ', now) .. bucket) end
+        if log_size > 0 then
+          redis.call('LPUSH', GATES .. 'log', string.format('%d ', now) .. bucket)
+        end
         released = released + 1
         at = allowed_at(b, now, now_ms)
       end  -- else cancelled, or due again later: nothing to release
