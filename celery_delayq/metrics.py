@@ -27,7 +27,6 @@ from .core.health.store_status import read_status
 from .core.layout.queue_counters import LATENESS_BUCKETS_MS
 from .core.results import QueueBacklog
 from .core.store import DelayedStore
-from .ops.limits import task_flows
 from .periodic.history import EntryHistory
 from .periodic.registry import EntryRegistry
 
@@ -224,7 +223,7 @@ FLOW_GAUGES = (
 
 
 def _flow_control(store: DelayedStore) -> list[Metric]:
-    """Flow control per queue and task (ops/limits.py reads the buckets)."""
+    """Flow control per queue and task (store/gates.py reads the buckets)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     labels = ["queue", "task"]
@@ -237,7 +236,7 @@ def _flow_control(store: DelayedStore) -> list[Metric]:
         "forgotten a day after the key was last used).",
         labels=labels,
     )
-    for flow in task_flows(store):
+    for flow in store.task_flows():
         for gauge, field in gauges:
             gauge.add_metric([flow.queue, flow.task], getattr(flow, field))
         released.add_metric([flow.queue, flow.task], flow.released)

@@ -11,8 +11,8 @@ from __future__ import annotations
 import click
 
 from .dead import dead
-from .limits import limits
 from .doctor import doctor
+from .limits import limits
 from .periodic import periodic
 from .periodic_transfer import clear_entries, export, import_entries
 from .rescue import rescue_command

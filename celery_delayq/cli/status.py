@@ -13,7 +13,7 @@ from ..core.health.store_status import StoreStatus, read_status
 from ..core.results import QueueBacklog, TaskFlow
 from ..core.store import DelayedStore
 from ..core.topology import redis_location
-from ..ops.limits import flow_json, task_flows
+from ..ops.limits import flow_json
 from ..ops.when import ago, due_in, iso
 from ..periodic.history import EntryHistory
 from ..periodic.registry import EntryRegistry
@@ -55,7 +55,7 @@ def status(as_json: bool, timeline: bool) -> None:
         counts = timeline_counts(store, snapshot.now) if timeline else None
         location = redis_location(store.client)
         periodic = periodic_json(store)
-        flows = task_flows(store)
+        flows = store.task_flows()
     data = status_json(location, snapshot)
     data["periodic"] = periodic
     data["flow_control"] = [flow_json(flow) for flow in flows]

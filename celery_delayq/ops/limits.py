@@ -57,11 +57,6 @@ def read_limits(
     )
 
 
-def task_flows(store: DelayedStore) -> list[TaskFlow]:
-    """Every queue's buckets, added up per task (no release log read)."""
-    return TaskFlow.per_task([b for queue in store.queues() for b in store.buckets(queue)])
-
-
 def limits_text(bucket: BucketState) -> str:
     return "unknown (state forgotten)" if bucket.limits is None else str(bucket.limits)
 

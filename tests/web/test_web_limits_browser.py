@@ -18,7 +18,7 @@ from .test_web_browser import dashboard
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180), pytest.mark.slow]
 
-KEY = "<script>window.owned = 1</script> it's \"quoted\""
+KEY = '<script>window.owned = 1</script> it\'s "quoted"'
 LIMITS = {"delayq_concurrency_limits": {REMEMBER: 2}}
 
 

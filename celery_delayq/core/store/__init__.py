@@ -8,8 +8,9 @@ messages leave through the store's ``HandOver`` (handover/).
 ``DelayedStore`` is the front its callers hold. The work is done by its facets, one
 module each, which share one ``StoreState`` (state.py): writes, changes (cancel,
 reschedule), moves, listing, counts, admin (purge, repair), dead letters, flow control's
-buckets, and periodic occurrences written ahead. Each facet but ``writes`` (and the hand-over) is made, and
-its module imported, on first use: a process that only publishes loads none of them.
+buckets, and periodic occurrences written ahead. Each facet but ``writes`` (and the
+hand-over) is made, and its module imported, on first use: a process that only publishes
+loads none of them.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
         PendingMessage,
         Position,
         QueueBacklog,
+        TaskFlow,
     )
     from .admin import Admin
     from .ahead import AheadOutcome, WriteAhead
@@ -319,6 +321,9 @@ class DelayedStore:
 
     def buckets(self, queue: str, log_entries: int = 0) -> list[BucketState]:
         return self.gates.buckets(queue, log_entries)
+
+    def task_flows(self) -> list[TaskFlow]:
+        return self.gates.task_flows()
 
     # -- ahead.py
 

@@ -21,7 +21,7 @@ from typing import Any
 from ..layout.gates import GateSpec
 from ..layout.keys import QueueKeys
 from ..redis_replies import list_reply
-from ..results import BucketState
+from ..results import BucketState, TaskFlow
 from .state import StoreState
 
 #: Keys one SCAN or ZSCAN step asks Redis to look at.
@@ -61,6 +61,10 @@ class Gates:
                 chunk = names[start : start + READ_CHUNK]
                 found += self._read(keys, chunk, ready, log, now_us)
         return found
+
+    def task_flows(self) -> list[TaskFlow]:
+        """Every queue's buckets added up per queue and task (no release log read)."""
+        return TaskFlow.per_task([b for q in self.state.queues() for b in self.buckets(q, 0)])
 
     def _names(self, keys: QueueKeys) -> dict[bytes, float | None]:
         """The shard's buckets -> when the next of its waiting messages may go (us;

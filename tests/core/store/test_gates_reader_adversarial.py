@@ -33,9 +33,7 @@ def test_queue_names_with_glob_characters_read_only_their_own_buckets(make_app: 
         store.move_all_due()
         for queue, key in queues.items():
             found = store.buckets(queue, 100)
-            assert [(b.queue, b.key, b.waiting, b.released) for b in found] == [
-                (queue, key, 0, 1)
-            ]
+            assert [(b.queue, b.key, b.waiting, b.released) for b in found] == [(queue, key, 0, 1)]
 
 
 def test_crafted_state_and_log_read_as_harmless_values(make_app: Any) -> None:
@@ -46,7 +44,8 @@ def test_crafted_state_and_log_read_as_harmless_values(make_app: Any) -> None:
         b"t*?[",
         b"paused",
     ]
-    specs = [b"r0/0,zz,\xff,c99999999999999999999/1,r" + b"9" * 5000 + b"/1", b"\xff\xfe", b"", b"c"]
+    long_rate = b"r" + b"9" * 5000 + b"/1"
+    specs = [b"r0/0,zz,\xff,c99999999999999999999/1," + long_rate, b"\xff\xfe", b"", b"c"]
     holds = [b"9" * 5000, b"999999999999999999", b"-5", b"paused"]
     with open_store(app) as store:
         client = store.client
