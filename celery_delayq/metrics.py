@@ -223,7 +223,7 @@ FLOW_GAUGES = (
 
 
 def _flow_control(store: DelayedStore) -> list[Metric]:
-    """Flow control per queue and task (store/gates.py reads the buckets)."""
+    """Flow control per queue and task (core/store/flow.py reads the buckets)."""
     from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
     labels = ["queue", "task"]

@@ -12,7 +12,7 @@ import click
 
 from .dead import dead
 from .doctor import doctor
-from .limits import limits
+from .flow_limits import limits
 from .periodic import periodic
 from .periodic_transfer import clear_entries, export, import_entries
 from .rescue import rescue_command

@@ -13,7 +13,7 @@ from ..core.health.store_status import StoreStatus, read_status
 from ..core.results import QueueBacklog, TaskFlow
 from ..core.store import DelayedStore
 from ..core.topology import redis_location
-from ..ops.limits import flow_json
+from ..ops.buckets import flow_json
 from ..ops.when import ago, due_in, iso
 from ..periodic.history import EntryHistory
 from ..periodic.registry import EntryRegistry

@@ -32,14 +32,14 @@ from ..config.settings import config_of
 from ..core.health.store_status import read_status
 from ..ops import api
 from ..ops.browse import Cursor, Task, TaskFilter, browse
-from ..ops.health import doctor as run_doctor
-from ..ops.limits import (
+from ..ops.buckets import (
     limits_text,
     read_limits,
     released_text,
     running_text,
     state_text,
 )
+from ..ops.health import doctor as run_doctor
 from ..ops.when import parse_moment
 from ..periodic import manage
 from ..periodic.audit import changes

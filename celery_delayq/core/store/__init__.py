@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from .changes import Changes
     from .counts import Counts
     from .dead_letters import DeadLetters
-    from .gates import Gates
+    from .flow import FlowReader
     from .listing import Listing
     from .moves import Moves
 
@@ -70,7 +70,7 @@ class DelayedStore:
 
     The one front every caller uses: each method hands the call to the facet that owns
     it (``writes``, ``changes``, ``moves``, ``listing``, ``counts``, ``admin``, ``dead``,
-    ``gates``, ``ahead``), which only the store itself reaches (a test checks). A caller
+    ``flow``, ``ahead``), which only the store itself reaches (a test checks). A caller
     needs no knowledge of which module owns an operation, and the facets, made on first
     use, keep a publishing process's imports small. ``movers`` is no facet but the movers'
     heartbeat registry, which the store hands out.
@@ -143,10 +143,10 @@ class DelayedStore:
         return DeadLetters(self.state)
 
     @first_use
-    def gates(self) -> Gates:
-        from .gates import Gates
+    def flow(self) -> FlowReader:
+        from .flow import FlowReader
 
-        return Gates(self.state)
+        return FlowReader(self.state)
 
     @first_use
     def ahead(self) -> WriteAhead:
@@ -317,13 +317,13 @@ class DelayedStore:
     def drop_dead(self, queue: str, message_keys: Sequence[bytes]) -> int:
         return self.dead.drop(queue, message_keys)
 
-    # -- gates.py
+    # -- flow.py
 
     def buckets(self, queue: str, log_entries: int = 0) -> list[BucketState]:
-        return self.gates.buckets(queue, log_entries)
+        return self.flow.buckets(queue, log_entries)
 
     def task_flows(self) -> list[TaskFlow]:
-        return self.gates.task_flows()
+        return self.flow.task_flows()
 
     # -- ahead.py
 
@@ -372,4 +372,4 @@ def import_facets() -> None:
     while a prefork pool forks can leave that module's import lock held in the child."""
     from .. import heartbeats  # noqa: F401
     from ..handover import claims, same_redis  # noqa: F401
-    from . import admin, ahead, changes, counts, dead_letters, gates, listing, moves  # noqa: F401
+    from . import admin, ahead, changes, counts, dead_letters, flow, listing, moves  # noqa: F401

@@ -7,7 +7,7 @@ import click
 
 from ..brokers.connect import open_store
 from ..config.settings import config_of
-from ..ops.limits import (
+from ..ops.buckets import (
     DEFAULT_TOP,
     LimitsListing,
     bucket_json,

@@ -39,7 +39,7 @@ INF = float("inf")
 LATEST = 253_402_300_799
 
 
-class Gates:
+class FlowReader:
     """The flow-control buckets of a queue, as they stand."""
 
     def __init__(self, state: StoreState) -> None:

@@ -1,4 +1,4 @@
-"""Reading flow control's buckets (store/gates.py) against a real Redis, with messages
+"""Reading flow control's buckets (store/flow.py) against a real Redis, with messages
 published through a real Celery app under its limits and released by the real move: what
 the reader says equals what was published, released and delivered."""
 
@@ -14,7 +14,7 @@ import pytest
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.results import BucketState, TaskFlow
 from celery_delayq.core.store import DelayedStore
-from celery_delayq.ops.limits import read_limits, state_text
+from celery_delayq.ops.buckets import read_limits, state_text
 from celery_delayq.testing import wait_until
 
 from ...helpers import publish_limited

@@ -1,4 +1,4 @@
-"""The bucket reader (store/gates.py) against what Redis may hold: queue names full of
+"""The bucket reader (store/flow.py) against what Redis may hold: queue names full of
 glob characters, crafted bucket names, specs, holds, counts and log entries, and more
 buckets than one read step takes. It reads every one of them, and only its own queue's,
 and none of it breaks what shows them (the CLI's table, its JSON)."""
@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.cli.limits import limits_human
-from celery_delayq.core.store.gates import READ_CHUNK, SCAN_COUNT
-from celery_delayq.ops.limits import bucket_json, read_limits, state_text
+from celery_delayq.cli.flow_limits import limits_human
+from celery_delayq.core.store.flow import READ_CHUNK, SCAN_COUNT
+from celery_delayq.ops.buckets import bucket_json, read_limits, state_text
 
 from ...helpers import publish_limited
 
