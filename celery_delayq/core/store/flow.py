@@ -4,9 +4,10 @@ what waits, what was released of late, what runs, and what holds it back.
 Read-only, and in bounded steps however many buckets (limit keys) a queue has: the
 buckets are found by ZSCAN of the ready set (buckets with messages waiting) and SCAN of
 their state hashes (those with none waiting, still remembered), ``SCAN_COUNT`` keys a
-step, and read ``READ_CHUNK`` buckets per pipelined round trip. A bucket's running slots
-are counted as the release would count them (leases not run out), without dropping the
-run-out ones. Releases in a limit's current window are counted from the release log, at
+step, and read ``READ_CHUNK`` buckets per pipelined round trip. The SCAN runs only in a
+shard whose stats count a message that entered a bucket (``gated``): a queue without
+flow control costs one HEXISTS. A bucket's running slots are counted as the release
+would count them (leases not run out), without dropping the run-out ones. Releases in a limit's current window are counted from the release log, at
 most its newest ``LOG_READ`` entries in one read: a window reaching past them is
 reported as counted short (``BucketState.window_short``).
 """
@@ -74,6 +75,8 @@ class FlowReader:
             bytes(name): float(at)
             for name, at in client.zscan_iter(keys.gate_ready, count=SCAN_COUNT)
         }
+        if not ready and not client.hexists(keys.stats, "gated"):
+            return ready  # no message ever entered a bucket here: no SCAN of the keyspace
         prefix = keys.gate("s", "").encode("utf-8", "surrogatepass")
         for key in self._scan(prefix, keys):
             ready.setdefault(bytes(key)[len(prefix) :], None)

@@ -137,3 +137,20 @@ def test_a_paused_or_held_bucket_says_so_and_the_move_keeps_its_messages(make_ap
 def _ready(store: DelayedStore) -> dict[bytes, float]:
     """The ready set: bucket -> when (us) its next message may go."""
     return dict(store.client.zrange("delayq:{default}:fc:ready", 0, -1, withscores=True))
+
+
+def test_a_queue_without_flow_control_costs_no_scan_of_the_keyspace(make_app: Any) -> None:
+    app = make_app(delayq_rate_limits={SEND: "1/m"})
+    publish_limited(app, SEND, 1, queue="limited")
+    app.send_task("tests.plain", countdown=60, queue="plain")
+    with open_store(app) as store:
+        store.move_all_due()  # the limited message released: its bucket idle, no ready set
+
+        def scans() -> int:
+            return int(store.client.info("commandstats").get("cmdstat_scan", {}).get("calls", 0))
+
+        before = scans()
+        assert store.buckets("plain") == []
+        assert scans() == before
+        assert [b.released for b in store.buckets("limited")] == [1]  # found by its state
+        assert scans() > before

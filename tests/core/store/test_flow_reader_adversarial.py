@@ -96,6 +96,7 @@ def test_more_buckets_than_one_step_reads_are_all_read(make_app: Any) -> None:
                 pipe.hset(f"delayq:{{elsewhere}}:fc:s:{TASK}\x00k{i}", "spec", "c1/1000")
             for i in range(0, many, 3):
                 pipe.rpush(f"delayq:{{default}}:fc:w:{TASK}\x00k{i}", "m")
+            pipe.hincrby("delayq:{default}:stats", "gated", 1)  # as a bucket's first entry
             pipe.execute()
         found = store.buckets("default")
     assert len(found) == many

@@ -31,6 +31,7 @@ def test_every_shard_is_read_on_its_own_master(
                     bucket = f"t\x00{queue}-{keys.shard}-{n}".encode()
                     state = keys.gate("s", "").encode() + bucket
                     store.client.hset(state, mapping={"spec": "c2/1000", "released": n})
+                store.client.hincrby(keys.stats, "gated", 1)  # as a bucket's first entry
                 store.client.rpush(keys.gate("w", "t\x00waits"), "m1", "m2")
                 store.client.zadd(keys.gate_ready, {"t\x00waits": 0})
         before = scans(store.client)
