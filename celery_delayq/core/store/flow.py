@@ -7,9 +7,10 @@ their state hashes (those with none waiting, still remembered), ``SCAN_COUNT`` k
 step, and read ``READ_CHUNK`` buckets per pipelined round trip. The SCAN runs only in a
 shard whose stats count a message that entered a bucket (``gated``): a queue without
 flow control costs one HEXISTS. A bucket's running slots are counted as the release
-would count them (leases not run out), without dropping the run-out ones. Releases in a limit's current window are counted from the release log, at
-most its newest ``LOG_READ`` entries in one read: a window reaching past them is
-reported as counted short (``BucketState.window_short``).
+would count them (leases not run out), without dropping the run-out ones. Releases in a
+limit's current window are counted from the release log, at most its newest ``LOG_READ``
+entries in one read: a window reaching past them is reported as counted short
+(``BucketState.window_short``).
 """
 
 from __future__ import annotations
