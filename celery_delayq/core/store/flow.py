@@ -108,10 +108,15 @@ class FlowReader:
                 pipe.llen(prefix + b"w:" + name)
                 pipe.hmget(prefix + b"s:" + name, ["spec", "hold", "released"])
                 pipe.zcount(prefix + b"r:" + name, f"({now_ms}", "+inf")
-            replies = iter(pipe.execute())
+            # a key of another type (written by hand) reads as absent, not as a failed page
+            replies = iter(
+                None if isinstance(reply, Exception) else reply
+                for reply in pipe.execute(raise_on_error=False)
+            )
         found = []
         for name in names:
-            waiting, (spec, hold, released), running = next(replies), next(replies), next(replies)
+            waiting, fields, running = next(replies), next(replies), next(replies)
+            spec, hold, released = fields or (None, None, None)
             limits = GateSpec.decode(spec.decode("ascii", "replace")) if spec else None
             windows = [rate.seconds * 1_000_000 for rate in limits.rates] if limits else []
             in_window, short = log.counts(name, windows, now_us)
@@ -122,11 +127,11 @@ class FlowReader:
                     shard=keys.shard,
                     name=name,
                     limits=limits,
-                    waiting=int(waiting),
+                    waiting=int(waiting or 0),
                     released=_number(released),
                     in_window=in_window,
                     window_short=short,
-                    running=int(running),
+                    running=int(running or 0),
                     held_until=_hold(hold, now_us),
                     next_release=None if at is None else _seconds(at),
                     now=now_us / 1_000_000,

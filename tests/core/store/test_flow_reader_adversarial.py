@@ -86,6 +86,18 @@ def test_crafted_state_and_log_read_as_harmless_values(make_app: Any) -> None:
     json.dumps([bucket_json(b) for b in found.values()])
 
 
+def test_keys_of_another_type_read_as_absent(make_app: Any) -> None:
+    app = make_app()
+    with open_store(app) as store:
+        bucket = b"t\x00wrong"
+        store.client.set(b"delayq:{default}:fc:w:" + bucket, "not a list")
+        store.client.set(b"delayq:{default}:fc:s:" + bucket, "not a hash")
+        store.client.set(b"delayq:{default}:fc:r:" + bucket, "not a zset")
+        store.client.zadd("delayq:{default}:fc:ready", {bucket: 0})
+        (found,) = store.buckets("default", 100)
+    assert (found.key, found.waiting, found.running, found.limits) == ("wrong", 0, 0, None)
+
+
 def test_more_buckets_than_one_step_reads_are_all_read(make_app: Any) -> None:
     app = make_app()
     many = 2 * max(READ_CHUNK, SCAN_COUNT) + 7
