@@ -67,6 +67,7 @@ __all__ = [
     "DelayqConfig",
     "InvalidDelayKey",
     "InvalidETA",
+    "InvalidLimit",
     "KeyedResult",
     "MessageTooLarge",
     "QueueBacklog",

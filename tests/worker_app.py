@@ -160,3 +160,16 @@ def flaky(self: Any) -> None:
     record(self.request.id, eta_of(self.request), retries=self.request.retries)
     if self.request.retries < 2:
         raise ValueError("not yet")
+
+
+@app.task(bind=True, rate_limit="2/s")
+def paced(self: Any, label: str = "") -> None:
+    """Celery's own per-worker rate limit of 2/s (a limit across all workers under
+    ``delayq_global_rate_limits``): records its start and worker."""
+    record(self.request.id, eta_of(self.request), label=label, worker=self.request.hostname)
+
+
+@app.task(bind=True)
+def per_customer(self: Any, customer_id: str, label: str = "") -> None:
+    """Records its start and customer (publishers give it a limit keyed by customer)."""
+    record(self.request.id, eta_of(self.request), label=label, customer=customer_id)

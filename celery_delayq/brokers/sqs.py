@@ -27,6 +27,7 @@ from kombu.utils.json import loads
 
 from ..core.handover.publishing import Publisher
 from .common.diverter import store_retrying_errors, virtual_outbound
+from .common.limit_keys import watch_limit_keys
 from .common.message import Delivered, count_of, file_dead_letter
 from .common.virtual_channel import VirtualDelayqChannel
 from .common.virtual_publisher import VirtualPublisher
@@ -229,6 +230,10 @@ class SQSTransport(SQS.Transport):
 
     Channel = SQSChannel
     recoverable_connection_errors = store_retrying_errors(SQS.Transport)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        watch_limit_keys()
 
 
 class ArgumentsCheck:

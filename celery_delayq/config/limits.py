@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from typing import Any, Protocol
 
 from celery import Celery
+from celery.utils.time import rate as celery_rate
 
 from ..core.layout.gates import (
     MOST_KEY_BYTES,
@@ -27,6 +28,9 @@ from .errors import ConfigurationError
 
 #: The message header naming a call's limit key: each key gets its own bucket.
 LIMIT_KEY_HEADER = "delayq_limit_key"
+#: The task options of a task's own limits.
+RATE_OPTION = "delayq_rate_limit"
+CONCURRENCY_OPTION = "delayq_concurrency"
 #: Most concurrency one limit may allow.
 MOST_CONCURRENCY = 100_000
 
@@ -44,21 +48,24 @@ class LimitSettings(Protocol):
     concurrency_lease: float
 
 
-def read_rates(value: object, where: str) -> tuple[Rate, ...]:
-    """One task's rate limit(s): a rate, or a list of rates."""
+def read_rates(
+    value: object, where: str, error: type[Exception] = ConfigurationError
+) -> tuple[Rate, ...]:
+    """One task's rate limit(s): a rate, or a list of rates. ``error``: what a bad one
+    raises (a setting's ``ConfigurationError``, a task option's ``InvalidLimit``)."""
     texts = value if isinstance(value, (list, tuple)) else [value]
     try:
         rates = tuple(Rate.parse(text) for text in texts)
     except InvalidLimit as exc:
-        raise ConfigurationError(f"{where}: {exc}") from None
+        raise error(f"{where}: {exc}") from None
     if not rates:
-        raise ConfigurationError(f"{where}: an empty list of rates")
+        raise error(f"{where}: an empty list of rates")
     return rates
 
 
-def read_concurrency(value: object, where: str) -> int:
+def read_concurrency(value: object, where: str, error: type[Exception] = ConfigurationError) -> int:
     if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= MOST_CONCURRENCY:
-        raise ConfigurationError(
+        raise error(
             f"{where}: a concurrency limit is an integer from 1 to {MOST_CONCURRENCY}, "
             f"got {value!r}"
         )
@@ -106,20 +113,22 @@ class TaskLimits:
         self._specs: dict[str, str | None] = {}
 
     def spec_of(self, task: str) -> GateSpec:
-        """The limits of the task named ``task`` (empty: none)."""
+        """The limits of the task named ``task`` (empty: none); ``InvalidLimit`` for a
+        task option that is no limit."""
         found = self.app.tasks.get(task) if self.app.finalized or self.app.autofinalize else None
         rates = self._rates.get(task)
         if rates is None and found is not None:
-            own = getattr(found, "delayq_rate_limit", None)
+            own = getattr(found, RATE_OPTION, None)
             if own is None and self._global:
-                own = getattr(found, "rate_limit", None)
+                own = celery_rate_limit(found)
             if own is not None:
-                rates = read_rates(own, f"the rate limit of task {task!r}")
+                rates = read_rates(own, f"the rate limit of task {task!r}", InvalidLimit)
         most = self._concurrency.get(task)
         if most is None and found is not None:
-            own_most = getattr(found, "delayq_concurrency", None)
+            own_most = getattr(found, CONCURRENCY_OPTION, None)
             if own_most is not None:
-                most = read_concurrency(own_most, f"the concurrency limit of task {task!r}")
+                where = f"the concurrency limit of task {task!r}"
+                most = read_concurrency(own_most, where, InvalidLimit)
         return GateSpec(rates or (), most, self._lease_ms)
 
     def gate_of(self, headers: Mapping[str, Any]) -> bytes | None:
@@ -146,6 +155,15 @@ class TaskLimits:
             if len(key.encode("utf-8", "surrogatepass")) > MOST_KEY_BYTES:
                 raise InvalidLimit(f"a limit key is at most {MOST_KEY_BYTES} bytes: {key[:40]!r}")
         return gate_field(spec, bucket_of(task, key))
+
+
+def celery_rate_limit(task: Any) -> object:
+    """A task's own ``rate_limit``, None when Celery reads it as no limit (``0``)."""
+    own = getattr(task, "rate_limit", None)
+    try:
+        return own if own is None or celery_rate(own) else None
+    except (ValueError, KeyError, TypeError):  # not Celery's form: Rate.parse tells why
+        return own
 
 
 _limits: weakref.WeakKeyDictionary[Celery, TaskLimits] = weakref.WeakKeyDictionary()

@@ -2,12 +2,14 @@
 
 A worker loads its broker transport's module when it first looks at the transport,
 just before it sends ``worker_init`` and builds its blueprint: the one moment a
-settings-only plugin can add bootsteps to the worker (its mover, DueTimers, and the
-consumer's PoisonGuard), wrap its tasks' ``run`` for periodic runs before the pool
-builds its tracers (periodic_runs.py), and choose how its remote-control node answers
-``inspect scheduled``. The transports' settings path (celery_delayq/transport.py)
-connects a handler that imports this one on call; the broker modules have no import-time
-effects. ``dispatch_uid`` keeps it to one connection.
+settings-only plugin can add bootsteps to the worker (its mover, DueTimers,
+GlobalRateLimits, and the consumer's PoisonGuard), wrap its tasks' ``run`` for periodic
+runs before the pool builds its tracers (periodic_runs.py), and choose how its
+remote-control node answers ``inspect scheduled``. Under ``delayq_global_rate_limits`` a
+step switches off the worker's own rate limits (flow_control.py). The transports'
+settings path (celery_delayq/transport.py) connects a handler that imports this one on
+call; the broker modules have no import-time effects. ``dispatch_uid`` keeps it to one
+connection.
 """
 
 from __future__ import annotations
@@ -20,9 +22,11 @@ from celery import signals
 def on_worker_init(sender: Any, **_: Any) -> None:
     # Imported here, in a starting worker: a process that only publishes never loads them.
     from ..brokers.common.diverter import check_store_setting, uses_delayq
+    from ..brokers.common.limit_keys import watch_limit_keys
     from ..core.store import import_facets
     from .bootstep import WorkerMover
     from .due_timers import DueTimers
+    from .flow_control import GlobalRateLimits
     from .inspect import list_delayed_in_scheduled
     from .periodic_runs import end_periodic_run, guard_tasks
     from .poison import PoisonGuard
@@ -30,8 +34,9 @@ def on_worker_init(sender: Any, **_: Any) -> None:
     check_store_setting(sender.app)
     if uses_delayq(sender.app):
         import_facets()
-        sender.app.steps["worker"].update({WorkerMover, DueTimers})
+        sender.app.steps["worker"].update({WorkerMover, DueTimers, GlobalRateLimits})
         sender.app.steps["consumer"].add(PoisonGuard)
+        watch_limit_keys()  # the worker's retries and canvases take their keys too
         # before the pool builds its tracers
         guard_tasks(sender.app, getattr(sender, "time_limit", None))
         signals.task_postrun.connect(

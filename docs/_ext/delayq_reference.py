@@ -33,8 +33,11 @@ SETTING_EXAMPLES: dict[str, Any] = {
     "delayq_web_secret_key": "a-long-random-secret",
     "delayq_web_secure_cookies": True,
     "delayq_web_allowed_hosts": ["delayq.example.internal"],
-    "delayq_rate_limits": {"proj.tasks.send_email": "10/s", "proj.tasks.sync": ["5/s", "1000/h"]},
-    "delayq_concurrency_limits": {"proj.tasks.render_report": 4},
+    "delayq_rate_limits": {
+        "proj.tasks.call_partner_api": "10/s",
+        "proj.tasks.send_sms": ["5/s", "100000/d"],
+    },
+    "delayq_concurrency_limits": {"proj.tasks.render_video": 4},
 }
 
 
@@ -295,7 +298,7 @@ def keyspace_keys() -> set[str]:
     names |= {space.periodic_runs, space.periodic_counts, space.periodic_changes("<name>")}
     names |= {queue.periodic_marks, queue.periodic_ahead, queue.periodic_gone}
     names |= {space.off_shard_queues, queue.by_task, queue.deliveries("<M>")}
-    names |= {queue.gate_log, *(queue.gate(kind, "<B>") for kind in "wsr")}
+    names |= {queue.gate(kind, "<B>") for kind in "wsr"} | {f"{queue.gates}log"}
     return names
 
 

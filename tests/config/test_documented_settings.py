@@ -14,16 +14,17 @@ import pytest
 from celery_delayq.brokers.common.key_headers import KEY_HEADER, MAX_WAIT_HEADER, ON_HELD_HEADER
 from celery_delayq.brokers.redis.restore import REDELIVERIES_HEADER
 from celery_delayq.config.catalog import SETTINGS
+from celery_delayq.config.limits import CONCURRENCY_OPTION, LIMIT_KEY_HEADER, RATE_OPTION
 from celery_delayq.demo import DEMO_QUEUE
 
 from ..helpers import REPO_ROOT
 
 pytestmark = pytest.mark.unit
 
-#: ``delayq_`` names that are message headers or the demo's queue (its output shows it),
-#: not settings.
-HEADERS = {KEY_HEADER, ON_HELD_HEADER, MAX_WAIT_HEADER, REDELIVERIES_HEADER}
-NOT_SETTINGS = HEADERS | {DEMO_QUEUE}
+#: ``delayq_`` names that are message headers, task options (the limit key header is one
+#: too) or the demo's queue (its output shows it), not settings.
+HEADERS = {KEY_HEADER, ON_HELD_HEADER, MAX_WAIT_HEADER, REDELIVERIES_HEADER, LIMIT_KEY_HEADER}
+NOT_SETTINGS = HEADERS | {DEMO_QUEUE, RATE_OPTION, CONCURRENCY_OPTION}
 #: A whole name: not the tail of ``celery_delayq_pending`` (a metric) or of a longer word.
 PLAIN = re.compile(r"(?<![A-Za-z0-9_])delayq_[a-z_]*[a-z]")
 NAMESPACED = re.compile(r"(?<![A-Za-z0-9_])CELERY_DELAYQ_[A-Z_]*[A-Z]")

@@ -31,6 +31,7 @@ from ...config.settings import DelayqConfig, config_of
 from ...core.handover.publishing import Publisher
 from ...core.store import DelayedStore
 from ..common.diverter import STORE_URL_NEEDED, Diverter, Outbound, uses_delayq
+from ..common.limit_keys import watch_limit_keys
 from ..common.message import Delivered, count_of
 from .envelope import destination, envelope
 from .inbound import deep_frame_handler
@@ -161,6 +162,7 @@ class AMQPTransport(pyamqp.Transport):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         keep_native_delayed_delivery_away()
         super().__init__(*args, **kwargs)
+        watch_limit_keys()
 
 
 class AMQPSSLTransport(pyamqp.SSLTransport):
@@ -171,6 +173,7 @@ class AMQPSSLTransport(pyamqp.SSLTransport):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         keep_native_delayed_delivery_away()
         super().__init__(*args, **kwargs)
+        watch_limit_keys()
 
 
 def keep_native_delayed_delivery_away() -> None:

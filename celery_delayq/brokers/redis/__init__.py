@@ -17,6 +17,7 @@ from typing import Any
 from kombu.transport import redis as kombu_redis
 
 from ..common.diverter import store_retrying_errors
+from ..common.limit_keys import watch_limit_keys
 from .channel import Channel, SentinelChannel
 from .polling import ConsumingPoller
 
@@ -33,6 +34,7 @@ class Transport(kombu_redis.Transport):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        watch_limit_keys()
         # kombu annotates the base Transport's cycle as a FairCycle; its Redis transport
         # keeps its poller there, as here
         self.cycle = ConsumingPoller()  # type: ignore[assignment]
@@ -46,6 +48,7 @@ class SentinelTransport(kombu_redis.SentinelTransport):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        watch_limit_keys()
         # kombu annotates the base Transport's cycle as a FairCycle; its Redis transport
         # keeps its poller there, as here
         self.cycle = ConsumingPoller()  # type: ignore[assignment]

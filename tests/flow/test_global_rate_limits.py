@@ -1,0 +1,117 @@
+"""``delayq_global_rate_limits``: a task's own ``rate_limit`` holds across all workers,
+and the workers' own per-worker limiting is off; without it, Celery's per-worker limit.
+Two real workers, a real Redis; the task ``tests.worker_app.paced`` has
+``rate_limit="2/s"``."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+from celery_delayq.core.layout.keys import KeySpace
+from celery_delayq.testing import publish, wait_until
+
+from ..helpers import celery_process, runs
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
+
+PACED = "tests.worker_app.paced"
+#: The release log of queue ``default`` (core/layout/keys.py): "<us> <bucket>", newest first.
+RELEASE_LOG = KeySpace().for_queue("default").gates + "log"
+
+
+def paced_app(make_app: Any, **settings: Any) -> Celery:
+    """A publisher that knows ``paced`` as the workers do: ``rate_limit="2/s"``."""
+    app = make_app(**settings)
+
+    @app.task(name=PACED, rate_limit="2/s", shared=False)
+    def paced(label: str = "") -> None:
+        """The workers' task."""
+
+    return app
+
+
+def most_in_a_window(times: list[float], seconds: float) -> int:
+    """The most of ``times`` in any half-open window of ``seconds``."""
+    ordered = sorted(times)
+    return max(
+        sum(1 for other in ordered[i:] if other < start + seconds)
+        for i, start in enumerate(ordered)
+    )
+
+
+def starts_by_worker(client: redis.Redis) -> dict[str, list[float]]:
+    found: dict[str, list[float]] = defaultdict(list)
+    for run in runs(client):
+        found[run["worker"]].append(run["at"])
+    return {worker: sorted(times) for worker, times in found.items()}
+
+
+def two_workers(url: str, settings: dict[str, Any]) -> Any:
+    args = ("worker", url, settings, "-P", "solo")
+    return celery_process(*args, "-n", "w1@%h"), celery_process(*args, "-n", "w2@%h")
+
+
+@pytest.mark.promise("flow-global-rate-limit", "flow-rate-never-more")
+def test_a_tasks_rate_limit_holds_across_two_workers(make_app, redis_server, redis_client):
+    settings = {"delayq_global_rate_limits": True}
+    app = paced_app(make_app, **settings)
+    first, second = two_workers(redis_server.url, settings)
+    with first, second:
+        for number in range(10):
+            publish(app, PACED, str(number))
+        wait_until(lambda: len(runs(redis_client)) == 10, timeout=40, what="10 runs")
+
+    releases = [int(entry.split()[0]) / 1e6 for entry in redis_client.lrange(RELEASE_LOG, 0, -1)]
+    assert len(releases) == 10
+    # one limit of 2/s: never more than 2 releases in any second (the server's clock)
+    assert most_in_a_window(releases, 1.0) == 2
+    workers = starts_by_worker(redis_client)
+    assert len(workers) == 2, f"both workers run them: {workers}"
+    starts = sorted(at for times in workers.values() for at in times)
+    # 10 at 2/s span more than 4 s (4/s, a limit per worker, would take about 2.3 s);
+    # a start may lag its release, so the bound leaves a second for that
+    assert starts[-1] - starts[0] > 3.0
+
+
+def test_without_the_setting_each_worker_limits_itself(make_app, redis_server, redis_client):
+    """Celery's own behaviour, the control: about 2/s per worker, so more than 2/s in all."""
+    settings = {"delayq_global_rate_limits": False}
+    app = paced_app(make_app, **settings)
+    first, second = two_workers(redis_server.url, settings)
+    with first, second:
+        for number in range(16):
+            publish(app, PACED, str(number))
+        wait_until(lambda: len(runs(redis_client)) == 16, timeout=40, what="16 runs")
+
+    assert redis_client.llen(RELEASE_LOG) == 0, "nothing is held in the store"
+    workers = starts_by_worker(redis_client)
+    assert len(workers) == 2, f"both workers run them: {workers}"
+    for times in workers.values():  # Celery's token bucket: 2/s in each worker
+        assert all(later - earlier > 0.45 for earlier, later in zip(times, times[1:]))
+    starts = [at for times in workers.values() for at in times]
+    assert most_in_a_window(starts, 1.0) > 2, "the two workers' limits add up"
+
+
+@pytest.mark.promise("flow-global-rate-limit-worker-off")
+def test_the_workers_own_rate_limit_is_off_under_the_setting(make_app, redis_server, redis_client):
+    """The task's own 2/s, overridden by a global 10/s: were each worker still limiting
+    itself to 2/s, no worker could start two of them less than half a second apart."""
+    settings = {"delayq_global_rate_limits": True, "delayq_rate_limits": {PACED: "10/s"}}
+    app = paced_app(make_app, **settings)
+    first, second = two_workers(redis_server.url, settings)
+    with first, second:
+        for number in range(20):
+            publish(app, PACED, str(number))
+        wait_until(lambda: len(runs(redis_client)) == 20, timeout=40, what="20 runs")
+
+    gaps = [
+        later - earlier
+        for times in starts_by_worker(redis_client).values()
+        for earlier, later in zip(times, times[1:])
+    ]
+    assert min(gaps) < 0.4, f"a worker still limits itself to 2/s: gaps {sorted(gaps)[:5]}"
