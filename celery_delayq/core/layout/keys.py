@@ -195,10 +195,20 @@ class QueueKeys(NamedTuple):
         """One bucket's waiting list (``w``), state (``s``) or running slots (``r``)."""
         return f"{self.gates}{kind}:{bucket}"
 
+    @property
+    def gate_ready(self) -> str:
+        """Flow control's ready buckets (lua/gates.lua)."""
+        return f"{self.gates}ready"
+
+    @property
+    def gate_log(self) -> str:
+        """Flow control's release log (lua/gates.lua)."""
+        return f"{self.gates}log"
+
     def move_keys(self) -> list[str]:
         """KEYS[1..7] of ``lua/move_due.lua``: an unreadable record goes to the dead
         letters, a flow-controlled one to its bucket (lua/gates.lua)."""
-        return [*self.as_list(), self.dead, self.dead_reasons, f"{self.gates}ready"]
+        return [*self.as_list(), self.dead, self.dead_reasons, self.gate_ready]
 
     def handover_keys(self) -> list[str]:
         """KEYS[1..10] of the claim -> publish -> ack scripts (lua/handover.lua)."""
