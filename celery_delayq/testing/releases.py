@@ -15,7 +15,7 @@ from ..core.layout.keys import QueueKeys
 def release_log(client: redis.Redis, shard: QueueKeys) -> dict[str, list[int]]:
     """Each bucket's release times (us, by the Redis clock), oldest first."""
     times: dict[str, list[int]] = defaultdict(list)
-    entries: list[bytes] = client.lrange(f"{shard.gates}log", 0, -1)  # type: ignore[assignment]
+    entries: list[bytes] = client.lrange(shard.gate_log, 0, -1)  # type: ignore[assignment]
     for entry in reversed(entries):
         at, _, bucket = entry.partition(b" ")
         times[bucket.decode("utf-8", "surrogatepass")].append(int(at))
