@@ -11,6 +11,7 @@ import pytest
 
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.config.limits import limits_of
+from celery_delayq.config.settings import config_of
 from celery_delayq.core.layout.gates import shard_key
 from celery_delayq.core.layout.record import task_key
 from celery_delayq.testing import wait_until
@@ -58,7 +59,7 @@ def test_a_bucket_waits_in_one_shard_so_its_limit_holds_across_shards_and_movers
         shards = store.keys.shards_of(queue)
         wait_until(lambda: store_empty(store.client, shards), what="every claim acked")
         wait_until(lambda: nothing_left(app, queue), timeout=20, what="nothing left to run")
-        gate = limits_of(app).gate_of({"task": REMEMBER})
+        gate = limits_of(app, config_of(app)).gate_of({"task": REMEMBER})
         assert gate is not None
         home = store.keys.shard_of(queue, shard_key(gate))
         logs = {keys.shard: release_log(store.client, keys) for keys in shards}

@@ -47,8 +47,8 @@ local function dead_letter(key, record, tries, reason, now)
 end
 
 -- A released message's record without its gate (see above), rewritten in MSG; as it was
--- when it has none, or a gate written otherwise than record.py writes it (that message
--- then waits in its bucket again).
+-- when it has none, or a gate written otherwise than layout/record.py writes it (that
+-- message then waits in its bucket again).
 local function ungated(key, record)
   local _, _, start, _, _, gate = parse(record)
   if not gate then return record end
