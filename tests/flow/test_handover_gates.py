@@ -15,7 +15,7 @@ from kombu import Exchange, Queue
 
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.layout.gates import Rate
-from celery_delayq.core.layout.record import task_id_of
+from celery_delayq.core.layout.record import Record, task_id_of
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import wait_until
 from celery_delayq.testing.releases import release_log
@@ -113,3 +113,33 @@ def test_a_released_message_an_unreachable_broker_left_goes_out_again_counted_on
         assert len(released(store, queue)) == 1 == store.stats(queue)["released"]
     (message,) = take_all(app, queue)
     assert message.headers["id"] == sent.id
+
+
+def test_a_crafted_gate_length_on_a_failed_hand_over_loses_nothing(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """A gate whose length is written with a leading zero (not as record.py writes it)
+    is left in the record when its claim expires: the message waits in its bucket again
+    and is released a second time, rather than having its record cut wrongly."""
+    app = make_amqp_app(delayq_rate_limits={TASK: "5/s"})
+    queue = app.conf.task_default_queue
+    sent = app.send_task(TASK)
+    with open_store(app) as store:
+        keys = store.keys.for_queue(queue)
+        (key,) = redis_client.hkeys(keys.messages)
+        record = redis_client.hget(keys.messages, key)
+        gate = Record.decode(record, keys.own_list).gate
+        assert gate is not None
+        field = b"%d:%s" % (len(gate), gate)
+        crafted = record.replace(b"l" + field, b"l0" + field, 1)
+        assert Record.decode(crafted, keys.own_list).gate == gate
+        redis_client.hset(keys.messages, key, crafted)
+        claim(store, queue, "dead-mover", lease_ms=200)
+        lease_over = store.server_time_ms() + 200
+        wait_until(lambda: store.server_time_ms() > lease_over, what="the lease is over")
+        wait_until(lambda: store.move_all_due().moved, what="released again, then sent")
+        assert len(released(store, queue)) == 2
+
+    (message,) = take_all(app, queue)
+    assert message.headers["id"] == sent.id
+    assert redis_client.keys("*:dead*") == []
