@@ -33,6 +33,7 @@ RATE = "5/s"
 SENT = 30
 
 
+@pytest.mark.promise("flow-cluster-one-shard", "flow-rate-never-more")
 def test_a_bucket_waits_in_one_shard_so_its_limit_holds_across_shards_and_movers(
     make_cluster_app, amqp_settings, cluster_store_url, rabbitmq_url, redis_server, redis_client
 ):

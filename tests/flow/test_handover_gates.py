@@ -54,6 +54,7 @@ def test_the_claim_releases_at_the_rate_and_says_when_the_next_release_is(
     assert (stats["gated"], stats["released"], stats.get("moved", 0)) == (3, 1, 0)
 
 
+@pytest.mark.promise("flow-handover-counted-once")
 def test_a_released_message_whose_claim_expired_goes_out_again_counted_once(
     make_amqp_app: Callable[..., Celery],
 ) -> None:
@@ -72,6 +73,7 @@ def test_a_released_message_whose_claim_expired_goes_out_again_counted_once(
     assert message.headers["id"] == task_id_of(claimed.key)
 
 
+@pytest.mark.promise("flow-handover-counted-once")
 def test_a_released_message_the_broker_refused_goes_out_again_counted_once(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
@@ -95,6 +97,7 @@ def test_a_released_message_the_broker_refused_goes_out_again_counted_once(
     assert redis_client.keys("*:dead*") == []
 
 
+@pytest.mark.promise("flow-handover-counted-once")
 def test_a_released_message_an_unreachable_broker_left_goes_out_again_counted_once(
     make_amqp_app: Callable[..., Celery],
     app_factory: Callable[..., Celery],

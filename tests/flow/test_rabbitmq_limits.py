@@ -27,6 +27,7 @@ RATE = "5/s"
 SENT = 30
 
 
+@pytest.mark.promise("flow-handover-brokers", "flow-rate-never-more")
 def test_a_rabbitmq_worker_starts_a_limited_task_at_its_rate_each_once(
     make_amqp_app, amqp_settings, rabbitmq_url, redis_server, redis_client
 ):

@@ -26,6 +26,7 @@ RATE = "5/s"
 SENT = 12
 
 
+@pytest.mark.promise("flow-handover-brokers", "flow-rate-never-more")
 def test_an_sqs_worker_starts_a_limited_task_at_its_rate_each_once(
     make_sqs_app, sqs_server, redis_server, redis_client
 ):
