@@ -436,9 +436,10 @@ def claim(store: Any, queue_name: str, owner: str, lease_ms: int) -> list[Outgoi
     queue as claimer lasts as long as its lease."""
     handover = store.handover
     keys = store.keys.for_queue(queue_name)
+    log = handover.release_log
     reply = handover.scripts.claim_due(
         keys=keys.handover_keys(),
-        args=[*keys.page_args(), 100, 1 << 20, owner, lease_ms, 5, owner, lease_ms],
+        args=[*keys.page_args(), 100, 1 << 20, owner, lease_ms, 5, owner, lease_ms, log],
     )
     pairs = zip(reply[6::2], reply[7::2])
     return [Outgoing.from_record(key, raw, keys.own_list) for key, raw in pairs]

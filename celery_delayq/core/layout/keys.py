@@ -197,7 +197,8 @@ class QueueKeys(NamedTuple):
 
     @property
     def gate_ready(self) -> str:
-        """Flow control's ready buckets (lua/gates.lua)."""
+        """Flow control's ready buckets (lua/gates.lua): every script that takes due
+        messages gets it as its last key."""
         return f"{self.gates}ready"
 
     @property
@@ -211,12 +212,14 @@ class QueueKeys(NamedTuple):
         return [*self.as_list(), self.dead, self.dead_reasons, self.gate_ready]
 
     def handover_keys(self) -> list[str]:
-        """KEYS[1..10] of the claim -> publish -> ack scripts (lua/handover.lua)."""
+        """KEYS[1..11] of the claim -> publish -> ack scripts (lua/handover.lua); the
+        last, the ready buckets, is used by the claim alone (lua/claim_due.lua)."""
         claims, tries = f"{self.tagged}:claims", f"{self.tagged}:tries"
         claimer = f"{self.tagged}:claimer"
         return [
             *self.as_list(),
             *(self.inflight, claims, tries, self.dead, self.dead_reasons, claimer),
+            self.gate_ready,
         ]
 
     def page_args(self) -> list[Any]:

@@ -178,7 +178,7 @@ def test_a_claim_whose_mover_died_comes_back_after_its_lease(
         queue = store.keys.for_queue(app.conf.task_default_queue)
         claimed = handover.scripts.claim_due(
             keys=queue.handover_keys(),
-            args=[*queue.page_args(), 10, 1 << 20, "pass-1", 200, 5, "dead-mover", 200],
+            args=[*queue.page_args(), 10, 1 << 20, "pass-1", 200, 5, "dead-mover", 200, 0],
         )
         assert len(claimed) == 8  # six numbers, then one key and its record
         assert store.move_all_due().moved == 0  # claimed: no other mover takes it
