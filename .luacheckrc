@@ -28,9 +28,11 @@ local helpers_exports = {
   "index_field", "key_holder", "release_key", "hold_key_again", "remove_message", "with_due",
   "counted",
 }
--- The locals gates.lua (flow control) defines for the scripts that take due messages.
+-- The locals gates.lua (flow control) defines for the scripts that take due messages, and
+-- for gate_hold.lua, which holds one bucket.
 local gates_exports = {"server_us", "gate_parts", "enter_gate", "release_gates",
-                       "next_release_ms"}
+                       "next_release_ms", "READY", "GATES", "open_bucket", "allowed_at",
+                       "save_bucket"}
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
                           "unclaim", "dead_letter", "failed_once", "ungated"}
@@ -67,8 +69,11 @@ files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram",
                                       "drop_taken", "call_chunked", "head", "forget_duplicate",
                                        "release_key", "PAGES", "PAGE_PREFIX", "bury_unreadable",
                                        "server_us", "gate_parts", "enter_gate", "release_gates",
-                                       "next_release_ms"},
+                                       "next_release_ms", "GATES"},
                                      "prelude.lua, helpers.lua and gates.lua")
+files[lua .. "gate_hold.lua"] = reads({"READY", "server_us", "open_bucket", "allowed_at",
+                                       "save_bucket"},
+                                      "prelude.lua, helpers.lua and gates.lua")
 files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse"}, "prelude.lua and helpers.lua")
 files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/enter_gate",
                                     "211/release_gates", "211/next_release_ms"}

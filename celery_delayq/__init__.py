@@ -7,7 +7,8 @@ Switch it on in Celery settings::
 
 Then ``cancel``, ``reschedule`` and ``backlog`` act on the pending delayed tasks, and
 ``schedule_many`` sends many delayed tasks at once; ``debounce`` and ``schedule_keyed``
-keep one pending message per delay key.
+keep one pending message per delay key; ``pause``, ``resume`` and ``throttle`` hold the
+releases of a flow-controlled task (or of one of its limit keys) across every worker.
 
 Layers, each importing only those below it: ``core`` (the store; Redis only) ->
 ``brokers`` (the channels and transports, settings) -> ``scheduling`` (``schedule_many``,
@@ -28,7 +29,9 @@ if TYPE_CHECKING:
     from .config.settings import DelayqConfig
     from .core.layout.gates import InvalidLimit
     from .core.results import QueueBacklog
+    from .core.store.holds import BucketHold
     from .ops.api import backlog, cancel, promote, reschedule
+    from .ops.flow import pause, pause_queue, resume, resume_queue, throttle, throttle_current
     from .scheduling.bulk import BulkScheduleError, schedule_many
     from .scheduling.debounce import KeyedResult, debounce, schedule_keyed
 
@@ -47,6 +50,13 @@ _HOMES = {
     "cancel": ".ops.api",
     "promote": ".ops.api",
     "reschedule": ".ops.api",
+    "BucketHold": ".core.store.holds",
+    "pause": ".ops.flow",
+    "pause_queue": ".ops.flow",
+    "resume": ".ops.flow",
+    "resume_queue": ".ops.flow",
+    "throttle": ".ops.flow",
+    "throttle_current": ".ops.flow",
     "BulkScheduleError": ".scheduling.bulk",
     "schedule_many": ".scheduling.bulk",
     "KeyedResult": ".scheduling.debounce",
@@ -61,6 +71,7 @@ __getattr__ = lazy_attributes(__name__, _HOMES)
 __version__ = "0.1.0"
 
 __all__ = [
+    "BucketHold",
     "BulkScheduleError",
     "ConfigurationError",
     "DelayKeyHeld",
@@ -75,8 +86,14 @@ __all__ = [
     "backlog",
     "cancel",
     "debounce",
+    "pause",
+    "pause_queue",
     "promote",
     "reschedule",
+    "resume",
+    "resume_queue",
     "schedule_keyed",
     "schedule_many",
+    "throttle",
+    "throttle_current",
 ]

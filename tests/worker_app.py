@@ -17,6 +17,8 @@ from typing import Any
 import redis
 from kombu import Exchange, Queue
 
+from celery_delayq import throttle_current
+from celery_delayq.config.limits import LIMIT_KEY_HEADER
 from celery_delayq.testing import build_app
 
 settings = json.loads(os.environ.get("DELAYQ_SETTINGS", "{}"))
@@ -173,3 +175,28 @@ def paced(self: Any, label: str = "") -> None:
 def per_customer(self: Any, customer_id: str, label: str = "") -> None:
     """Records its start and customer (publishers give it a limit keyed by customer)."""
     record(self.request.id, eta_of(self.request), label=label, customer=customer_id)
+
+
+@app.task(bind=True, name="tests.worker_app.limited")
+def limited(self: Any, label: str = "") -> None:
+    """A flow-controlled task (its limits: the test's ``delayq_rate_limits``): records
+    its run and the limit key it was sent with."""
+    key = self.request.get(LIMIT_KEY_HEADER)
+    record(self.request.id, eta_of(self.request), label=label, key=key)
+
+
+@app.task(bind=True, name="tests.worker_app.limited_429", max_retries=3)
+def limited_429(self: Any, retry_after: float, meets_429: bool = False) -> None:
+    """A flow-controlled task; the first run of one sent with ``meets_429`` meets an
+    HTTP 429 with ``Retry-After: retry_after``: it throttles its own limit key for that
+    long (``throttle_current``), records the hold's end (Redis clock, us), then retries
+    as usual."""
+    key = self.request.get(LIMIT_KEY_HEADER)
+    with redis.Redis.from_url(os.environ.get("RECORD_URL") or app.conf.broker_url) as client:
+        first = meets_429 and client.set("test:429", "1", nx=True)
+    if not first:
+        record(self.request.id, eta_of(self.request), key=key, phase="run")
+        return
+    hold = throttle_current(retry_after)
+    record(self.request.id, eta_of(self.request), key=key, phase="throttled", until=hold.until_us)
+    raise self.retry(countdown=retry_after)

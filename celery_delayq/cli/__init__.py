@@ -13,6 +13,7 @@ import click
 from .dead import dead
 from .doctor import doctor
 from .flow_limits import limits
+from .pausing import pause, resume, throttle
 from .periodic import periodic
 from .periodic_transfer import clear_entries, export, import_entries
 from .rescue import rescue_command
@@ -45,6 +46,8 @@ delayq.add_command(rescue_command, name="rescue")
 delayq.add_command(exporter)
 delayq.add_command(web)
 delayq.add_command(periodic)
+for command in (pause, resume, throttle):
+    delayq.add_command(command)
 for command in (export, import_entries, clear_entries):
     periodic.add_command(command)
 

@@ -106,6 +106,15 @@ def read_concurrency_limits(value: object, valid: str) -> ConcurrencyLimits:
     )
 
 
+def read_limit_key(key: object) -> str:
+    """A limit key as its bucket is named by it (``str`` of the header's value);
+    ``InvalidLimit`` when it is too long to be part of a key name."""
+    text = str(key)
+    if len(text.encode("utf-8", "surrogatepass")) > MOST_KEY_BYTES:
+        raise InvalidLimit(f"a limit key is at most {MOST_KEY_BYTES} bytes: {text[:40]!r}")
+    return text
+
+
 class TaskLimits:
     """The limits of an app's tasks, each task's read once (settings first, then the
     task's own options)."""
@@ -156,11 +165,7 @@ class TaskLimits:
                     "delayq_concurrency_limits or the task's options"
                 )
             return None
-        if key is not None:
-            key = str(key)
-            if len(key.encode("utf-8", "surrogatepass")) > MOST_KEY_BYTES:
-                raise InvalidLimit(f"a limit key is at most {MOST_KEY_BYTES} bytes: {key[:40]!r}")
-        return gate_field(spec, bucket_of(task, key))
+        return gate_field(spec, bucket_of(task, None if key is None else read_limit_key(key)))
 
 
 def celery_rate_limit(task: Any) -> object:

@@ -162,3 +162,8 @@ def shard_key(gate: bytes) -> bytes:
     """What a gated message's shard is chosen by: its bucket, so that one bucket's
     messages wait in one shard, under one limit."""
     return b"\x05" + gate.partition(b" ")[2]
+
+
+def bucket_shard_key(bucket: str) -> bytes:
+    """``shard_key`` of any gate of ``bucket``: where a hold on the bucket goes."""
+    return shard_key(gate_field("", bucket))

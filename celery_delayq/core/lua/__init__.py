@@ -107,6 +107,7 @@ class StoreScripts:
     schedule_keyed: Script
     schedule_many: Script
     move_due: Script
+    gate_hold: Script
     cancel: Script
     replace: Script
     count: Script

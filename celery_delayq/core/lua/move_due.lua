@@ -14,7 +14,9 @@
 -- KEYS[6]  P:{Q}:dead:why  hash  message key -> "<ms when> 0 unreadable record: <reason>"
 -- KEYS[7]  P:{Q}:fc:ready   zset  flow control's ready buckets (gates.lua): a due message
 --                                with a gate waits in its bucket, and the buckets whose
---                                limits allow release their next messages in this call
+--                                limits allow release their next messages in this call;
+--                                while P:{Q}:fc:paused exists (formed from it) the call
+--                                moves nothing
 -- ARGV[3]  most messages to move in this call
 -- ARGV[4]  payload bytes after which this call stops (keeps calls short for big messages)
 -- ARGV[5]  the queue's own list (destination of records that name none)
@@ -33,7 +35,7 @@
 --          expiry is refreshed after the push, as kombu's own publish refreshes it
 -- ARGV[12+n..] upper bounds (ms) of the lateness histogram buckets, ascending
 -- Returns  {moved (delivered, put in a bucket or released from one), next due time (or
---           next release) in ms or -1 when the queue is empty, server time plus
+--           next release) in ms or -1 when the queue is empty or paused, server time plus
 --           the look-ahead in ms (the time messages were judged due by),
 --           due entries whose record was missing or unreadable (dropped from the schedule;
 --           an unreadable record goes to the dead letters, KEYS[5] and KEYS[6]),
@@ -52,6 +54,10 @@ local lateness = lateness_histogram(last_list + 1)
 -- Pages counted at most for the look-ahead: an instant's messages share few pages (one
 -- due time is never split), so this bounds the count's cost, not its reach.
 local MOST_PAGES = 32
+
+-- A paused queue (ops/flow.py's pause_queue) releases nothing, due or gated: its
+-- messages wait, and its movers wait for the wake-up its resume publishes.
+if redis.call('EXISTS', GATES .. 'paused') == 1 then return {0, -1, now + ahead, 0, 0, 0} end
 
 -- How far ahead of now the earliest instant is moved: ahead, or more when it holds more
 -- messages than the workers can fetch in that time (counted only as far as it matters).

@@ -8,9 +8,9 @@ messages leave through the store's ``HandOver`` (handover/).
 ``DelayedStore`` is the front its callers hold. The work is done by its facets, one
 module each, which share one ``StoreState`` (state.py): writes, changes (cancel,
 reschedule), moves, listing, counts, admin (purge, repair), dead letters, flow control's
-buckets, and periodic occurrences written ahead. Each facet but ``writes`` (and the
-hand-over) is made, and its module imported, on first use: a process that only publishes
-loads none of them.
+buckets and the holds on their releases, and periodic occurrences written ahead. Each facet
+but ``writes`` (and the hand-over) is made, and its module imported, on first use: a
+process that only publishes loads none of them.
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .counts import Counts
     from .dead_letters import DeadLetters
     from .flow import FlowReader
+    from .holds import BucketHold, Holds
     from .listing import Listing
     from .moves import Moves
 
@@ -70,9 +71,9 @@ class DelayedStore:
 
     The one front every caller uses: each method hands the call to the facet that owns
     it (``writes``, ``changes``, ``moves``, ``listing``, ``counts``, ``admin``, ``dead``,
-    ``flow``, ``ahead``), which only the store itself reaches (a test checks). A caller
-    needs no knowledge of which module owns an operation, and the facets, made on first
-    use, keep a publishing process's imports small. ``movers`` is no facet but the movers'
+    ``flow``, ``holds``, ``ahead``), which only the store itself reaches (a test checks).
+    A caller needs no knowledge of which module owns an operation, and the facets, made on
+    first use, keep a publishing process's imports small. ``movers`` is no facet but the movers'
     heartbeat registry, which the store hands out.
     """
 
@@ -147,6 +148,12 @@ class DelayedStore:
         from .flow import FlowReader
 
         return FlowReader(self.state)
+
+    @first_use
+    def holds(self) -> Holds:
+        from .holds import Holds
+
+        return Holds(self.state)
 
     @first_use
     def ahead(self) -> WriteAhead:
@@ -325,6 +332,22 @@ class DelayedStore:
     def task_flows(self) -> list[TaskFlow]:
         return self.flow.task_flows()
 
+    # -- holds.py
+
+    def hold_bucket(
+        self, queues: Iterable[str], bucket: str, action: str, micros: int = 0
+    ) -> BucketHold:
+        return self.holds.hold_bucket(queues, bucket, action, micros)
+
+    def pause_queue(self, queue: str) -> None:
+        self.holds.pause_queue(queue)
+
+    def resume_queue(self, queue: str) -> bool:
+        return self.holds.resume_queue(queue)
+
+    def queue_paused(self, queue: str) -> bool:
+        return self.holds.queue_paused(queue)
+
     # -- ahead.py
 
     def ahead_mark(self, queue: str, entry: str) -> str | None:
@@ -372,4 +395,4 @@ def import_facets() -> None:
     while a prefork pool forks can leave that module's import lock held in the child."""
     from .. import heartbeats  # noqa: F401
     from ..handover import claims, same_redis  # noqa: F401
-    from . import admin, ahead, changes, counts, dead_letters, flow, listing, moves  # noqa: F401
+    from . import admin, ahead, changes, counts, dead_letters, flow, holds, listing, moves  # noqa: F401
