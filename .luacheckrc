@@ -86,7 +86,7 @@ files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_du
                                        "head", "INFLIGHT", "CLAIMS", "CLAIMER", "unclaim",
                                        "failed_once", "release_key", "bury_unreadable",
                                        "DEAD", "DEAD_WHY", "server_us", "gate_parts",
-                                       "enter_gate", "release_gates", "next_release_ms"},
+                                       "enter_gate", "release_gates", "next_release_ms", "GATES"},
                                       "prelude.lua, helpers.lua, handover.lua and gates.lua")
 files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                          "lateness_histogram", "unclaim", "forget_duplicate"},

@@ -9,8 +9,7 @@ held apart: ``key`` names one limit key (the ``delayq_limit_key`` header a messa
 sent with).
 
 A hold stops releases, not runs: a message released before it still runs. Only messages
-that wait in the store are held, so only tasks with a rate or concurrency limit; and only
-where the Redis broker's movers release them.
+that wait in the store are held, so only tasks with a rate or concurrency limit.
 """
 
 from __future__ import annotations
@@ -73,10 +72,10 @@ def throttle_current(seconds: float) -> BucketHold:
 
 def pause_queue(app: Celery, queue: str) -> None:
     """Release nothing from the store to ``queue`` until ``resume_queue``: delayed
-    messages and every flow-controlled task's messages wait, on every worker. Messages
-    sent without a countdown or ETA to tasks without limits are never kept in the store,
-    so they still go straight to the broker. Holds where the Redis broker's movers move
-    (a RabbitMQ or SQS broker's hand-over ignores it)."""
+    messages and every flow-controlled task's messages wait, on every worker (the moves
+    of core/lua/move_due.lua and the hand-overs of core/lua/claim_due.lua look for it).
+    Messages sent without a countdown or ETA to tasks without limits are never kept in
+    the store, so they still go straight to the broker."""
     with open_store(app) as store:
         store.pause_queue(queue)
 

@@ -14,6 +14,7 @@ from celery import Celery
 from celery_delayq import (
     pause,
     pause_queue,
+    reschedule,
     resume,
     resume_queue,
     throttle,
@@ -28,8 +29,11 @@ from celery_delayq.core.layout.gates import (
     split_bucket,
 )
 from celery_delayq.core.layout.keys import QueueKeys
+from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import wait_until
 from celery_delayq.testing.releases import release_log
+
+from ..helpers import take_all
 
 pytestmark = pytest.mark.integration
 
@@ -241,3 +245,22 @@ def test_refused_names_and_lengths(app: Celery) -> None:
         throttle(app, LIMITED, "5")  # type: ignore[arg-type]
     with pytest.raises(RuntimeError, match="inside a running task"):
         throttle_current(5)
+
+
+@pytest.mark.promise("pause-queue-moves-nothing")
+def test_a_paused_queue_hands_nothing_to_rabbitmq(make_amqp_app: Callable[..., Celery]) -> None:
+    """The hand-over to another broker (claim, publish, ack) claims nothing from a paused
+    queue; a message sent without a countdown still goes straight to RabbitMQ."""
+    app = make_amqp_app()
+    queue = app.conf.task_default_queue
+    pause_queue(app, queue)
+    sent = app.send_task("tests.flow.unlimited", countdown=3600)
+    assert reschedule(app, sent.id, countdown=-1) == 1  # due now, by the store's clock
+    app.send_task("tests.flow.unlimited")  # straight to RabbitMQ
+    assert deliver_all_due(app) == 0
+    assert len(take_all(app, queue)) == 1
+
+    assert resume_queue(app, queue)
+    assert deliver_all_due(app) == 1
+    (message,) = take_all(app, queue)
+    assert message.headers["id"] == sent.id

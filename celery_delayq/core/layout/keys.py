@@ -76,7 +76,8 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:{Q}:fc:log        LIST   "<us> <bucket>" per release, newest first, capped
                                 (``delayq_release_log``); see lua/gates.lua
     P:{Q}:fc:paused     STRING while it exists, the queue (shard) is paused: its moves
-                                release nothing (ops/flow.py, lua/move_due.lua)
+                                and hand-overs release nothing (ops/flow.py,
+                                lua/move_due.lua, lua/claim_due.lua)
     P:{Q}:inspect:<T>   STRING the worker (node name) that lists Q's delayed messages in
                                 its reply to the remote-control request with ticket T;
                                 set once (NX), expires after a minute
@@ -195,7 +196,8 @@ class QueueKeys(NamedTuple):
 
     @property
     def paused(self) -> str:
-        """While it exists, this queue shard releases nothing (lua/move_due.lua)."""
+        """While it exists, this queue shard releases nothing (lua/move_due.lua,
+        lua/claim_due.lua)."""
         return f"{self.gates}paused"
 
     def gate(self, kind: str, bucket: str) -> str:

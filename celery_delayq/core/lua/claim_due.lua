@@ -26,11 +26,12 @@
 --          died is replaced this soon
 -- ARGV[10] how many releases the flow-control log keeps (0: none; gates.lua)
 -- Returns  {server time in ms, next due time (or next release from a bucket) in ms or
---           -1, due entries whose record was missing or unreadable (an unreadable one is
---           dead-lettered with the reason), expired claims given back, messages
---           dead-lettered, ms until another mover's hold ends (0: the claim was ours to
---           make), then key, record for every claimed message: the released ones first
---           (they waited in their buckets), then the others in due order}
+--           -1 (none, or the queue is paused), due entries whose record was missing or
+--           unreadable (an unreadable one is dead-lettered with the reason), expired
+--           claims given back, messages dead-lettered, ms until another mover's hold ends
+--           (0: the claim was ours to make), then key, record for every claimed message:
+--           the released ones first (they waited in their buckets), then the others in
+--           due order}
 
 local now = server_now()
 local limit, budget, owner = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
@@ -46,6 +47,10 @@ local function next_due_ms()
   if release and (not next_due or release < next_due) then next_due = release end
   return next_due or -1
 end
+
+-- A paused queue (ops/flow.py's pause_queue: P:{Q}:fc:paused) hands nothing over, due or
+-- gated; claims in flight keep their leases.
+if redis.call('EXISTS', GATES .. 'paused') == 1 then return {now, -1, 0, 0, 0, 0} end
 
 local holder = redis.call('GET', CLAIMER)
 if holder and holder ~= claimer then
