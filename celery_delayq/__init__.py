@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from .core.results import QueueBacklog
     from .core.store.holds import BucketHold
     from .ops.api import backlog, cancel, promote, reschedule
-    from .ops.flow import pause, pause_queue, resume, resume_queue, throttle, throttle_current
+    from .ops.pause import pause, pause_queue, resume, resume_queue, throttle, throttle_current
     from .scheduling.bulk import BulkScheduleError, schedule_many
     from .scheduling.debounce import KeyedResult, debounce, schedule_keyed
 
@@ -51,12 +51,12 @@ _HOMES = {
     "promote": ".ops.api",
     "reschedule": ".ops.api",
     "BucketHold": ".core.store.holds",
-    "pause": ".ops.flow",
-    "pause_queue": ".ops.flow",
-    "resume": ".ops.flow",
-    "resume_queue": ".ops.flow",
-    "throttle": ".ops.flow",
-    "throttle_current": ".ops.flow",
+    "pause": ".ops.pause",
+    "pause_queue": ".ops.pause",
+    "resume": ".ops.pause",
+    "resume_queue": ".ops.pause",
+    "throttle": ".ops.pause",
+    "throttle_current": ".ops.pause",
     "BulkScheduleError": ".scheduling.bulk",
     "schedule_many": ".scheduling.bulk",
     "KeyedResult": ".scheduling.debounce",

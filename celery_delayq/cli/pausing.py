@@ -1,5 +1,5 @@
 """``celery delayq pause``, ``resume`` and ``throttle``: hold a flow-controlled task's
-releases (or one limit key's, or a whole queue's) across every worker (ops/flow.py)."""
+releases (or one limit key's, or a whole queue's) across every worker (ops/pause.py)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from celery import Celery
 from ..config.limits import limits_of
 from ..config.settings import config_of
 from ..core.store.holds import BucketHold
-from ..ops import flow
+from ..ops import pause as ops_pause
 from ..ops.when import iso
 from .render import current_app, emit, json_option
 
@@ -72,12 +72,12 @@ def pause(as_json: bool, task: str | None, key: str | None, queue: str | None) -
     _target(task, queue)
     app = current_app()
     if queue is not None:
-        flow.pause_queue(app, queue)
+        ops_pause.pause_queue(app, queue)
         emit(as_json, {"queue": queue, "paused": True}, f"queue {queue}: paused")
         return
     assert task is not None
     _warn_unlimited(app, task)
-    _report(as_json, task, key, _held(lambda: flow.pause(app, task, key)))
+    _report(as_json, task, key, _held(lambda: ops_pause.pause(app, task, key)))
 
 
 @click.command()
@@ -91,22 +91,22 @@ def resume(as_json: bool, task: str | None, key: str | None, queue: str | None) 
     _target(task, queue)
     app = current_app()
     if queue is not None:
-        was = flow.resume_queue(app, queue)
+        was = ops_pause.resume_queue(app, queue)
         human = f"queue {queue}: resumed" if was else f"queue {queue}: was not paused"
         emit(as_json, {"queue": queue, "paused": False, "was_paused": was}, human)
         return
     assert task is not None
-    _report(as_json, task, key, _held(lambda: flow.resume(app, task, key)))
+    _report(as_json, task, key, _held(lambda: ops_pause.resume(app, task, key)))
 
 
 @click.command()
 @json_option
 @click.argument("task")
-@click.argument("seconds", type=click.FloatRange(0, flow.MOST_THROTTLE_SECONDS))
+@click.argument("seconds", type=click.FloatRange(0, ops_pause.MOST_THROTTLE_SECONDS))
 @key_option
 def throttle(as_json: bool, task: str, seconds: float, key: str | None) -> None:
     """Release none of TASK's messages (or --key's) for SECONDS, on every worker. It
     never shortens a longer throttle or a pause."""
     app = current_app()
     _warn_unlimited(app, task)
-    _report(as_json, task, key, _held(lambda: flow.throttle(app, task, seconds, key)))
+    _report(as_json, task, key, _held(lambda: ops_pause.throttle(app, task, seconds, key)))

@@ -1,4 +1,4 @@
-"""Pause, resume and throttle (celery_delayq/ops/flow.py) against a real ``celery worker``
+"""Pause, resume and throttle (celery_delayq/ops/pause.py) against a real ``celery worker``
 that moves and runs a flow-controlled task: what the release log (``P:{Q}:fc:log``) and
 the recorded runs show. The commands are run as a user runs them: a real ``celery
 delayq pause`` process, and click's runner."""

@@ -1,4 +1,4 @@
-"""Holds on flow control's releases (celery_delayq/ops/flow.py, lua/gate_hold.lua) on a
+"""Holds on flow control's releases (celery_delayq/ops/pause.py, lua/gate_hold.lua) on a
 real redis-server, the moves run in the test: a pause releases nothing until resumed,
 a throttle never shortens a longer hold, a paused bucket's state never expires, a paused
 queue moves nothing, and hostile task names and keys touch no key outside their bucket."""

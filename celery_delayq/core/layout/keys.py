@@ -76,7 +76,7 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:{Q}:fc:log        LIST   "<us> <bucket>" per release, newest first, capped
                                 (``delayq_release_log``); see lua/gates.lua
     P:{Q}:fc:paused     STRING while it exists, the queue (shard) is paused: its moves
-                                and hand-overs release nothing (ops/flow.py,
+                                and hand-overs release nothing (ops/pause.py,
                                 lua/move_due.lua, lua/claim_due.lua)
     P:{Q}:inspect:<T>   STRING the worker (node name) that lists Q's delayed messages in
                                 its reply to the remote-control request with ticket T;

@@ -48,7 +48,7 @@ local function next_due_ms()
   return next_due or -1
 end
 
--- A paused queue (ops/flow.py's pause_queue: P:{Q}:fc:paused) hands nothing over, due or
+-- A paused queue (ops/pause.py's pause_queue: P:{Q}:fc:paused) hands nothing over, due or
 -- gated; claims in flight keep their leases.
 if redis.call('EXISTS', GATES .. 'paused') == 1 then return {now, -1, 0, 0, 0, 0} end
 

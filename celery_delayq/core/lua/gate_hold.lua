@@ -1,7 +1,7 @@
 --! include prelude.lua
 --! include helpers.lua
 --! include gates.lua
--- Hold one flow-control bucket, or let it go (ops/flow.py), and re-score it in the ready
+-- Hold one flow-control bucket, or let it go (ops/pause.py), and re-score it in the ready
 -- zset in the same atomic call, so a mover's next pass goes by the new hold:
 --   pause     no release until resumed (the bucket's state then never expires)
 --   throttle  no release for a while; it never shortens a longer hold or a pause

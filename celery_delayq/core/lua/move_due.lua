@@ -55,7 +55,7 @@ local lateness = lateness_histogram(last_list + 1)
 -- due time is never split), so this bounds the count's cost, not its reach.
 local MOST_PAGES = 32
 
--- A paused queue (ops/flow.py's pause_queue) releases nothing, due or gated: its
+-- A paused queue (ops/pause.py's pause_queue) releases nothing, due or gated: its
 -- messages wait, and its movers wait for the wake-up its resume publishes.
 if redis.call('EXISTS', GATES .. 'paused') == 1 then return {0, -1, now + ahead, 0, 0, 0} end
 

@@ -1,6 +1,6 @@
 """Holds on flow control's releases: one bucket paused, throttled or resumed
 (lua/gate_hold.lua), and a whole queue paused (its mark, which lua/move_due.lua and
-lua/claim_due.lua look for first). ops/flow.py decides where a hold goes; this writes it
+lua/claim_due.lua look for first). ops/pause.py decides where a hold goes; this writes it
 there."""
 
 from __future__ import annotations
