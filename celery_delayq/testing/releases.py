@@ -10,12 +10,13 @@ from collections.abc import Iterable
 import redis
 
 from ..core.layout.keys import QueueKeys
+from ..core.redis_replies import list_reply
 
 
 def release_log(client: redis.Redis, shard: QueueKeys) -> dict[str, list[int]]:
     """Each bucket's release times (us, by the Redis clock), oldest first."""
     times: dict[str, list[int]] = defaultdict(list)
-    entries: list[bytes] = client.lrange(shard.gate_log, 0, -1)  # type: ignore[assignment]
+    entries = list_reply(client.lrange(shard.gate_log, 0, -1))
     for entry in reversed(entries):
         at, _, bucket = entry.partition(b" ")
         times[bucket.decode("utf-8", "surrogatepass")].append(int(at))
