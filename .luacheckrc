@@ -6,7 +6,7 @@
 -- declared (add redis.pcall, cjson, bit... here when a script needs one), so a misspelled
 -- redis.call is reported too. Redis's sandbox has no files, modules or processes.
 stds.redis = {read_globals = {
-  redis = {fields = {"call", "error_reply"}},
+  redis = {fields = {"call", "pcall", "error_reply"}},
   cjson = {fields = {"decode", "encode"}},
   "KEYS", "ARGV",
 }}
@@ -29,8 +29,8 @@ local helpers_exports = {
   "counted",
 }
 -- The locals gates.lua (flow control) defines for the scripts that take due messages.
-local gates_exports = {"server_us", "gate_parts", "enter_gate", "release_gates",
-                       "next_release_ms"}
+local gates_exports = {"server_us", "gate_parts", "gate_usable", "enter_gate",
+                       "release_gates", "next_release_ms"}
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
                           "unclaim", "dead_letter", "failed_once"}
@@ -66,12 +66,13 @@ files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"},
 files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram", "collect_due",
                                       "drop_taken", "call_chunked", "head", "forget_duplicate",
                                        "release_key", "PAGES", "PAGE_PREFIX", "bury_unreadable",
-                                       "server_us", "gate_parts", "enter_gate", "release_gates",
-                                       "next_release_ms"},
+                                       "server_us", "gate_parts", "gate_usable", "enter_gate",
+                                       "release_gates", "next_release_ms"},
                                      "prelude.lua, helpers.lua and gates.lua")
 files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse"}, "prelude.lua and helpers.lua")
-files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/enter_gate",
-                                    "211/release_gates", "211/next_release_ms"}
+files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/gate_usable",
+                                    "211/enter_gate", "211/release_gates",
+                                    "211/next_release_ms"}
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
                                       "hold_key_again", "with_due"},
                                      "prelude.lua and helpers.lua")

@@ -53,10 +53,10 @@ class Gates:
         record = Record(1, "elsewhere", b"{}", gate=gate).encode(self.keys.own_list)
         self.client.hset(self.keys.messages, key, record)
 
-    def call(self, now_us: int, entering: list[bytes], most: int = 100, log: int = 0) -> list[bytes]:
+    def call(self, now_us: int, entering: list[bytes], most: int = 100) -> list[bytes]:
         """Enter these messages' gates and release what the limits allow, at ``now_us``."""
         keys = [*self.keys.move_keys()]
-        args = [*self.keys.page_args(), now_us, most, log, *entering]
+        args = [*self.keys.page_args(), now_us, most, 0, *entering]
         return list(self.script(keys=keys, args=args))
 
     def ready(self) -> list[tuple[bytes, float]]:

@@ -58,9 +58,7 @@ def check_limits(times: list[int], rates: tuple[str, ...]) -> None:
         min_size=1,
         max_size=3,
     ),
-    steps=st.lists(
-        st.tuples(GAPS, st.integers(0, 2), st.integers(0, 12)), min_size=1, max_size=80
-    ),
+    steps=st.lists(st.tuples(GAPS, st.integers(0, 2), st.integers(0, 12)), min_size=1, max_size=80),
     most=st.integers(1, 40),
 )
 def test_no_window_of_a_limit_holds_more_releases_than_it_allows(
@@ -109,8 +107,6 @@ def test_the_interval_and_catch_up_keep_the_proofs_bound(text):
     assert (window + rate.catch_up_us()) / rate.interval_us() <= rate.count
 
 
-
-
 def drive_backlog(gates: Gates, text: str, late_us: int, windows: int) -> list[int]:
     rate = Rate.parse(text)
     total = math.ceil(rate.count * windows) + 5
@@ -139,8 +135,6 @@ def test_a_backlog_keeps_its_pace_when_the_mover_is_late_within_the_catch_up(
     redis_client.flushall()
     rate = Rate.parse(text)
     windows = 4 if rate.count < 100 else 2
-    times = drive_backlog(
-        Gates(redis_client), text, int(lateness * rate.catch_up_us()), windows
-    )
+    times = drive_backlog(Gates(redis_client), text, int(lateness * rate.catch_up_us()), windows)
     check_limits(times, (text,))
     assert len(times) >= math.floor((1 - CATCH_UP) * rate.count * windows) - 1

@@ -33,6 +33,9 @@ _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(?:/\s*([smhd]))?\s*\Z")
 KEY_SEPARATOR = "\x00"
 #: Longest limit key, in bytes (it is part of several Redis key names).
 MOST_KEY_BYTES = 512
+#: Longest interval between releases (us) a rate may ask for, and so slowest rate: one in
+#: 366 days (lua/gates.lua ignores a longer one, as a crafted spec's).
+MOST_INTERVAL_US = 366 * 86400 * 1_000_000
 
 
 class InvalidLimit(ValueError):
@@ -60,7 +63,11 @@ class Rate:
                 f"{text!r} is not a rate limit: write it as Celery does, a positive number "
                 'per "s", "m", "h" (or here "d"), e.g. "10/s", "100/m", "100000/d"'
             )
-        return cls(float(found.group(1)), UNITS[found.group(2) or "s"])
+        rate = cls(float(found.group(1)), UNITS[found.group(2) or "s"])
+        # compared before rounding: a tiny count's interval is no integer (inf)
+        if not rate.seconds * 1_000_000 / ((1 - CATCH_UP) * rate.count) <= MOST_INTERVAL_US:
+            raise InvalidLimit(f"{text!r} is slower than the slowest rate, one in 366 days")
+        return rate
 
     def interval_us(self) -> int:
         """Microseconds between releases, the catch-up taken off the count (see above).

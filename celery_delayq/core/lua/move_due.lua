@@ -100,7 +100,11 @@ local function push(batch, i)
 end
 for i = 1, found.n do
   local destination = found.destination[i] or own_list
-  if not gate_parts(found.gate[i]) and not deliverable(destination) then
+  local _, bucket = gate_parts(found.gate[i])
+  if bucket and not gate_usable(bucket) then  -- crafted keys: delivered unlimited
+    found.gate[i], bucket = nil, nil
+  end
+  if not bucket and not deliverable(destination) then
     return redis.error_reply('celery-delayq: cannot deliver to ' .. destination ..
                              ': it holds a ' .. redis.call('TYPE', destination)['ok'] ..
                              ', not a list')
