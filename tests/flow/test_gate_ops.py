@@ -8,8 +8,10 @@ import redis
 
 from celery_delayq.core.health.consistency import consistency_findings
 from celery_delayq.core.health.health_checks import OK
-from celery_delayq.core.layout.keys import QueueKeys
-from celery_delayq.core.store import DelayedStore
+from celery_delayq.core.layout.delay_keys import DelayKey
+from celery_delayq.core.layout.gates import shard_key
+from celery_delayq.core.layout.keys import KeySpace, QueueKeys
+from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing.waiting import wait_until
 from tests.flow.harness import gate_of
 from tests.flow.test_gate_hostile import delivered, due_message, make_store, server_us
@@ -82,3 +84,30 @@ def test_doctor_finds_nothing_wrong_with_a_waiting_message(redis_client):
     store, _, _ = one_waiting(redis_client)
     findings = consistency_findings(store)
     assert all(finding.level == OK for finding in findings), findings
+
+
+def gates_in_two_shards(space: KeySpace) -> tuple[bytes, bytes]:
+    """Two limit keys of task "t" whose buckets lie in different shards of queue q."""
+    first = gate_of(("1/s",), task="t", key="k0")
+    first_shard = space.shard_of("q", shard_key(first)).shard
+    for n in range(1, 100):
+        other = gate_of(("1/s",), task="t", key=f"k{n}")
+        if space.shard_of("q", shard_key(other)).shard != first_shard:
+            return first, other
+    raise AssertionError("no two shards found")
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding: with delayq_store_shards > 1 a gated message is stored in its "
+    "bucket's shard, not its delay key's: one key's messages in two buckets are both pending",
+)
+def test_a_delay_key_holds_across_buckets_in_a_sharded_store(redis_client):
+    space = KeySpace(shards=4)
+    store = DelayedStore(redis_client, space, 500)
+    later = store.server_time_ms() + 60_000
+    outcomes = []
+    for n, gate in enumerate(gates_in_two_shards(space)):
+        message = Scheduled("q", f"m{n}", f"m{n}", later, "q", b"{}", gate=gate)
+        outcomes.append(store.schedule_keyed(message, DelayKey("x")).outcome)
+    assert outcomes == ["scheduled", "replaced"]
