@@ -22,7 +22,7 @@ ONE_A_SECOND = gate_of(("1/s",), task="t")
 def one_waiting(client: redis.Redis) -> tuple[DelayedStore, QueueKeys, float]:
     """A store whose bucket "t" (1/s) released "first" and holds "second"; and when the
     bucket may release again (us)."""
-    store = make_store(client, log=0)
+    store = make_store(client)
     keys = store.keys.for_queue("q")
     due_message(store, "first", ONE_A_SECOND, ago_ms=2)
     due_message(store, "second", ONE_A_SECOND, ago_ms=1)
@@ -50,16 +50,31 @@ def test_a_waiting_message_is_counted_pending(redis_client):
     assert [m.key for m in store.find("second")] == [b"\x00second"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: replace.lua needs the message's page entry; a waiting message has "
-    "none, so reschedule answers 0 (as if already moved) and it runs at its bucket's turn",
-)
-def test_a_rescheduled_waiting_message_runs_once_at_its_new_time(redis_client):
+def deliveries(client: redis.Redis, name: str) -> int:
+    return sum(b'"%s"}' % name.encode() in payload for payload in client.lrange("q", 0, -1))
+
+
+@pytest.mark.parametrize("later_ms", [300, 1800])
+def test_a_rescheduled_waiting_message_runs_once_at_its_new_time(redis_client, later_ms):
+    """Rescheduled before (300 ms) or after (1.8 s) its bucket's turn (1/s, ~1.03 s)."""
     store, keys, _ = one_waiting(redis_client)
-    later = store.server_time_ms() + 2000
+    later = store.server_time_ms() + later_ms
 
     assert store.reschedule("second", later, lambda raw: raw) == 1
+    missing = 0
+
+    def moved() -> bool:
+        nonlocal missing
+        missing += store.state.handover.deliver_due(keys, 500).missing
+        return delivered(redis_client, "second") and not redis_client.exists(f"{keys.gates}ready")
+
+    wait_until(moved, what="the rescheduled message's release")
+
+    assert deliveries(redis_client, "second") == 1 and missing == 0
+    released_us = int(redis_client.lindex(f"{keys.gates}log", 0).split()[0])
+    assert released_us >= later * 1000
+    assert redis_client.hlen(keys.messages) == 0
+    assert redis_client.zcard(keys.pages) == 0
 
 
 @pytest.mark.xfail(
