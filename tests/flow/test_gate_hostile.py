@@ -12,7 +12,13 @@ import pytest
 import redis
 
 from celery_delayq.core.handover.same_redis import SameRedisMove
-from celery_delayq.core.layout.gates import MOST_INTERVAL_US, InvalidLimit, Rate, gate_field
+from celery_delayq.core.layout.gates import (
+    MOST_INTERVAL_US,
+    GateSpec,
+    InvalidLimit,
+    Rate,
+    gate_field,
+)
 from celery_delayq.core.layout.keys import KeySpace, QueueKeys
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing.waiting import wait_until
@@ -36,10 +42,13 @@ def due_message(store: DelayedStore, name: str, gate: bytes | None, ago_ms: int 
     return message
 
 
-def waiting(client: redis.Redis, keys: QueueKeys, bucket: str) -> list[bytes]:
-    if client.type(keys.gate("w", bucket)) != b"list":
+def waiting(client: redis.Redis, keys: QueueKeys, bucket: str | bytes) -> list[bytes]:
+    if isinstance(bucket, str):
+        bucket = bucket.encode("utf-8", "surrogatepass")
+    key = f"{keys.gates}w:".encode() + bucket
+    if client.type(key) != b"list":
         return []
-    return client.lrange(keys.gate("w", bucket), 0, -1)
+    return client.lrange(key, 0, -1)
 
 
 def delivered(client: redis.Redis, name: str) -> bool:
@@ -55,7 +64,7 @@ def check_nothing_lost(client: redis.Redis, keys: QueueKeys, sent: list[Schedule
         if delivered(client, message.message_id):
             continue
         assert client.hexists(keys.messages, message.key), f"{message.message_id} lost"
-        bucket = (message.gate or b" ").partition(b" ")[2].decode()
+        bucket = (message.gate or b" ").partition(b" ")[2]
         held = message.key in scheduled or message.key in waiting(client, keys, bucket)
         assert held, f"{message.message_id}: its record stays, but nothing will move it"
 
@@ -205,4 +214,24 @@ def test_a_million_cancelled_keys_in_a_bucket_cost_a_bounded_call(redis_client):
 
     assert redis_client.llen(keys.gate("w", BUCKET)) >= 1_000_000 - 1000
     assert took < 0.5, f"one call took {took:.2f} s"
+    check_nothing_lost(redis_client, keys, sent)
+
+
+@pytest.mark.parametrize(
+    "bucket", ["a b", "a\nb", "\x00", "t\x00k\x00k", "log", "ready", "s:t", "é\udcff", "x" * 600]
+)
+def test_any_bucket_name_gets_its_own_keys_and_its_limit(redis_client, bucket):
+    store = make_store(redis_client)
+    keys = store.keys.for_queue("q")
+    gate = gate_field(GateSpec((Rate.parse("1/m"),)).encode(), bucket)
+    sent = [due_message(store, f"m{n}", gate, ago_ms=3 - n) for n in range(2)]
+    sent.append(due_message(store, "free", None))
+
+    store.state.handover.deliver_due(keys, 500)
+
+    assert delivered(redis_client, "free") and delivered(redis_client, "m0")
+    assert not delivered(redis_client, "m1")
+    raw = bucket.encode("utf-8", "surrogatepass")
+    assert redis_client.lrange(f"{keys.gates}w:".encode() + raw, 0, -1) == [sent[1].key]
+    assert redis_client.zrange(f"{keys.gates}ready", 0, -1) == [raw]
     check_nothing_lost(redis_client, keys, sent)

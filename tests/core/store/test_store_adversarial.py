@@ -194,6 +194,8 @@ HAND_WRITTEN = [
     b"100d1:ax5k1:zl5:r1/1 :p",
     b"100l3:\x00 \n:p",
     b"100ll1:a:p",
+    b'{"delayq":12,"l3:a b":1}',
+    b'{"delayq":12l3:a b:p',
     b'{"delayq":12,"a":1}',
     b'{"delayq":12,',
     b'{"delayq":12',
