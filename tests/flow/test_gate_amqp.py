@@ -14,6 +14,8 @@ from celery_delayq.ops.api import deliver_all_due
 
 from ..helpers import take_all
 
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
 
 @pytest.mark.xfail(
     strict=True,

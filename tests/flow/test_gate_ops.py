@@ -16,6 +16,8 @@ from celery_delayq.testing.waiting import wait_until
 from tests.flow.harness import gate_of
 from tests.flow.test_gate_hostile import delivered, due_message, make_store, server_us
 
+pytestmark = pytest.mark.integration
+
 ONE_A_SECOND = gate_of(("1/s",), task="t")
 
 

@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 from celery_delayq.core.layout.gates import CATCH_UP, Rate
 from tests.flow.harness import Gates, gate_of
 
+pytestmark = pytest.mark.integration
+
 RATES = ["1/s", "10/s", "7/m", "1000/s", "0.5/s", "3/s", "2/m", "100/s", "1/h", "7.5/m"]
 FIXTURE_SETTINGS = settings(
     deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]

@@ -3,10 +3,14 @@ same gate (its limit key kept: Celery copies a request's custom headers on retry
 
 from __future__ import annotations
 
+import pytest
+
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import wait_until
 
 from ..helpers import celery_process, runs
+
+pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 TASK = "tests.worker_app.retry_once"
 
@@ -14,6 +18,7 @@ TASK = "tests.worker_app.retry_once"
 def test_a_retry_goes_through_its_gate_again_under_its_limit_key(
     make_app, redis_server, redis_client
 ):
+
     settings = {"delayq_rate_limits": {TASK: "10/s"}, "delayq_release_log": 100}
     app = make_app(**settings)
     with celery_process("worker", redis_server.url, settings, "-P", "solo"):
