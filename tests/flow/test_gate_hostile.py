@@ -94,6 +94,7 @@ CRAFTED: dict[str, Callable[[redis.Redis, QueueKeys], object]] = {
 }
 
 
+@pytest.mark.promise("crafted-input-stops-nothing")
 @pytest.mark.parametrize("craft", CRAFTED.values(), ids=CRAFTED.keys())
 def test_a_crafted_bucket_fails_no_move_and_loses_no_message(redis_client, craft):
     """Crafted before its message falls due, taken in the same call as an unlimited one."""
@@ -111,6 +112,7 @@ def test_a_crafted_bucket_fails_no_move_and_loses_no_message(redis_client, craft
 STATE_CRAFTS = {name: craft for name, craft in CRAFTED.items() if "waiting" not in name}
 
 
+@pytest.mark.promise("crafted-input-stops-nothing")
 @pytest.mark.parametrize("craft", STATE_CRAFTS.values(), ids=STATE_CRAFTS.keys())
 def test_a_bucket_crafted_while_a_message_waits_in_it_loses_it_not(redis_client, craft):
     """Crafted while a message waits in the bucket (out of the schedule: a release that
@@ -180,6 +182,7 @@ CRAFTED_SPECS = {
 }
 
 
+@pytest.mark.promise("crafted-input-stops-nothing")
 @pytest.mark.parametrize("spec", CRAFTED_SPECS.values(), ids=CRAFTED_SPECS.keys())
 def test_a_crafted_spec_fails_no_move_nor_runs_long(redis_client, spec):
     store = make_store(redis_client)

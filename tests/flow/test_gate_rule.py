@@ -54,6 +54,7 @@ def check_limits(times: list[int], rates: tuple[str, ...]) -> None:
             )
 
 
+@pytest.mark.promise("flow-rate-never-more")
 @settings(FIXTURE_SETTINGS, max_examples=60)
 @given(
     buckets=st.lists(
