@@ -238,3 +238,18 @@ def test_any_bucket_name_gets_its_own_keys_and_its_limit(redis_client, bucket):
     assert redis_client.lrange(f"{keys.gates}w:".encode() + raw, 0, -1) == [sent[1].key]
     assert redis_client.zrange(f"{keys.gates}ready", 0, -1) == [raw]
     check_nothing_lost(redis_client, keys, sent)
+
+
+def test_crafted_running_slots_fail_no_move(redis_client):
+    """A concurrency-limited bucket whose running slots key holds a string."""
+    store = make_store(redis_client)
+    keys = store.keys.for_queue("q")
+    redis_client.set(keys.gate("r", BUCKET), "x")
+    gate = gate_field(GateSpec(concurrency=1).encode(), BUCKET)
+    sent = [due_message(store, f"one{n}", gate, ago_ms=3 - n) for n in range(2)]
+    sent.append(due_message(store, "free", None))
+
+    store.state.handover.deliver_due(keys, 500)
+
+    assert delivered(redis_client, "free")
+    check_nothing_lost(redis_client, keys, sent)

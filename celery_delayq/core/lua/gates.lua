@@ -46,17 +46,20 @@ local function time_us(text)
   return 0
 end
 
--- Whether bucket b's keys hold what this file writes there, or nothing: its waiting
--- list, and its state and running slots (nil: not looked at yet in this call).
+-- Whether key holds a `want` (or nothing).
+local function holds(key, want)
+  local found = redis.call('TYPE', key)['ok']
+  return found == want or found == 'none'
+end
+
+-- Whether a bucket's waiting list and state hold what this file writes there, or
+-- nothing (looked at once a call; its running slots only when it has a concurrency limit).
 local kinds_seen = {}
 local function bucket_kinds(bucket)
   local seen = kinds_seen[bucket]
   if not seen then
-    local function is(kind, want)
-      local found = redis.call('TYPE', GATES .. kind .. ':' .. bucket)['ok']
-      return found == want or found == 'none'
-    end
-    seen = {waiting = is('w', 'list'), limits = is('s', 'hash') and is('r', 'zset')}
+    seen = {waiting = holds(GATES .. 'w:' .. bucket, 'list'),
+            limits = holds(GATES .. 's:' .. bucket, 'hash')}
     kinds_seen[bucket] = seen
   end
   return seen
@@ -92,6 +95,7 @@ local function open_bucket(bucket)
       b.most, b.lease = a, c
     end
   end
+  if b.most and not holds(b.running, 'zset') then b.most = nil end  -- crafted: no limit
   b.hold = hold == 'paused' and math.huge or time_us(hold)
   if #b.rates > 0 then
     local fields = {}
