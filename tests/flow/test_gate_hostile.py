@@ -11,6 +11,7 @@ from collections.abc import Callable
 import pytest
 import redis
 
+from celery_delayq.core.handover import MOVE_BATCH_BYTES
 from celery_delayq.core.handover.same_redis import SameRedisMove
 from celery_delayq.core.layout.gates import (
     MOST_INTERVAL_US,
@@ -253,3 +254,28 @@ def test_crafted_running_slots_fail_no_move(redis_client):
 
     assert delivered(redis_client, "free")
     check_nothing_lost(redis_client, keys, sent)
+
+
+def test_a_release_of_big_messages_keeps_within_a_calls_byte_budget(redis_client):
+    """Forty messages of 100 kB wait in a bucket (paused while they came in); resumed,
+    one call releases no more than the move's byte budget (and one message) of them."""
+    store = make_store(redis_client)
+    keys = store.keys.for_queue("q")
+    gate = gate_field(GateSpec((Rate.parse("1000000/s"),)).encode(), BUCKET)
+    redis_client.hset(keys.gate("s", BUCKET), "hold", "paused")
+    now = store.server_time_ms()
+    big = b"x" * 100_000
+    for n in range(40):
+        payload = b'{"n": "big%d", "pad": "%s"}' % (n, big)
+        store.schedule(Scheduled("q", f"big{n}", f"big{n}", now - 1, "q", payload, gate=gate))
+    wait_until(
+        lambda: store.state.handover.deliver_due(keys, 500) and not redis_client.zcard(keys.pages)
+    )
+    assert redis_client.llen(keys.gate("w", BUCKET)) == 40
+    redis_client.hdel(keys.gate("s", BUCKET), "hold")
+    redis_client.zadd(f"{keys.gates}ready", {BUCKET: 0})
+
+    store.state.handover.deliver_due(keys, 500)
+
+    pushed = sum(len(payload) for payload in redis_client.lrange("q", 0, -1))
+    assert pushed <= MOVE_BATCH_BYTES + len(big) + 100

@@ -169,25 +169,28 @@ end
 
 -- Release from the ready buckets, the longest-waiting first (fair across buckets: a
 -- bucket's backlog takes its turn, then goes to the back), at most `most` messages
--- looked at. Appends the released to `out` (found-style arrays, as collect_due: n, key,
--- record, due, destination, start, expires), and unreadable records to its bad_* arrays.
+-- looked at, and no more once `budget` payload bytes are released (as collect_due: big
+-- messages keep a call short). Appends the released to `out` (found-style arrays, as
+-- collect_due: n, key, record, due, destination, start, expires), and unreadable records
+-- to its bad_* arrays.
 -- `judged_ms`: a message due later than this was rescheduled after it entered (it waits
 -- in the schedule again): its stale place in the bucket is dropped. `deliverable(d)`:
 -- whether destination d (nil: the queue's own) can take it now; while not, the message
 -- keeps its place and its bucket is looked at again a second later.
-local function release_gates(now, now_ms, judged_ms, most, log_size, out, deliverable)
-  local work = 0
+local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out,
+                             deliverable)
+  local work, bytes = 0, 0
   if log_size > 0 then
     local kind = redis.call('TYPE', GATES .. 'log')['ok']
     if kind ~= 'list' and kind ~= 'none' then log_size = 0 end  -- crafted: no log
   end
   local buckets = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, most)
   for _, bucket in ipairs(buckets) do
-    if work >= most then break end
+    if work >= most or bytes >= budget then break end
     local b = open_bucket(bucket)
     local released, at = 0, allowed_at(b, now, now_ms)
     if not bucket_kinds(bucket).waiting then at = math.huge end  -- crafted: none wait there
-    while at <= now and work < most do
+    while at <= now and work < most and bytes < budget do
       local key = redis.call('LPOP', b.waiting)
       if not key then break end
       work = work + 1
@@ -206,6 +209,7 @@ local function release_gates(now, now_ms, judged_ms, most, log_size, out, delive
         local n = out.n + 1
         out.n, out.key[n], out.record[n], out.due[n] = n, key, record, tonumber(due)
         out.destination[n], out.start[n], out.expires[n] = destination, start, expires
+        bytes = bytes + #record - start + 1
         for i, rate in ipairs(b.rates) do
           b.tats[i] = math.max(b.tats[i], now - rate[2]) + rate[1]
         end

@@ -128,7 +128,7 @@ for i = 1, found.n do
 end
 local released = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
                   expires = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
-release_gates(now_us, now, judged, limit, log_size, released, function(destination)
+release_gates(now_us, now, judged, limit, budget, log_size, released, function(destination)
   return deliverable(destination or own_list)
 end)
 for i = 1, released.n do
