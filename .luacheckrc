@@ -33,7 +33,7 @@ local gates_exports = {"server_us", "gate_parts", "gate_usable", "enter_gate",
                        "release_gates", "next_release_ms"}
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
-                          "unclaim", "dead_letter", "failed_once"}
+                          "unclaim", "dead_letter", "failed_once", "ungated"}
 local exported, unused_exports = {}, {}
 local from_prelude = {}
 for _, name in ipairs(prelude_exports) do from_prelude[name] = true end
@@ -76,12 +76,15 @@ files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/gate
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
                                       "hold_key_again", "with_due"},
                                      "prelude.lua and helpers.lua")
-files[lua .. "handover.lua"].ignore = {"211/unclaim", "211/failed_once", "211/CLAIMER"}
+files[lua .. "handover.lua"].ignore = {"211/unclaim", "211/failed_once", "211/CLAIMER",
+                                       "211/ungated"}
 files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_due", "drop_taken",
                                        "head", "INFLIGHT", "CLAIMS", "CLAIMER", "unclaim",
                                        "failed_once", "release_key", "bury_unreadable",
-                                       "DEAD", "DEAD_WHY"},
-                                      "prelude.lua, helpers.lua and handover.lua")
+                                       "DEAD", "DEAD_WHY", "server_us", "gate_parts",
+                                       "gate_usable", "enter_gate", "release_gates",
+                                       "next_release_ms"},
+                                      "prelude.lua, helpers.lua, handover.lua and gates.lua")
 files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                          "lateness_histogram", "unclaim", "forget_duplicate"},
                                         "prelude.lua, helpers.lua and handover.lua")
@@ -90,7 +93,7 @@ files[lua .. "resend_dead.lua"] = reads({"MSG", "TRIES", "DEAD", "DEAD_WHY", "se
                                         "prelude.lua, helpers.lua and handover.lua")
 files[lua .. "release_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                              "add_entry", "unclaim", "failed_once",
-                                             "hold_key_again"},
+                                             "hold_key_again", "ungated"},
                                             "prelude.lua, helpers.lua and handover.lua")
 files[lua .. "pending.lua"] = reads({"PAGES", "PAGE_PREFIX"}, "prelude.lua and helpers.lua")
 files[lua .. "purge.lua"] = reads({"MSG", "PAGES", "DUP", "BY_TASK", "PAGE_PREFIX", "counted",

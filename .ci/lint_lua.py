@@ -8,8 +8,9 @@ ways:
    ``celery_delayq.core.lua.script_source``): the prelude's names are real locals there, so a
    misspelled name or an unused local in the program Redis runs is reported (line
    numbers count from the prelude's first line);
-3. the prelude and helpers.lua followed by every store script, each as a function of its
-   own: a name they define that no script uses is reported as an unused local.
+3. the shared code (prelude.lua, helpers.lua, gates.lua, handover.lua) followed by every
+   store script, each as a function of its own: a name they define that no script uses
+   is reported as an unused local.
 
 Exit status 1 on any warning or error. Run it in the project's virtualenv (it imports
 the package); it needs luacheck (Debian: apt-get install lua-check).

@@ -166,6 +166,7 @@ class DelayqCollector:
             lateness,
             movers_alive,
             *_periodic(store),
+            *_flow_control(store),
         ]
 
     def _redelivered(self) -> list[Metric]:
@@ -187,6 +188,59 @@ class DelayqCollector:
         for queue, count in sorted(counts.items()):
             family.add_metric([queue], count)
         return [family]
+
+
+#: Per queue and task, its flow-control buckets added up (its limit keys are not told
+#: apart: a label per key would make a series per customer): name, help, TaskFlow field.
+FLOW_GAUGES = (
+    (
+        "celery_delayq_flow_buckets",
+        "Flow-control buckets of a task (its own and its limit keys').",
+        "buckets",
+    ),
+    ("celery_delayq_flow_keyed_buckets", "Flow-control buckets of a task's limit keys.", "keyed"),
+    (
+        "celery_delayq_flow_waiting",
+        "Messages of a flow-controlled task waiting for its limits to release them.",
+        "waiting",
+    ),
+    (
+        "celery_delayq_flow_running",
+        "Concurrency slots of a task taken, their leases not run out.",
+        "running",
+    ),
+    (
+        "celery_delayq_flow_throttled_buckets",
+        "Buckets of a task whose waiting messages may not go yet (rate, slots or hold).",
+        "throttled",
+    ),
+    (
+        "celery_delayq_flow_held_buckets",
+        "Buckets of a task paused, or held until a time to come.",
+        "held",
+    ),
+)
+
+
+def _flow_control(store: DelayedStore) -> list[Metric]:
+    """Flow control per queue and task (core/store/flow.py reads the buckets)."""
+    from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+    labels = ["queue", "task"]
+    gauges = [
+        (GaugeMetricFamily(name, doc, labels=labels), field) for name, doc, field in FLOW_GAUGES
+    ]
+    released = CounterMetricFamily(
+        "celery_delayq_flow_released",
+        "Messages of a flow-controlled task released to its queue (a limit key's count is "
+        "forgotten a day after the key was last used).",
+        labels=labels,
+    )
+    for flow in store.task_flows():
+        for gauge, field in gauges:
+            gauge.add_metric([flow.queue, flow.task], getattr(flow, field))
+        released.add_metric([flow.queue, flow.task], flow.released)
+    return [*(g for g, _ in gauges), released]
 
 
 def _periodic(store: DelayedStore) -> list[Metric]:

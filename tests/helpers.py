@@ -77,6 +77,22 @@ def remember_delayed(
     return sent, kept
 
 
+def publish_limited(
+    app: Celery, task: str, n: int, key: str | None = None, queue: str | None = None
+) -> None:
+    """Publish ``n`` messages of the flow-controlled task ``task`` (registered on first
+    use, publishing only), with the limit key ``key`` (None: none), to ``queue`` (None:
+    the default queue)."""
+    if task not in app.tasks:
+
+        @app.task(name=task, shared=False)
+        def limited(*args: Any) -> None: ...
+
+    headers = {} if key is None else {"delayq_limit_key": key}
+    for _ in range(n):
+        app.tasks[task].apply_async(headers=headers, queue=queue)
+
+
 def noop_task(app: Celery) -> Any:
     """The task ``tests.noop`` of ``app`` (registered on first use): publishing it tests
     the publish path alone; no worker runs it."""
@@ -420,9 +436,10 @@ def claim(store: Any, queue_name: str, owner: str, lease_ms: int) -> list[Outgoi
     queue as claimer lasts as long as its lease."""
     handover = store.handover
     keys = store.keys.for_queue(queue_name)
+    log = handover.release_log
     reply = handover.scripts.claim_due(
         keys=keys.handover_keys(),
-        args=[*keys.page_args(), 100, 1 << 20, owner, lease_ms, 5, owner, lease_ms],
+        args=[*keys.page_args(), 100, 1 << 20, owner, lease_ms, 5, owner, lease_ms, log],
     )
     pairs = zip(reply[6::2], reply[7::2])
     return [Outgoing.from_record(key, raw, keys.own_list) for key, raw in pairs]

@@ -12,6 +12,7 @@ import click
 
 from .dead import dead
 from .doctor import doctor
+from .flow_limits import limits
 from .periodic import periodic
 from .periodic_transfer import clear_entries, export, import_entries
 from .rescue import rescue_command
@@ -26,7 +27,19 @@ def delayq() -> None:
     """Inspect and operate celery-delayq's delayed tasks in Redis."""
 
 
-for command in (status, list_, show, cancel, reschedule, promote, purge, mover, doctor, dead):
+for command in (
+    status,
+    list_,
+    show,
+    cancel,
+    reschedule,
+    promote,
+    purge,
+    mover,
+    doctor,
+    dead,
+    limits,
+):
     delayq.add_command(command)
 delayq.add_command(rescue_command, name="rescue")
 delayq.add_command(exporter)

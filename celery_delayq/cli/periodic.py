@@ -18,7 +18,7 @@ from ..periodic.describe import entry_text
 from ..periodic.entry import CATCH_UP_POLICIES, OVERLAP_POLICIES, schedule_json
 from ..periodic.registry import Unreadable
 from ..periodic.schedules.clocked import clocked
-from .render import current_app, emit, json_option, table
+from .render import current_app, emit, json_option, printable, table
 
 
 def entry_json(info: manage.EntryInfo) -> dict[str, Any]:
@@ -298,7 +298,7 @@ def history(as_json: bool, limit: int, name: str) -> None:
     found = [change_json(each) for each in changes(current_app(), name, limit)]
     columns = [("at", ""), ("who", ""), ("via", ""), ("action", "unreadable record")]
     rows = [
-        [_printable(each.get(key, empty)) for key, empty in columns] + [_changes_text(each)]
+        [printable(each.get(key, empty)) for key, empty in columns] + [_changes_text(each)]
         for each in found
     ]
     human = table(["when (UTC)", "who", "via", "action", "what changed"], rows)
@@ -323,14 +323,8 @@ def change_json(record: Record) -> dict[str, Any]:
 def _changes_text(each: dict[str, Any]) -> str:
     """One line: ``field: old -> new; ...`` (and the detail)."""
     if "unreadable" in each:
-        return _printable(each["unreadable"])
+        return printable(each["unreadable"])
     parts = [
         f"{field}: {old or '-'} -> {new or '-'}" for field, (old, new) in each["changes"].items()
     ]
-    return _printable("; ".join(parts + ([each["detail"]] if each["detail"] else [])))
-
-
-def _printable(text: str) -> str:
-    """``text`` with its non-printable characters escaped: a crafted record must not
-    drive the terminal."""
-    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+    return printable("; ".join(parts + ([each["detail"]] if each["detail"] else [])))

@@ -32,6 +32,12 @@ def table(headers: list[str], rows: list[list[Any]]) -> str:
     return "\n".join(line.rstrip() for line in lines)
 
 
+def printable(text: str) -> str:
+    """``text`` with its non-printable characters escaped: a crafted record (or limit
+    key) must not drive the terminal."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
+
+
 def moment(value: str | None) -> float | None:
     """An ISO 8601 time (naive means UTC), or a duration from now such as ``90s``,
     ``15m``, ``2h``, ``1d``; epoch seconds."""

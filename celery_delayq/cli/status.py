@@ -1,5 +1,5 @@
-"""``celery delayq status``: pending, overdue and lag per queue, the movers alive, and
-optionally a chart of what falls due when."""
+"""``celery delayq status``: pending, overdue and lag per queue, the movers alive, flow
+control per task, and optionally a chart of what falls due when."""
 
 from __future__ import annotations
 
@@ -10,13 +10,14 @@ import click
 from ..brokers.connect import open_store
 from ..config.settings import config_of
 from ..core.health.store_status import StoreStatus, read_status
-from ..core.results import QueueBacklog
+from ..core.results import QueueBacklog, TaskFlow
 from ..core.store import DelayedStore
 from ..core.topology import redis_location
+from ..ops.buckets import flow_json
 from ..ops.when import ago, due_in, iso
 from ..periodic.history import EntryHistory
 from ..periodic.registry import EntryRegistry
-from .render import current_app, emit, json_option, table
+from .render import current_app, emit, json_option, printable, table
 
 #: Time buckets of ``status --timeline``, in seconds from now.
 TIMELINE_EDGES = (0, 60, 300, 900, 3600, 6 * 3600, 86400, 7 * 86400)
@@ -44,7 +45,7 @@ DEAD_NOTE = "{dead} dead letter(s) with their reason: `celery delayq list --dead
 @json_option
 @click.option("--timeline", is_flag=True, help="Also show how many fall due in coming windows.")
 def status(as_json: bool, timeline: bool) -> None:
-    """Pending, overdue and lag per queue, and the movers alive.
+    """Pending, overdue and lag per queue, the movers alive, and flow control per task.
 
     Exits 1 with a warning when messages are overdue and no mover is alive.
     """
@@ -54,9 +55,13 @@ def status(as_json: bool, timeline: bool) -> None:
         counts = timeline_counts(store, snapshot.now) if timeline else None
         location = redis_location(store.client)
         periodic = periodic_json(store)
+        flows = store.task_flows()
     data = status_json(location, snapshot)
     data["periodic"] = periodic
+    data["flow_control"] = [flow_json(flow) for flow in flows]
     human = [f"store: {location}", queues_table(snapshot), "", movers_table(snapshot)]
+    if flows:
+        human += ["", flow_table(flows)]
     if periodic["entries"] or periodic["unreadable"]:
         human += ["", periodic_summary(periodic)]
     if counts is not None:
@@ -156,6 +161,27 @@ def queues_table(snapshot: StoreStatus) -> str:
         for q in snapshot.backlog
     ]
     return table(["queue", "pending", "overdue", "lag", "next due", "in flight", "dead"], rows)
+
+
+def flow_table(flows: list[TaskFlow]) -> str:
+    """Flow control per task: its buckets (of them, limit keys'), messages waiting,
+    released, running, and buckets throttled, paused or held."""
+    rows = [
+        [
+            printable(f.queue),
+            printable(f.task),
+            f"{f.buckets} ({f.keyed} keyed)" if f.keyed else f.buckets,
+            f.waiting,
+            f.released,
+            f.running,
+            f.throttled,
+            f.held,
+        ]
+        for f in flows
+    ]
+    headers = ["queue", "flow-controlled task", "buckets", "waiting", "released", "running"]
+    headers += ["throttled", "paused/held"]
+    return table(headers, rows) + "\nper bucket: `celery delayq limits`"
 
 
 def movers_table(snapshot: StoreStatus) -> str:

@@ -42,10 +42,14 @@ class LimitSettings(Protocol):
     """The settings a ``TaskLimits`` reads (``DelayqConfig``'s; settings.py imports this
     module, not the other way round)."""
 
-    rate_limits: RateLimits
-    concurrency_limits: ConcurrencyLimits
-    global_rate_limits: bool
-    concurrency_lease: float
+    @property
+    def rate_limits(self) -> RateLimits: ...
+    @property
+    def concurrency_limits(self) -> ConcurrencyLimits: ...
+    @property
+    def global_rate_limits(self) -> bool: ...
+    @property
+    def concurrency_lease(self) -> float: ...
 
 
 def read_rates(
@@ -72,28 +76,30 @@ def read_concurrency(value: object, where: str, error: type[Exception] = Configu
     return value
 
 
-def _task_names(value: object, setting: str) -> Mapping[str, Any]:
+def _task_names(value: object, setting: str, valid: str) -> Mapping[str, Any]:
+    """A limits setting's task names and values; ``valid``: what the setting takes (the
+    settings reference's words)."""
     if isinstance(value, tuple):  # read before (a config is made once per app)
         return dict(value)
     if value is None:
         return {}
     if not isinstance(value, Mapping) or not all(isinstance(name, str) for name in value):
-        raise ConfigurationError(f"{setting} must be a dict of task name -> limit, got {value!r}")
+        raise ConfigurationError(f"{setting} must be {valid}, got {value!r}")
     return value
 
 
-def read_rate_limits(value: object) -> RateLimits:
+def read_rate_limits(value: object, valid: str) -> RateLimits:
     """``delayq_rate_limits``, checked, as sorted (task name, rates) pairs."""
-    names = _task_names(value, "delayq_rate_limits")
+    names = _task_names(value, "delayq_rate_limits", valid)
     return tuple(
         (name, read_rates(rates, f"delayq_rate_limits[{name!r}]"))
         for name, rates in sorted(names.items())
     )
 
 
-def read_concurrency_limits(value: object) -> ConcurrencyLimits:
+def read_concurrency_limits(value: object, valid: str) -> ConcurrencyLimits:
     """``delayq_concurrency_limits``, checked, as sorted (task name, most) pairs."""
-    names = _task_names(value, "delayq_concurrency_limits")
+    names = _task_names(value, "delayq_concurrency_limits", valid)
     return tuple(
         (name, read_concurrency(most, f"delayq_concurrency_limits[{name!r}]"))
         for name, most in sorted(names.items())

@@ -332,10 +332,13 @@ class DelayqConfig:
         )
         # frozen, and hashable (configs are compared and kept in sets): the limits are
         # kept as sorted tuples of task name -> parsed limits
-        object.__setattr__(self, "rate_limits", read_rate_limits(self.rate_limits))
-        object.__setattr__(
-            self, "concurrency_limits", read_concurrency_limits(self.concurrency_limits)
+        fields = type(self).__dataclass_fields__
+        rates = read_rate_limits(self.rate_limits, fields["rate_limits"].metadata["valid"])
+        concurrency = read_concurrency_limits(
+            self.concurrency_limits, fields["concurrency_limits"].metadata["valid"]
         )
+        object.__setattr__(self, "rate_limits", rates)
+        object.__setattr__(self, "concurrency_limits", concurrency)
         for name in (
             "mover_max_sleep",
             "mover_retry_max",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
+from .layout.gates import GateSpec, split_bucket
 from .layout.record import Record, task_id_of
 
 
@@ -157,3 +158,84 @@ class DeadLetter:
     @property
     def task_id(self) -> str:
         return task_id_of(self.key)
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """One flow-control bucket of a queue shard (lua/gates.lua), as read at ``now``."""
+
+    queue: str
+    shard: int
+    name: bytes  # as stored: the task's name, or it, NUL and the limit key
+    #: Its limits, as the last message to enter it said (None: its state is gone).
+    limits: GateSpec | None
+    waiting: int
+    #: Releases since its state was made (a state is forgotten a day after it stops
+    #: mattering: then the count starts again).
+    released: int
+    #: Per rate of ``limits``: releases in the last window of the rate's length, from
+    #: the release log (None: not counted, or no log is kept).
+    in_window: tuple[int, ...] | None
+    #: The log read ends inside a window: its count is at least that, maybe more.
+    window_short: bool
+    running: int  # slots taken and not run out (a concurrency limit)
+    #: No release before this (epoch seconds; inf: paused); None: no hold in force.
+    held_until: float | None
+    #: When its next waiting message may go (epoch seconds; inf: paused): its rates,
+    #: slots and hold all considered; None: nothing waits.
+    next_release: float | None
+    now: float  # the Redis clock when read, epoch seconds
+
+    @property
+    def text(self) -> str:
+        """The name, decoded (a crafted one with its bad bytes escaped)."""
+        return self.name.decode("utf-8", "backslashreplace")
+
+    @property
+    def task(self) -> str:
+        return split_bucket(self.text)[0]
+
+    @property
+    def key(self) -> str | None:
+        """Its limit key, None for the task's own bucket."""
+        return split_bucket(self.text)[1]
+
+    @property
+    def throttled(self) -> bool:
+        """Messages wait and none may go yet."""
+        return self.next_release is not None and self.next_release > self.now
+
+    @property
+    def held(self) -> bool:
+        """Paused, or held until a time to come."""
+        return self.held_until is not None
+
+
+@dataclass
+class TaskFlow:
+    """One task's buckets in one queue, added up (its limit keys are not told apart)."""
+
+    queue: str
+    task: str
+    buckets: int = 0
+    keyed: int = 0  # buckets of a limit key
+    waiting: int = 0
+    released: int = 0
+    running: int = 0
+    held: int = 0  # buckets paused or held until a time to come
+    throttled: int = 0  # buckets with messages waiting for their limits
+
+    @classmethod
+    def per_task(cls, buckets: Sequence[BucketState]) -> list[TaskFlow]:
+        """The buckets added up per queue and task, sorted by queue and task."""
+        flows: dict[tuple[str, str], TaskFlow] = {}
+        for each in buckets:
+            flow = flows.setdefault((each.queue, each.task), cls(each.queue, each.task))
+            flow.buckets += 1
+            flow.keyed += each.key is not None
+            flow.waiting += each.waiting
+            flow.released += each.released
+            flow.running += each.running
+            flow.held += each.held
+            flow.throttled += each.throttled
+        return [flows[name] for name in sorted(flows)]

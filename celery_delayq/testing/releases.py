@@ -15,7 +15,8 @@ from ..core.layout.keys import QueueKeys
 def release_log(client: redis.Redis, shard: QueueKeys) -> dict[str, list[int]]:
     """Each bucket's release times (us, by the Redis clock), oldest first."""
     times: dict[str, list[int]] = defaultdict(list)
-    for entry in reversed(client.lrange(f"{shard.gates}log", 0, -1)):
+    entries: list[bytes] = client.lrange(shard.gate_log, 0, -1)  # type: ignore[assignment]
+    for entry in reversed(entries):
         at, _, bucket = entry.partition(b" ")
         times[bucket.decode("utf-8", "surrogatepass")].append(int(at))
     return dict(times)

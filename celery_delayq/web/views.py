@@ -1,5 +1,5 @@
-"""The pages: overview, scheduled tasks, one task, dead letters, periodic entries (and one
-entry's change log), doctor,
+"""The pages: overview, scheduled tasks, one task, dead letters, flow control's limits,
+periodic entries (and one entry's change log), doctor,
 and the token login and logout. Every page reads the store afresh, a bounded amount per
 request; nothing but the moves chart and the last full doctor check is kept between
 requests.
@@ -32,6 +32,13 @@ from ..config.settings import config_of
 from ..core.health.store_status import read_status
 from ..ops import api
 from ..ops.browse import Cursor, Task, TaskFilter, browse
+from ..ops.buckets import (
+    limits_text,
+    read_limits,
+    released_text,
+    running_text,
+    state_text,
+)
 from ..ops.health import doctor as run_doctor
 from ..ops.when import parse_moment
 from ..periodic import manage
@@ -64,6 +71,8 @@ SCAN_BUDGET = 100_000
 FIELD_MAX = 500
 #: The longest task id looked up.
 TASK_ID_MAX = 255
+#: Flow-control buckets the Limits page lists (those with the most waiting).
+LIMITS_SHOWN = 100
 #: The longest overview refresh period (seconds).
 REFRESH_MAX = 3600
 
@@ -228,6 +237,35 @@ def task(task_id: str) -> Any:
 def dead() -> Any:
     letters = [Task(letter) for letter in api.dead_letters(context().celery)]
     return render_template("dead.html", letters=letters)
+
+
+@pages.get("/limits")
+def limits() -> Any:
+    """Flow control's buckets (a limited task, or one limit key of it), those with the
+    most waiting first: limits, waiting, released in each limit's current window,
+    running, and paused or throttled until when; with totals of all that match."""
+    ctx = context()
+    try:
+        queue, task = _field(request.args, "queue"), _field(request.args, "task")
+    except BadFilter as exc:
+        return problem(400, "That filter cannot be read", str(exc))
+    log_entries = config_of(ctx.celery).release_log
+    with open_store(ctx.celery, fail_fast=True) as store:
+        found = read_limits(store, log_entries, queue=queue, task=task, top=LIMITS_SHOWN)
+        queues = store.queues()
+    rows = [
+        {
+            "bucket": b,
+            "limits": limits_text(b),
+            "released": released_text(b),
+            "running": running_text(b),
+            "state": state_text(b),
+        }
+        for b in found.shown
+    ]
+    return render_template(
+        "limits.html", found=found, rows=rows, queues=queues, queue=queue, task=task
+    )
 
 
 @pages.get("/periodic")

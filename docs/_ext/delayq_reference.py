@@ -195,12 +195,14 @@ class Metric:
 
 
 def metrics() -> list[Metric]:
-    """Every metric family the collector can yield: the GAUGES and COUNTERS tables, and
-    each ``*MetricFamily("celery_delayq_...", ...)`` call written out in the module."""
+    """Every metric family the collector can yield: the GAUGES, COUNTERS and FLOW_GAUGES
+    tables, and each ``*MetricFamily("celery_delayq_...", ...)`` call written out in the
+    module."""
     import celery_delayq.metrics as module
 
     found = [Metric(name, "gauge", doc, ("queue",)) for name, doc, _ in module.GAUGES]
     found += [Metric(name, "counter", doc, ("queue",)) for name, doc, _ in module.COUNTERS]
+    found += [Metric(n, "gauge", doc, ("queue", "task")) for n, doc, _ in module.FLOW_GAUGES]
     tree = ast.parse(inspect.getsource(module))
     for function in ast.walk(tree):
         if isinstance(function, ast.FunctionDef):

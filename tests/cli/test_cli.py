@@ -34,6 +34,7 @@ def test_status_json_shape_and_timeline(app):
         "ok",
         "timeline",
         "periodic",
+        "flow_control",
     }
     assert {q["queue"]: q["pending"] for q in data["queues"]} == {"default": 2, "other": 1}
     assert {(t["window"], t["due"]) for t in data["timeline"] if t["due"]} == {

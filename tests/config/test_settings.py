@@ -168,6 +168,11 @@ REFUSED = {
     "delayq_handover_tries": 0,
     "delayq_handover_backoff": True,
     "delayq_max_message_size": -1,
+    "delayq_rate_limits": ["10/s"],
+    "delayq_concurrency_limits": "3",
+    "delayq_global_rate_limits": "yes",
+    "delayq_concurrency_lease": 0,
+    "delayq_release_log": -1,
 }
 
 

@@ -12,6 +12,7 @@ import pytest
 import redis
 
 from celery_delayq.core.handover import MOVE_BATCH_BYTES
+from celery_delayq.core.handover.claims import ClaimPublishAck
 from celery_delayq.core.handover.same_redis import SameRedisMove
 from celery_delayq.core.layout.gates import (
     MOST_INTERVAL_US,
@@ -23,6 +24,7 @@ from celery_delayq.core.layout.gates import (
 from celery_delayq.core.layout.keys import KeySpace, QueueKeys
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing.waiting import wait_until
+from tests.core.store.test_store_adversarial import ConfirmingPublisher
 from tests.flow.harness import gate_of
 
 pytestmark = pytest.mark.adversarial
@@ -279,3 +281,23 @@ def test_a_release_of_big_messages_keeps_within_a_calls_byte_budget(redis_client
 
     pushed = sum(len(payload) for payload in redis_client.lrange("q", 0, -1))
     assert pushed <= MOVE_BATCH_BYTES + len(big) + 100
+
+
+@pytest.mark.promise("crafted-input-stops-nothing")
+@pytest.mark.parametrize("craft", CRAFTED.values(), ids=CRAFTED.keys())
+def test_a_crafted_bucket_stops_no_hand_over(redis_client, craft):
+    """The same crafts on the claim path (claim_due.lua: RabbitMQ, SQS)."""
+    publisher = ConfirmingPublisher()
+    handover = ClaimPublishAck(redis_client, lambda: publisher, release_log=10)
+    store = DelayedStore(redis_client, KeySpace(), 500, handover=handover)
+    keys = store.keys.for_queue("q")
+    craft(redis_client, keys)
+    due_message(store, "limited", LIMITED, ago_ms=2)
+    due_message(store, "free", None)
+
+    store.move_all_due()
+
+    published = b"".join(message.payload for message in publisher.published)
+    assert b'"free"}' in published
+    held = redis_client.hexists(keys.messages, b"\x00limited")
+    assert held or b'"limited"}' in published, "limited lost"

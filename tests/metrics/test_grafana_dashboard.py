@@ -19,7 +19,7 @@ from celery_delayq.brokers.connect import open_store
 from celery_delayq.periodic.history import EntryHistory
 from celery_delayq.testing import wait_until
 
-from ..helpers import noop_task, parse_metrics, scrape
+from ..helpers import noop_task, parse_metrics, publish_limited, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -28,6 +28,7 @@ pytest.importorskip("prometheus_client")
 DASHBOARD = Path(__file__).resolve().parents[2] / "dashboards" / "grafana-celery-delayq.json"
 METRIC = re.compile(r"\bcelery_delayq_[a-z_]+\b")
 VARIABLE = re.compile(r"\$\{?(\w+)\}?")
+LIMITED = "tests.limited"
 
 
 def load() -> dict[str, Any]:
@@ -45,9 +46,10 @@ def queries(dashboard: dict[str, Any]) -> list[str]:
 
 def exported(app: Celery) -> tuple[set[str], set[str]]:
     """The families and the sample names the exporter serves for a store with a task of
-    each kind: pending, moved (the lateness histogram), cancelled, keyed and requeued; and
-    a periodic entry with a recorded run."""
+    each kind: pending, moved (the lateness histogram), cancelled, keyed and requeued,
+    flow-controlled; and a periodic entry with a recorded run."""
     task = noop_task(app)
+    publish_limited(app, LIMITED, 2, key="k")
     task.apply_async(countdown=3600)
     celery_delayq.cancel(app, task.apply_async(countdown=3600).id)
     celery_delayq.debounce(task, key="k", countdown=3600)
@@ -65,8 +67,8 @@ def exported(app: Celery) -> tuple[set[str], set[str]]:
     return set(types), set(samples)
 
 
-def test_every_query_names_an_exported_metric_and_every_metric_is_shown(app: Celery) -> None:
-    families, samples = exported(app)
+def test_every_query_names_an_exported_metric_and_every_metric_is_shown(make_app: Any) -> None:
+    families, samples = exported(make_app(delayq_rate_limits={LIMITED: "1/m"}))
     used = {name for expr in queries(load()) for name in METRIC.findall(expr)}
     assert used <= samples, f"not exported: {sorted(used - samples)}"
     shown = {re.sub(r"_(bucket|sum|count|total)$", "", name) for name in used}

@@ -23,7 +23,7 @@ from celery_delayq.periodic.history import EntryHistory
 from celery_delayq.periodic.writer import OccurrenceWriter
 from celery_delayq.testing import RedisServer, free_port, wait_until
 
-from ..helpers import fetch_metrics, invoke, noop_task, parse_metrics, scrape
+from ..helpers import fetch_metrics, invoke, noop_task, parse_metrics, publish_limited, scrape
 
 pytestmark = pytest.mark.integration
 
@@ -91,6 +91,13 @@ FAMILIES = {
     "celery_delayq_periodic_missed": "counter",
     "celery_delayq_periodic_skipped": "counter",
     "celery_delayq_periodic_last_run_timestamp_seconds": "gauge",
+    "celery_delayq_flow_buckets": "gauge",
+    "celery_delayq_flow_keyed_buckets": "gauge",
+    "celery_delayq_flow_waiting": "gauge",
+    "celery_delayq_flow_running": "gauge",
+    "celery_delayq_flow_throttled_buckets": "gauge",
+    "celery_delayq_flow_held_buckets": "gauge",
+    "celery_delayq_flow_released": "counter",
 }
 
 
@@ -160,6 +167,38 @@ def test_every_family_and_value(app: Celery) -> None:
             assert value == running
         assert sums[q(name)] == stats[name]["late_sum_ms"] / 1000
         assert 0.3 * moved <= sums[q(name)] < 60 * moved
+
+
+def test_flow_control_per_queue_and_task_adds_its_limit_keys_up(make_app: Any) -> None:
+    """Per queue and task, never per limit key (a series per customer): buckets, of them
+    keyed, waiting, running, throttled, paused or held, released; equal to what was
+    published and what the move delivered."""
+    app = make_app(delayq_rate_limits={"t.send": "1/m"}, delayq_concurrency_limits={"t.run": 2})
+    for key in range(50):
+        publish_limited(app, "t.send", 2, key=f"customer-{key}")
+    publish_limited(app, "t.send", 3, key="paused", queue="other")
+    publish_limited(app, "t.run", 5)
+    with open_store(app) as store:
+        store.move_all_due()
+        paused = b"delayq:{other}:fc:s:t.send\x00paused"
+        store.client.hset(paused, "hold", "paused")
+        delivered = {name: store.client.llen(name) for name in ("default", "other")}
+
+    _, samples = parse_metrics(scrape(app))
+
+    assert delivered == {"default": 50 + 2, "other": 1}
+    send, run, other = (
+        q("default", task="t.send"),
+        q("default", task="t.run"),
+        q("other", task="t.send"),
+    )
+    assert samples["celery_delayq_flow_buckets"] == {send: 50, run: 1, other: 1}
+    assert samples["celery_delayq_flow_keyed_buckets"] == {send: 50, run: 0, other: 1}
+    assert samples["celery_delayq_flow_waiting"] == {send: 50, run: 3, other: 2}
+    assert samples["celery_delayq_flow_running"] == {send: 0, run: 2, other: 0}
+    assert samples["celery_delayq_flow_throttled_buckets"] == {send: 50, run: 1, other: 1}
+    assert samples["celery_delayq_flow_held_buckets"] == {send: 0, run: 0, other: 1}
+    assert samples["celery_delayq_flow_released_total"] == {send: 50, run: 2, other: 1}
 
 
 def test_keyed_messages_are_counted_as_replaced_dropped_and_refused(app: Celery) -> None:

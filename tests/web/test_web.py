@@ -313,7 +313,7 @@ def test_read_only_shows_tasks_and_refuses_every_action(app, schedule) -> None:
 
 def test_basic_auth_guards_every_page(app) -> None:
     client = create_app(app, access=Access("ops", "pa55word")).test_client()
-    for path in ("/", "/scheduled", "/dead", "/doctor", "/task/x"):
+    for path in ("/", "/scheduled", "/dead", "/doctor", "/task/x", "/limits"):
         response = client.get(path)
         assert response.status_code == 401, path
         assert response.headers["WWW-Authenticate"].startswith("Basic")
@@ -383,7 +383,7 @@ def test_the_broker_password_is_never_shown(make_app, redis_client, redis_server
         app = make_app(url=f"redis://web:s3cret-pw@127.0.0.1:{redis_server.port}/0")
         noop_task(app).apply_async((1,), countdown=60)
         client = create_app(app, access=Access()).test_client()
-        for path in ("/", "/scheduled", "/doctor", "/dead"):
+        for path in ("/", "/scheduled", "/doctor", "/dead", "/limits"):
             response = client.get(path)
             assert response.status_code == 200, path
             assert "s3cret-pw" not in response.get_data(as_text=True), path

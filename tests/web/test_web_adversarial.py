@@ -171,7 +171,7 @@ def test_a_huge_argsrepr_is_shown_cut_not_parsed(make_app, redis_client) -> None
 )
 @pytest.mark.promise("security-web-host-check", "web-answers-only-known-hosts")
 def test_a_foreign_host_header_is_refused(client, host: str) -> None:
-    for path in ("/", "/scheduled", "/login", "/doctor", "/periodic"):
+    for path in ("/", "/scheduled", "/login", "/doctor", "/periodic", "/limits"):
         response = client.get(path, headers={"Host": host})
         assert response.status_code == 400, (host, path)
         assert "csrf_token" not in response.get_data(as_text=True)
@@ -287,7 +287,7 @@ def test_a_path_on_this_site_is_kept(app, target: str) -> None:
 
 
 @pytest.mark.parametrize(
-    "path", ["/", "/scheduled", "/dead", "/doctor", "/login", "/task/x", "/periodic"]
+    "path", ["/", "/scheduled", "/dead", "/doctor", "/login", "/task/x", "/periodic", "/limits"]
 )
 @pytest.mark.promise("security-web-headers", "web-security-headers")
 def test_every_page_carries_the_security_headers(client, path: str) -> None:
@@ -306,7 +306,7 @@ def test_no_page_has_script_a_policy_would_block(app, client, tie) -> None:
     same, with no console violations, is in tests/web/test_web_browser.py)."""
     periodic.upsert(app, "<b>entry</b>", "tests.noop", 60)  # its row has the action forms
     pages = ["/", "/scheduled", "/dead", "/doctor", "/login", f"/task/{tie[0]}", "/task/x"]
-    for path in [*pages, "/periodic"]:
+    for path in [*pages, "/periodic", "/limits"]:
         body = client.get(path).get_data(as_text=True).lower()
         assert "<script" not in body and "javascript:" not in body, path
         assert not re.search(r"\son[a-z]+=", body) and " style=" not in body, path

@@ -83,7 +83,7 @@ def separate_store(config: DelayqConfig, make_publisher: Callable[[], Publisher]
         most_tries=config.handover_tries,
         retry_backoff_ms=round(config.handover_backoff * 1000),
     )
-    handover = ClaimPublishAck(client, make_publisher, policy)
+    handover = ClaimPublishAck(client, make_publisher, policy, release_log=config.release_log)
     keys = KeySpace("", config.key_prefix, config.store_shards)
     return DelayedStore(
         client,

@@ -72,6 +72,10 @@ class ClaimPublishAck:
     mover killed between the confirm and the ack publishes one duplicate (its claim
     expires and the message is published again), which carries the same stable id.
 
+    A flow-controlled message is claimed when its bucket releases it (lua/claim_due.lua);
+    ``release_log``: how many releases each queue shard's log keeps
+    (``delayq_release_log``; lua/gates.lua).
+
     In a backlog (more is due than one batch), with a caller that says ``more_calls``
     and a publisher that ``pipelines``, the next batch is claimed and sent before this
     one's confirms are awaited: Redis, the mover and the broker then work at the same
@@ -90,6 +94,7 @@ class ClaimPublishAck:
         make_publisher: Callable[[], Publisher],
         policy: HandOverPolicy | None = None,
         scripts: StoreScripts | None = None,
+        release_log: int = 0,
     ) -> None:
         #: Called on the first delivery only: a store that only schedules (a producer's)
         #: never opens a publishing connection.
@@ -97,6 +102,7 @@ class ClaimPublishAck:
         self._publisher: Publisher | None = None
         self.policy = policy or HandOverPolicy()
         self.scripts = scripts or StoreScripts.register(client)
+        self.release_log = release_log
         #: Who claims: the same for every pass of one mover thread, across reconnects.
         self.claimer = f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
         #: Pipelined batches, by queue shard (QueueKeys.tagged).
@@ -169,6 +175,7 @@ class ClaimPublishAck:
                 policy.most_tries,
                 self.claimer,
                 CLAIMER_HOLD_MS,
+                self.release_log,
             ],
         )
         seconds = time.perf_counter() - started

@@ -31,6 +31,11 @@ UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(?:/\s*([smhd]))?\s*\Z")
 #: Separates a bucket's task name from its limit key (no task name holds it).
 KEY_SEPARATOR = "\x00"
+#: Most rates one bucket holds (lua/gates.lua reads no more).
+MOST_RATES = 8
+#: One token of an encoded spec (lua/gates.lua's pattern; digits bounded, as Redis may
+#: hold anything).
+_TOKEN = re.compile(r"([rc])(\d{1,18})/(\d{1,18})\Z")
 #: Longest limit key, in bytes (it is part of several Redis key names).
 MOST_KEY_BYTES = 512
 #: Longest interval between releases (us) a rate may ask for, and so slowest rate: one in
@@ -78,6 +83,27 @@ class Rate:
         """How late (us) a release may be and still keep its logical time."""
         return math.floor(CATCH_UP * self.seconds * 1_000_000 / (1 - CATCH_UP))
 
+    @classmethod
+    def decode(cls, interval_us: int, catch_up_us: int) -> Rate:
+        """The rate an encoded ``r<interval us>/<catch-up us>`` was most likely written as:
+        its unit from the catch-up, and the roundest count that encodes to the same
+        interval (many counts do, ``interval_us`` rounding up)."""
+        period = catch_up_us * (1 - CATCH_UP) / CATCH_UP / 1_000_000
+        seconds = min(UNITS.values(), key=lambda unit: abs(math.log(max(period, 1e-6) / unit)))
+        interval = max(interval_us, 1)
+        least = seconds * 1_000_000 / ((1 - CATCH_UP) * interval)  # those encoding to it
+        for digits in range(1, 18):
+            step = 10.0 ** (math.floor(math.log10(least)) - digits + 2)
+            count = round(math.ceil(least / step) * step, 12)
+            if cls(count, seconds).interval_us() == interval:
+                return cls(count, seconds)
+        return cls(least, seconds)
+
+    def __str__(self) -> str:
+        unit = next(name for name, seconds in UNITS.items() if seconds == self.seconds)
+        count = int(self.count) if self.count.is_integer() else self.count
+        return f"{count}/{unit}"
+
 
 @dataclass(frozen=True)
 class GateSpec:
@@ -97,6 +123,30 @@ class GateSpec:
         if self.concurrency is not None:
             parts.append(f"c{self.concurrency}/{self.lease_ms}")
         return ",".join(parts)
+
+    @classmethod
+    def decode(cls, spec: str) -> GateSpec:
+        """The limits an encoded spec holds, as lua/gates.lua reads them: at most
+        MOST_RATES rates, and any other token ignored (a spec is read from Redis)."""
+        rates: list[Rate] = []
+        concurrency, lease_ms = None, cls.lease_ms
+        for token in spec.split(","):
+            found = _TOKEN.match(token)
+            if found is None:
+                continue
+            kind, a, b = found.group(1), int(found.group(2)), int(found.group(3))
+            if kind == "r" and len(rates) < MOST_RATES:
+                rates.append(Rate.decode(a, b))
+            elif kind == "c":
+                concurrency, lease_ms = a, b
+        return cls(tuple(rates), concurrency, lease_ms)
+
+    def __str__(self) -> str:
+        """As a user would write the limits: ``"10/s, 100/m, 5 at once"``."""
+        parts = [str(rate) for rate in self.rates]
+        if self.concurrency is not None:
+            parts.append(f"{self.concurrency} at once")
+        return ", ".join(parts) or "none"
 
 
 def bucket_of(task: str, key: str | None = None) -> str:

@@ -195,18 +195,31 @@ class QueueKeys(NamedTuple):
         """One bucket's waiting list (``w``), state (``s``) or running slots (``r``)."""
         return f"{self.gates}{kind}:{bucket}"
 
+    @property
+    def gate_ready(self) -> str:
+        """Flow control's ready buckets (lua/gates.lua): every script that takes due
+        messages gets it as its last key."""
+        return f"{self.gates}ready"
+
+    @property
+    def gate_log(self) -> str:
+        """Flow control's release log (lua/gates.lua)."""
+        return f"{self.gates}log"
+
     def move_keys(self) -> list[str]:
         """KEYS[1..7] of ``lua/move_due.lua``: an unreadable record goes to the dead
         letters, a flow-controlled one to its bucket (lua/gates.lua)."""
-        return [*self.as_list(), self.dead, self.dead_reasons, f"{self.gates}ready"]
+        return [*self.as_list(), self.dead, self.dead_reasons, self.gate_ready]
 
     def handover_keys(self) -> list[str]:
-        """KEYS[1..10] of the claim -> publish -> ack scripts (lua/handover.lua)."""
+        """KEYS[1..11] of the claim -> publish -> ack scripts (lua/handover.lua); the
+        last, the ready buckets, is used by the claim alone (lua/claim_due.lua)."""
         claims, tries = f"{self.tagged}:claims", f"{self.tagged}:tries"
         claimer = f"{self.tagged}:claimer"
         return [
             *self.as_list(),
             *(self.inflight, claims, tries, self.dead, self.dead_reasons, claimer),
+            self.gate_ready,
         ]
 
     def page_args(self) -> list[Any]:

@@ -1,10 +1,21 @@
 --! include prelude.lua
 --! include helpers.lua
 --! include handover.lua
+--! include gates.lua
 -- Claim a bounded batch of due messages for one mover pass (after prelude.lua and
 -- handover.lua, which explains the protocol), first giving back expired claims.
 --
--- ARGV[3]  most messages to claim
+-- Flow control (gates.lua): a due message with a gate is not claimed but waits in its
+-- bucket; then the buckets whose limits allow release their next messages, and those
+-- are claimed like the others (in INFLIGHT with their lease, returned below). The
+-- release is what counts against the limits (and is logged), so a released message
+-- whose hand-over fails comes back ungated (handover.lua) and goes out unlimited,
+-- counted once. Only the queue shard's claimer releases: a bucket's releases are
+-- published in order by one mover. A limit holds across shards and movers because a
+-- bucket lives in one shard (gates.lua).
+--
+-- KEYS[11] P:{Q}:fc:ready  zset  flow control's ready buckets (gates.lua)
+-- ARGV[3]  most messages to claim, and most to release from the buckets
 -- ARGV[4]  payload bytes after which this call stops claiming
 -- ARGV[5]  owner of the claims (unique per mover pass)
 -- ARGV[6]  lease (ms): an unacked claim comes back to the schedule after it
@@ -13,22 +24,32 @@
 -- ARGV[9]  how long (ms) the queue (shard) stays that mover's after it claimed: one
 --          claimer at a time keeps a shard's publishes in due order, and a mover that
 --          died is replaced this soon
--- Returns  {server time in ms, next due time in ms or -1, due entries whose record was
---           missing or unreadable (an unreadable one is dead-lettered with the reason),
---           expired claims given back, messages dead-lettered,
---           ms until another mover's hold ends (0: the claim was ours to make),
---           then key, record for every claimed message, in due order}
+-- ARGV[10] how many releases the flow-control log keeps (0: none; gates.lua)
+-- Returns  {server time in ms, next due time (or next release from a bucket) in ms or
+--           -1, due entries whose record was missing or unreadable (an unreadable one is
+--           dead-lettered with the reason), expired claims given back, messages
+--           dead-lettered, ms until another mover's hold ends (0: the claim was ours to
+--           make), then key, record for every claimed message: the released ones first
+--           (they waited in their buckets), then the others in due order}
 
 local now = server_now()
 local limit, budget, owner = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local lease, most_tries = tonumber(ARGV[6]), tonumber(ARGV[7])
 local claimer, hold = ARGV[8], tonumber(ARGV[9])
+local log_size = tonumber(ARGV[10])
+
+-- When (ms) the next message is due or may be released, or -1.
+local function next_due_ms()
+  local _, next_due = head()
+  next_due = next_due and tonumber(next_due)
+  local release = next_release_ms()
+  if release and (not next_due or release < next_due) then next_due = release end
+  return next_due or -1
+end
 
 local holder = redis.call('GET', CLAIMER)
 if holder and holder ~= claimer then
-  local _, next_due = head()
-  return {now, next_due and tonumber(next_due) or -1, 0, 0, 0,
-          math.max(1, redis.call('PTTL', CLAIMER))}
+  return {now, next_due_ms(), 0, 0, 0, math.max(1, redis.call('PTTL', CLAIMER))}
 end
 
 -- Expired claims first: their mover died or hung between claim and ack. The message
@@ -47,15 +68,38 @@ end
 local found, taken_from, missing = collect_due(now, limit, budget)
 drop_taken(taken_from)
 bury_unreadable(found, DEAD, DEAD_WHY, now)
-local _, next_due = head()
-local reply = {now, next_due and tonumber(next_due) or -1, missing, given_back, dead, 0}
-if found.n > 0 then redis.call('SET', CLAIMER, claimer, 'PX', hold) end
+local now_us = server_us()
+local claimed = {}  -- message key, record, ...
 for i = 1, found.n do
-  local key = found.key[i]
+  local spec, bucket = gate_parts(found.gate[i])
+  if spec and not gate_usable(bucket) then  -- crafted keys: claimed unlimited
+    found.gate[i], spec = nil, nil
+  end
+  if spec then enter_gate(found.key[i], spec, bucket, now_us, now) end
+  release_key(found.delay_key[i], found.key[i])
+end
+local released = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
+                  expires = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
+release_gates(now_us, now, now, limit, budget, log_size, released, function() return true end)
+bury_unreadable(released, DEAD, DEAD_WHY, now)
+for i = 1, released.n do
+  claimed[#claimed + 1] = released.key[i]
+  claimed[#claimed + 1] = released.record[i]
+end
+for i = 1, found.n do
+  if not gate_parts(found.gate[i]) then
+    claimed[#claimed + 1] = found.key[i]
+    claimed[#claimed + 1] = found.record[i]
+  end
+end
+
+local reply = {now, next_due_ms(), missing + #released.bad_key, given_back, dead, 0}
+if #claimed > 0 then redis.call('SET', CLAIMER, claimer, 'PX', hold) end
+for i = 1, #claimed, 2 do
+  local key = claimed[i]
   redis.call('ZADD', INFLIGHT, now + lease, key)
   redis.call('HSET', CLAIMS, key, owner)
-  release_key(found.delay_key[i], key)
   reply[#reply + 1] = key
-  reply[#reply + 1] = found.record[i]
+  reply[#reply + 1] = claimed[i + 1]
 end
 return reply

@@ -1,10 +1,12 @@
 -- Flow control (after prelude.lua and helpers.lua): a due message whose record names a
 -- gate (layout/gates.py) waits in its bucket until every limit of the bucket allows its
--- release; the scripts that take due messages (move_due.lua) put it there and release
--- from every bucket in the same call.
+-- release; the scripts that take due messages (move_due.lua, and claim_due.lua for a
+-- broker elsewhere) put it there and release from every bucket in the same call.
 --
--- KEYS[7]  P:{Q}:fc:ready  zset  bucket -> when (us) its first waiting message may go; a
---                                bucket is a member exactly while messages wait in it
+-- KEYS[n]  P:{Q}:fc:ready  zset  bucket -> when (us) its first waiting message may go; a
+--                                bucket is a member exactly while messages wait in it.
+--                                It is the including script's last key: KEYS[7] of
+--                                move_due.lua, KEYS[11] of claim_due.lua (handover.lua)
 -- and, formed here under the same hash tag, per bucket b:
 --          P:{Q}:fc:w:<b>  list  message keys waiting, in due order (their records stay
 --                                in MSG until released)
@@ -29,8 +31,17 @@
 -- refuse (nan, inf, beyond 2^53), cost that bucket its limits, never the call: a call
 -- that failed after its first write would hold every message of the queue, and could
 -- leave a message it had taken from its bucket with nothing to move it.
+--
+-- A limit holds across every mover and shard because one bucket lives in one place:
+-- with delayq_store_shards > 1 each gated message is stored in its bucket's shard
+-- (layout/gates.py shard_key: by the bucket alone, not the task id), so all of a
+-- bucket's messages, its state and its log share one hash tag, one Redis Cluster slot,
+-- and every release of the bucket is one atomic call there. Buckets (tasks, limit keys)
+-- spread over the shards; a bucket never spans two. (Changing delayq_store_shards while
+-- messages wait may put a bucket's newer messages in another shard, with a state of its
+-- own there: until the old shard's bucket drains, up to twice the limit.)
 
-local READY = KEYS[7]
+local READY = KEYS[#KEYS]
 local GATES = string.sub(READY, 1, -6)  -- "P:{Q}:fc:"
 local DAY_US = 86400 * 1000000
 -- Longest interval or lease (us) a spec may ask for: 366 days, as layout/gates.py's.
@@ -176,7 +187,9 @@ end
 -- `judged_ms`: a message due later than this was rescheduled after it entered (it waits
 -- in the schedule again): its stale place in the bucket is dropped. `deliverable(d)`:
 -- whether destination d (nil: the queue's own) can take it now; while not, the message
--- keeps its place and its bucket is looked at again a second later.
+-- keeps its place and its bucket is looked at again a second later. (claim_due.lua's
+-- always says yes: its broker answers for each message, and a refused one comes back
+-- through release_claimed.lua.)
 local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out,
                              deliverable)
   local work, bytes = 0, 0

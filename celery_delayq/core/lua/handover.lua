@@ -10,6 +10,13 @@
 -- A keyed message gives up its delay key when claimed, and holds it again if it comes
 -- back (unless a newer message took the key meanwhile).
 --
+-- A flow-controlled message (gates.lua) is claimed only when its bucket releases it, and
+-- the release counts it against its limits once. Should its hand-over fail (its claim
+-- expires, or the broker refuses it or cannot be reached), it comes back without its
+-- gate (ungated): released already, it is handed over again unlimited, not counted a
+-- second time nor made to wait for its bucket's turn again. Its concurrency slot, if
+-- its bucket has one, stays taken until its lease ends.
+--
 -- KEYS[5]  P:{Q}:inflight  zset  claimed message key -> lease deadline (ms, Redis clock)
 -- KEYS[6]  P:{Q}:claims    hash  claimed message key -> owner (one mover pass)
 -- KEYS[7]  P:{Q}:tries     hash  message key -> failed hand-overs so far (refused or expired)
@@ -17,6 +24,8 @@
 -- KEYS[9]  P:{Q}:dead:why  hash  message key -> "<ms when> <tries> <reason>"
 -- KEYS[10] P:{Q}:claimer   string the mover that claims from this queue (shard) now; it
 --                                 expires soon after that mover's last claim
+-- KEYS[11] P:{Q}:fc:ready  zset  flow control's ready buckets (gates.lua; claim_due.lua
+--                                releases from them, the other scripts leave it alone)
 
 local INFLIGHT, CLAIMS, TRIES, DEAD, DEAD_WHY = KEYS[5], KEYS[6], KEYS[7], KEYS[8], KEYS[9]
 local CLAIMER = KEYS[10]
@@ -37,16 +46,31 @@ local function dead_letter(key, record, tries, reason, now)
   redis.call('HINCRBY', STATS, 'dead', 1)
 end
 
+-- A released message's record without its gate (see above), rewritten in MSG; as it was
+-- when it has none, or a gate written otherwise than layout/record.py writes it (that
+-- message then waits in its bucket again).
+local function ungated(key, record)
+  local _, _, start, _, _, gate = parse(record)
+  if not gate then return record end
+  local field = 'l' .. #gate .. ':' .. gate
+  local from = start - 1 - #field
+  if from < 2 or string.sub(record, from, start - 2) ~= field then return record end
+  record = string.sub(record, 1, from - 1) .. string.sub(record, start - 1)
+  redis.call('HSET', MSG, key, record)
+  return record
+end
+
 -- Count one failed hand-over of an unclaimed message, then either schedule it again at
 -- `due` (rewriting its record's due time when it changes) or, at the last allowed try,
--- dead-letter it. Returns 1 when dead-lettered, else 0. A message cancelled meanwhile
--- (no record left) is forgotten.
+-- dead-letter it; either way ungated. Returns 1 when dead-lettered, else 0. A message
+-- cancelled meanwhile (no record left) is forgotten.
 local function failed_once(key, due, most_tries, reason, now)
   local record = redis.call('HGET', MSG, key)
   if not record then
     redis.call('HDEL', TRIES, key)
     return 0
   end
+  record = ungated(key, record)
   local tries = redis.call('HINCRBY', TRIES, key, 1)
   if tries >= most_tries then
     dead_letter(key, record, tries, reason, now)

@@ -3,7 +3,8 @@
 --! include handover.lua
 -- Give claimed messages back to the schedule (after prelude.lua and handover.lua): the
 -- broker refused them, or the publish failed before they were confirmed. Claims that
--- are no longer ours are left alone.
+-- are no longer ours are left alone. A flow-controlled message comes back ungated
+-- (handover.lua): its release counted it already.
 --
 -- ARGV[3]  owner of the claims
 -- ARGV[4]  1: the messages were refused (count a try, retry after a back-off, dead-letter
@@ -29,6 +30,7 @@ for i = 8, #ARGV do
         local due = now + backoff * 2 ^ tries
         dead = dead + failed_once(key, string.format('%d', due), most_tries, reason, now)
       else
+        record = ungated(key, record)
         add_entry(key, parse(record) or now)
         hold_key_again(record, key, now)
       end

@@ -7,9 +7,10 @@ messages leave through the store's ``HandOver`` (handover/).
 
 ``DelayedStore`` is the front its callers hold. The work is done by its facets, one
 module each, which share one ``StoreState`` (state.py): writes, changes (cancel,
-reschedule), moves, listing, counts, admin (purge, repair), dead letters, and periodic
-occurrences written ahead. Each facet but ``writes`` (and the hand-over) is made, and
-its module imported, on first use: a process that only publishes loads none of them.
+reschedule), moves, listing, counts, admin (purge, repair), dead letters, flow control's
+buckets, and periodic occurrences written ahead. Each facet but ``writes`` (and the
+hand-over) is made, and its module imported, on first use: a process that only publishes
+loads none of them.
 """
 
 from __future__ import annotations
@@ -33,12 +34,21 @@ if TYPE_CHECKING:
     from ..heartbeats import MoverRegistry
     from ..layout.delay_keys import DelayKey, KeyedOutcome
     from ..layout.record import Record
-    from ..results import DeadLetter, MoveResult, PendingMessage, Position, QueueBacklog
+    from ..results import (
+        BucketState,
+        DeadLetter,
+        MoveResult,
+        PendingMessage,
+        Position,
+        QueueBacklog,
+        TaskFlow,
+    )
     from .admin import Admin
     from .ahead import AheadOutcome, WriteAhead
     from .changes import Changes
     from .counts import Counts
     from .dead_letters import DeadLetters
+    from .flow import FlowReader
     from .listing import Listing
     from .moves import Moves
 
@@ -60,9 +70,9 @@ class DelayedStore:
 
     The one front every caller uses: each method hands the call to the facet that owns
     it (``writes``, ``changes``, ``moves``, ``listing``, ``counts``, ``admin``, ``dead``,
-    ``ahead``), which only the store itself reaches (a test checks). A caller needs no
-    knowledge of which module owns an operation, and the facets, made on first use, keep
-    a publishing process's imports small. ``movers`` is no facet but the movers'
+    ``flow``, ``ahead``), which only the store itself reaches (a test checks). A caller
+    needs no knowledge of which module owns an operation, and the facets, made on first
+    use, keep a publishing process's imports small. ``movers`` is no facet but the movers'
     heartbeat registry, which the store hands out.
     """
 
@@ -131,6 +141,12 @@ class DelayedStore:
         from .dead_letters import DeadLetters
 
         return DeadLetters(self.state)
+
+    @first_use
+    def flow(self) -> FlowReader:
+        from .flow import FlowReader
+
+        return FlowReader(self.state)
 
     @first_use
     def ahead(self) -> WriteAhead:
@@ -301,6 +317,14 @@ class DelayedStore:
     def drop_dead(self, queue: str, message_keys: Sequence[bytes]) -> int:
         return self.dead.drop(queue, message_keys)
 
+    # -- flow.py
+
+    def buckets(self, queue: str, log_entries: int = 0) -> list[BucketState]:
+        return self.flow.buckets(queue, log_entries)
+
+    def task_flows(self) -> list[TaskFlow]:
+        return self.flow.task_flows()
+
     # -- ahead.py
 
     def ahead_mark(self, queue: str, entry: str) -> str | None:
@@ -348,4 +372,4 @@ def import_facets() -> None:
     while a prefork pool forks can leave that module's import lock held in the child."""
     from .. import heartbeats  # noqa: F401
     from ..handover import claims, same_redis  # noqa: F401
-    from . import admin, ahead, changes, counts, dead_letters, listing, moves  # noqa: F401
+    from . import admin, ahead, changes, counts, dead_letters, flow, listing, moves  # noqa: F401

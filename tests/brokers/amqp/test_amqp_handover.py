@@ -178,14 +178,14 @@ def test_a_claim_whose_mover_died_comes_back_after_its_lease(
         queue = store.keys.for_queue(app.conf.task_default_queue)
         claimed = handover.scripts.claim_due(
             keys=queue.handover_keys(),
-            args=[*queue.page_args(), 10, 1 << 20, "pass-1", 200, 5, "dead-mover", 200],
+            args=[*queue.page_args(), 10, 1 << 20, "pass-1", 200, 5, "dead-mover", 200, 0],
         )
         assert len(claimed) == 8  # six numbers, then one key and its record
         assert store.move_all_due().moved == 0  # claimed: no other mover takes it
 
-        first = store.server_time_ms()
+        claimed_at = int(claimed[0])  # the claim's server time: its lease ends 200 ms on
         result = wait_for_move(store)
-        assert result.now_ms >= first + 200 - 5
+        assert result.now_ms - handover.ahead_ms >= claimed_at + 200
 
     (message,) = take_all(app, app.conf.task_default_queue)
     assert message.headers["id"] == sent.id

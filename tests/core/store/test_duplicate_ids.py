@@ -243,7 +243,7 @@ def test_a_message_a_mover_holds_for_another_broker_is_left_to_it_by_cancel(redi
     now = store.server_time_ms()
     schedule_same_id(store, "q", 120, now - 1)
     schedule_same_id(store, "q", 30, now + 3_600_000)
-    owner, policy = "pass-1", [60_000, 5, "mover-1", 2_000]  # lease, tries, claimer, hold
+    owner, policy = "pass-1", [60_000, 5, "mover-1", 2_000, 0]  # lease, tries, claimer, hold, log
     claim = [*shard.page_args(), 40, MOVE_BATCH_BYTES, owner, *policy]
     claimed = store.scripts.claim_due(keys=shard.handover_keys(), args=claim)[6::2]
     assert len(claimed) == 40
