@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
+from celery_delayq.brokers.connect import open_store
 from celery_delayq.core.health.consistency import consistency_findings
 from celery_delayq.core.health.health_checks import OK
 from celery_delayq.core.layout.delay_keys import DelayKey
@@ -135,3 +136,21 @@ def test_a_delay_key_holds_across_buckets_in_a_sharded_store(redis_client):
         message = Scheduled("q", f"m{n}", f"m{n}", later, "q", b"{}", gate=gate)
         outcomes.append(store.schedule_keyed(message, DelayKey("x")).outcome)
     assert outcomes == ["scheduled", "replaced"]
+
+
+def test_a_revoked_waiting_message_is_cancelled_in_its_bucket(make_app, redis_client):
+    """``app.control.revoke`` of a message waiting in its bucket: the broadcast's ids are
+    cancelled in the store (diverter.py), so no mover releases it."""
+    app = make_app(delayq_rate_limits={"tests.flow.limited": "1/m"})
+    first, second = (app.send_task("tests.flow.limited", (n,)) for n in range(2))
+    with open_store(app) as store:
+        keys = store.keys.for_queue("default")
+        store.move_all_due()
+        assert redis_client.llen("default") == 1
+        assert redis_client.llen(keys.gate("w", "tests.flow.limited")) == 1
+        assert store.find(second.id)
+
+        app.control.revoke(second.id)
+
+        assert store.find(second.id) == [] and store.find(first.id) == []
+        assert store.pending_counts(["default"]) == {"default": 0}
