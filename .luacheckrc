@@ -6,7 +6,7 @@
 -- declared (add redis.pcall, cjson, bit... here when a script needs one), so a misspelled
 -- redis.call is reported too. Redis's sandbox has no files, modules or processes.
 stds.redis = {read_globals = {
-  redis = {fields = {"call", "error_reply"}},
+  redis = {fields = {"call", "pcall", "error_reply"}},
   cjson = {fields = {"decode", "encode"}},
   "KEYS", "ARGV",
 }}
@@ -30,9 +30,9 @@ local helpers_exports = {
 }
 -- The locals gates.lua (flow control) defines for the scripts that take due messages, and
 -- for gate_hold.lua, which holds one bucket.
-local gates_exports = {"server_us", "gate_parts", "enter_gate", "release_gates",
-                       "next_release_ms", "READY", "GATES", "open_bucket", "allowed_at",
-                       "save_bucket"}
+local gates_exports = {"server_us", "gate_parts", "gate_usable", "enter_gate",
+                       "release_gates", "next_release_ms", "READY", "GATES", "open_bucket",
+                       "allowed_at", "save_bucket"}
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
                           "unclaim", "dead_letter", "failed_once", "ungated"}
@@ -68,15 +68,16 @@ files[lua .. "count.lua"] = reads({"PAGES", "PAGE_PREFIX", "head"},
 files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram", "collect_due",
                                       "drop_taken", "call_chunked", "head", "forget_duplicate",
                                        "release_key", "PAGES", "PAGE_PREFIX", "bury_unreadable",
-                                       "server_us", "gate_parts", "enter_gate", "release_gates",
-                                       "next_release_ms", "GATES"},
+                                       "server_us", "gate_parts", "gate_usable", "enter_gate",
+                                       "release_gates", "next_release_ms", "GATES"},
                                      "prelude.lua, helpers.lua and gates.lua")
 files[lua .. "gate_hold.lua"] = reads({"READY", "server_us", "open_bucket", "allowed_at",
                                        "save_bucket"},
                                       "prelude.lua, helpers.lua and gates.lua")
 files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse"}, "prelude.lua and helpers.lua")
-files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/enter_gate",
-                                    "211/release_gates", "211/next_release_ms"}
+files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/gate_usable",
+                                    "211/enter_gate", "211/release_gates",
+                                    "211/next_release_ms"}
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
                                       "hold_key_again", "with_due"},
                                      "prelude.lua and helpers.lua")
@@ -86,7 +87,8 @@ files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_du
                                        "head", "INFLIGHT", "CLAIMS", "CLAIMER", "unclaim",
                                        "failed_once", "release_key", "bury_unreadable",
                                        "DEAD", "DEAD_WHY", "server_us", "gate_parts",
-                                       "enter_gate", "release_gates", "next_release_ms", "GATES"},
+                                       "gate_usable", "enter_gate", "release_gates",
+                                       "next_release_ms", "GATES"},
                                       "prelude.lua, helpers.lua, handover.lua and gates.lua")
 files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                          "lateness_histogram", "unclaim", "forget_duplicate"},

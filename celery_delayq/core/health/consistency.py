@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 from ..layout.keys import QueueKeys
 from ..layout.record import Record, duplicate_key, is_duplicate, is_key_index, split_extra
-from ..redis_replies import hash_reply
+from ..redis_replies import hash_reply, list_reply
 from ..store import DelayedStore
 from .health_checks import OK, WARN, Finding
 
@@ -22,7 +22,9 @@ def consistency_findings(store: DelayedStore, repair: bool = False) -> list[Find
 
     Repairs, each re-checked atomically in Redis so running movers are never undone: a
     page entry without a record is dropped (nothing to deliver); a record without a page
-    entry, or with one at another time, is scheduled at the due time in the record; a
+    entry (and not waiting in a flow-control bucket, where a due limited message waits
+    out of the schedule by design), or with one at another time, is scheduled at the due
+    time in the record; a
     duplicate's listing is made to match its record; an unreadable record goes to the dead
     letters with the reason (``celery delayq dead`` lists them).
     """
@@ -85,7 +87,8 @@ def scan_shard(store: DelayedStore, keys: QueueKeys) -> QueueScan:
             scan.unreadable.append(key)
     unreadable = set(scan.unreadable)
     scan.ghosts = [key for key in scan.entries if key not in records and key not in unreadable]
-    scan.unscheduled = [key for key in records if key not in scan.entries]
+    waiting = _waiting(store, keys)
+    scan.unscheduled = [key for key in records if key not in scan.entries and key not in waiting]
     scan.mistimed = [
         key for key, due in records.items() if scan.entries.get(key, (b"", due))[1] != due
     ]
@@ -100,6 +103,20 @@ def scan_shard(store: DelayedStore, keys: QueueKeys) -> QueueScan:
     listed.update(duplicate_key(*extra) for extra in extras if extra is not None)
     scan.misfiled = listed ^ {key for key in records if is_duplicate(key)}
     return scan
+
+
+def _waiting(store: DelayedStore, keys: QueueKeys) -> set[bytes]:
+    """The message keys waiting in the shard's flow-control buckets (lua/gates.lua: each
+    bucket with messages waiting is in the ready set), read SCAN_CHUNK at a time."""
+    client = store.client
+    waiting: set[bytes] = set()
+    for bucket, _ in client.zscan_iter(keys.gate_ready, count=SCAN_CHUNK):
+        name = f"{keys.gates}w:".encode() + bytes(bucket)
+        if client.type(name) != b"list":
+            continue  # crafted: no message waits there (gates.lua)
+        for start in range(0, client.llen(name), SCAN_CHUNK):
+            waiting.update(list_reply(client.lrange(name, start, start + SCAN_CHUNK - 1)))
+    return waiting
 
 
 def _by_task(store: DelayedStore, keys: QueueKeys) -> list[bytes]:

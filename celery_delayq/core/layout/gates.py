@@ -38,6 +38,9 @@ MOST_RATES = 8
 _TOKEN = re.compile(r"([rc])(\d{1,18})/(\d{1,18})\Z")
 #: Longest limit key, in bytes (it is part of several Redis key names).
 MOST_KEY_BYTES = 512
+#: Longest interval between releases (us) a rate may ask for, and so slowest rate: one in
+#: 366 days (lua/gates.lua ignores a longer one, as a crafted spec's).
+MOST_INTERVAL_US = 366 * 86400 * 1_000_000
 
 
 class InvalidLimit(ValueError):
@@ -65,7 +68,11 @@ class Rate:
                 f"{text!r} is not a rate limit: write it as Celery does, a positive number "
                 'per "s", "m", "h" (or here "d"), e.g. "10/s", "100/m", "100000/d"'
             )
-        return cls(float(found.group(1)), UNITS[found.group(2) or "s"])
+        rate = cls(float(found.group(1)), UNITS[found.group(2) or "s"])
+        # compared before rounding: a tiny count's interval is no integer (inf)
+        if not rate.seconds * 1_000_000 / ((1 - CATCH_UP) * rate.count) <= MOST_INTERVAL_US:
+            raise InvalidLimit(f"{text!r} is slower than the slowest rate, one in 366 days")
+        return rate
 
     def interval_us(self) -> int:
         """Microseconds between releases, the catch-up taken off the count (see above).

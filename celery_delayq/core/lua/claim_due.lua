@@ -77,12 +77,15 @@ local now_us = server_us()
 local claimed = {}  -- message key, record, ...
 for i = 1, found.n do
   local spec, bucket = gate_parts(found.gate[i])
+  if spec and not gate_usable(bucket) then  -- crafted keys: claimed unlimited
+    found.gate[i], spec = nil, nil
+  end
   if spec then enter_gate(found.key[i], spec, bucket, now_us, now) end
   release_key(found.delay_key[i], found.key[i])
 end
 local released = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
                   expires = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
-release_gates(now_us, now, now, limit, log_size, released, function() return true end)
+release_gates(now_us, now, now, limit, budget, log_size, released, function() return true end)
 bury_unreadable(released, DEAD, DEAD_WHY, now)
 for i = 1, released.n do
   claimed[#claimed + 1] = released.key[i]

@@ -23,8 +23,14 @@
 -- per rate and "c<most>/<lease ms>" for a concurrency limit. Rates are GCRA without a
 -- burst (layout/gates.py proves the bound): a release's logical time is its rate's
 -- arrival time, or up to the catch-up before now when that is later, and the arrival
--- time moves on by the interval. Any other token is ignored: a crafted spec cannot make
--- a call run long, only release its messages unlimited.
+-- time moves on by the interval. Any other token is ignored, and so is a rate or lease
+-- longer than MOST_US (layout/gates.py refuses them): a crafted spec cannot make a call
+-- run long, only release its messages unlimited.
+--
+-- Crafted keys and values: a bucket's keys holding another type, or numbers Redis would
+-- refuse (nan, inf, beyond 2^53), cost that bucket its limits, never the call: a call
+-- that failed after its first write would hold every message of the queue, and could
+-- leave a message it had taken from its bucket with nothing to move it.
 --
 -- A limit holds across every mover and shard because one bucket lives in one place:
 -- with delayq_store_shards > 1 each gated message is stored in its bucket's shard
@@ -38,6 +44,43 @@
 local READY = KEYS[#KEYS]
 local GATES = string.sub(READY, 1, -6)  -- "P:{Q}:fc:"
 local DAY_US = 86400 * 1000000
+-- Longest interval or lease (us) a spec may ask for: 366 days, as layout/gates.py's.
+local MOST_US = 366 * DAY_US
+-- Times (us) beyond this are crafted: read as 0, so that all arithmetic on them stays
+-- exact and every command takes them as integers.
+local MOST_TIME = 2 ^ 52
+
+-- A time (us) read from a bucket's state; 0 for anything that is not one.
+local function time_us(text)
+  local t = tonumber(text)
+  if t and t == t and t > -MOST_TIME and t < MOST_TIME then return t end
+  return 0
+end
+
+-- Whether key holds a `want` (or nothing).
+local function holds(key, want)
+  local found = redis.call('TYPE', key)['ok']
+  return found == want or found == 'none'
+end
+
+-- Whether a bucket's waiting list and state hold what this file writes there, or
+-- nothing (looked at once a call; its running slots only when it has a concurrency limit).
+local kinds_seen = {}
+local function bucket_kinds(bucket)
+  local seen = kinds_seen[bucket]
+  if not seen then
+    seen = {waiting = holds(GATES .. 'w:' .. bucket, 'list'),
+            limits = holds(GATES .. 's:' .. bucket, 'hash')}
+    kinds_seen[bucket] = seen
+  end
+  return seen
+end
+
+-- Whether a due message can wait in this bucket (else it is delivered unlimited).
+local function gate_usable(bucket)
+  local kinds = bucket_kinds(bucket)
+  return kinds.waiting and kinds.limits
+end
 
 -- The Redis server's time in us (rates of more than 1000/s need finer than ms).
 local function server_us()
@@ -48,28 +91,35 @@ end
 -- One bucket's keys, limits and state.
 local function open_bucket(bucket)
   local b = {name = bucket, state = GATES .. 's:' .. bucket, waiting = GATES .. 'w:' .. bucket,
-             running = GATES .. 'r:' .. bucket, rates = {}, tats = {}}
+             running = GATES .. 'r:' .. bucket, rates = {}, tats = {}, hold = 0}
+  if not bucket_kinds(bucket).limits then
+    b.unlimited = true  -- crafted: its messages go as they would without limits
+    return b
+  end
   local spec, hold = unpack(redis.call('HMGET', b.state, 'spec', 'hold'))
   for token in string.gmatch(spec or '', '[^,]+') do
     local kind, a, c = string.match(token, '^([rc])(%d+)/(%d+)$')
-    if kind == 'r' and #b.rates < 8 then
-      b.rates[#b.rates + 1] = {tonumber(a), tonumber(c)}
-    elseif kind == 'c' then
-      b.most, b.lease = tonumber(a), tonumber(c)
+    a, c = tonumber(a), tonumber(c)
+    if kind == 'r' and #b.rates < 8 and a <= MOST_US and c <= MOST_US then
+      b.rates[#b.rates + 1] = {a, c}
+    elseif kind == 'c' and c <= MOST_US / 1000 then
+      b.most, b.lease = a, c
     end
   end
-  b.hold = hold == 'paused' and math.huge or tonumber(hold) or 0
+  if b.most and not holds(b.running, 'zset') then b.most = nil end  -- crafted: no limit
+  b.hold = hold == 'paused' and math.huge or time_us(hold)
   if #b.rates > 0 then
     local fields = {}
     for i = 1, #b.rates do fields[i] = 't' .. i end
     local tats = redis.call('HMGET', b.state, unpack(fields))
-    for i = 1, #b.rates do b.tats[i] = tonumber(tats[i]) or 0 end
+    for i = 1, #b.rates do b.tats[i] = time_us(tats[i]) end
   end
   return b
 end
 
--- When (us) the bucket's next message may go: its hold, every rate's arrival time less
--- its catch-up's reach (see above), and, with every slot taken, the first lease's end.
+-- When (us) the bucket's next message may go: its hold, every rate's arrival time (the
+-- catch-up applies to the release's logical time, see above), and, with every slot
+-- taken, the first lease's end.
 local function allowed_at(b, now, now_ms)
   local at = b.hold
   for i = 1, #b.rates do
@@ -79,7 +129,7 @@ local function allowed_at(b, now, now_ms)
     redis.call('ZREMRANGEBYSCORE', b.running, '-inf', now_ms)  -- a dead worker's slots
     if redis.call('ZCARD', b.running) >= b.most then
       local first = redis.call('ZRANGE', b.running, 0, 0, 'WITHSCORES')[2]
-      local free = first and tonumber(first) * 1000 or now
+      local free = first and time_us(tonumber(first) * 1000) or now
       if free > at then at = free end
     end
   end
@@ -89,6 +139,7 @@ end
 -- Keep the bucket's state: its arrival times, and an expiry a day after the last of
 -- them (a paused bucket's never expires).
 local function save_bucket(b, now, released)
+  if b.unlimited then return end
   local fields, last = {}, now
   for i = 1, #b.rates do
     fields[#fields + 1] = 't' .. i
@@ -96,7 +147,8 @@ local function save_bucket(b, now, released)
     if b.tats[i] > last then last = b.tats[i] end
   end
   if #fields > 0 then redis.call('HSET', b.state, unpack(fields)) end
-  if released > 0 then redis.call('HINCRBY', b.state, 'released', released) end
+  -- a crafted count is left as it is (HINCRBY refuses it)
+  if released > 0 then redis.pcall('HINCRBY', b.state, 'released', released) end
   if b.hold == math.huge then
     redis.call('PERSIST', b.state)
   else
@@ -113,7 +165,8 @@ local function gate_parts(gate)
   return string.sub(gate, 1, space - 1), string.sub(gate, space + 1)
 end
 
--- Put a due message in its bucket (spec and bucket: gate_parts of its gate).
+-- Put a due message in its bucket (spec and bucket: gate_parts of its gate; the bucket
+-- gate_usable).
 local function enter_gate(key, spec, bucket, now, now_ms)
   local state = GATES .. 's:' .. bucket
   if redis.call('HGET', state, 'spec') ~= spec then redis.call('HSET', state, 'spec', spec) end
@@ -127,22 +180,30 @@ end
 
 -- Release from the ready buckets, the longest-waiting first (fair across buckets: a
 -- bucket's backlog takes its turn, then goes to the back), at most `most` messages
--- looked at. Appends the released to `out` (found-style arrays, as collect_due: n, key,
--- record, due, destination, start, expires), and unreadable records to its bad_* arrays.
+-- looked at, and no more once `budget` payload bytes are released (as collect_due: big
+-- messages keep a call short). Appends the released to `out` (found-style arrays, as
+-- collect_due: n, key, record, due, destination, start, expires), and unreadable records
+-- to its bad_* arrays.
 -- `judged_ms`: a message due later than this was rescheduled after it entered (it waits
 -- in the schedule again): its stale place in the bucket is dropped. `deliverable(d)`:
 -- whether destination d (nil: the queue's own) can take it now; while not, the message
 -- keeps its place and its bucket is looked at again a second later. (claim_due.lua's
 -- always says yes: its broker answers for each message, and a refused one comes back
 -- through release_claimed.lua.)
-local function release_gates(now, now_ms, judged_ms, most, log_size, out, deliverable)
-  local work = 0
+local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out,
+                             deliverable)
+  local work, bytes = 0, 0
+  if log_size > 0 then
+    local kind = redis.call('TYPE', GATES .. 'log')['ok']
+    if kind ~= 'list' and kind ~= 'none' then log_size = 0 end  -- crafted: no log
+  end
   local buckets = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, most)
   for _, bucket in ipairs(buckets) do
-    if work >= most then break end
+    if work >= most or bytes >= budget then break end
     local b = open_bucket(bucket)
     local released, at = 0, allowed_at(b, now, now_ms)
-    while at <= now and work < most do
+    if not bucket_kinds(bucket).waiting then at = math.huge end  -- crafted: none wait there
+    while at <= now and work < most and bytes < budget do
       local key = redis.call('LPOP', b.waiting)
       if not key then break end
       work = work + 1
@@ -161,6 +222,7 @@ local function release_gates(now, now_ms, judged_ms, most, log_size, out, delive
         local n = out.n + 1
         out.n, out.key[n], out.record[n], out.due[n] = n, key, record, tonumber(due)
         out.destination[n], out.start[n], out.expires[n] = destination, start, expires
+        bytes = bytes + #record - start + 1
         for i, rate in ipairs(b.rates) do
           b.tats[i] = math.max(b.tats[i], now - rate[2]) + rate[1]
         end
@@ -172,7 +234,7 @@ local function release_gates(now, now_ms, judged_ms, most, log_size, out, delive
         at = allowed_at(b, now, now_ms)
       end  -- else cancelled, or due again later: nothing to release
     end
-    if redis.call('LLEN', b.waiting) == 0 then
+    if not bucket_kinds(bucket).waiting or redis.call('LLEN', b.waiting) == 0 then
       redis.call('ZREM', READY, bucket)
     else
       redis.call('ZADD', READY, at, bucket)

@@ -106,7 +106,11 @@ local function push(batch, i)
 end
 for i = 1, found.n do
   local destination = found.destination[i] or own_list
-  if not gate_parts(found.gate[i]) and not deliverable(destination) then
+  local _, bucket = gate_parts(found.gate[i])
+  if bucket and not gate_usable(bucket) then  -- crafted keys: delivered unlimited
+    found.gate[i], bucket = nil, nil
+  end
+  if not bucket and not deliverable(destination) then
     return redis.error_reply('celery-delayq: cannot deliver to ' .. destination ..
                              ': it holds a ' .. redis.call('TYPE', destination)['ok'] ..
                              ', not a list')
@@ -130,7 +134,7 @@ for i = 1, found.n do
 end
 local released = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
                   expires = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
-release_gates(now_us, now, judged, limit, log_size, released, function(destination)
+release_gates(now_us, now, judged, limit, budget, log_size, released, function(destination)
   return deliverable(destination or own_list)
 end)
 for i = 1, released.n do

@@ -4,6 +4,7 @@
 -- caller read it (compare-and-set, so a concurrent move or cancel wins cleanly).
 -- After prelude.lua.
 --
+-- KEYS[5]  P:{Q}:inflight  zset  claimed message keys (handover.lua)
 -- ARGV[3]  message key
 -- ARGV[4]  the record as the caller read it
 -- ARGV[5]  the new record (its due time is ARGV[6])
@@ -14,8 +15,14 @@
 local key = ARGV[3]
 local record = redis.call('HGET', MSG, key)
 if record ~= ARGV[4] then return 0 end
-local due = parse(record)
-if not due or remove_entry(key, due) == 0 then return 0 end
+local due, _, _, _, _, gate = parse(record)
+if not due then return 0 end
+if remove_entry(key, due) == 0 then
+  -- Out of the schedule: claimed by a mover, and on its way; or, with a gate, due and
+  -- waiting in its bucket (gates.lua). That one waits in the schedule again, and its
+  -- place in the bucket is dropped if reached before the new time.
+  if not gate or redis.call('ZSCORE', KEYS[5], key) then return 0 end
+end
 add_entry(key, ARGV[6])
 redis.call('HSET', MSG, key, ARGV[5])
 if head() == key then redis.call('PUBLISH', ARGV[7], ARGV[6]) end

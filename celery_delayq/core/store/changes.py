@@ -85,6 +85,7 @@ class Changes:
         new = record._replace(due_ms=due_ms, payload=rewrite_payload(record.payload))
         new_raw = new.encode(keys.own_list)
         wakeup = self.state.keys.wakeup_channel
+        args = [*keys.page_args(), key, raw, new_raw, due_ms, wakeup]
         return int(
-            self.state.run(self.state.scripts.replace, keys, key, raw, new_raw, due_ms, wakeup)
+            self.state.call(self.state.scripts.replace, [*keys.as_list(), keys.inflight], args)
         )

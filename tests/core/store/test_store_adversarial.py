@@ -123,10 +123,11 @@ PARSE = (
     + """
 local out = {}
 for i = 3, #ARGV do
-  local due, destination, start, expires, delay_key = parse(ARGV[i])
+  local due, destination, start, expires, delay_key, gate = parse(ARGV[i])
   if start then
     out[#out + 1] = {1, due, destination and 1 or 0, destination or '', start,
-                     expires and 1 or 0, expires or '', delay_key and 1 or 0, delay_key or ''}
+                     expires and 1 or 0, expires or '', delay_key and 1 or 0, delay_key or '',
+                     gate and 1 or 0, gate or ''}
   else
     out[#out + 1] = {0, destination or ''}
   end
@@ -180,6 +181,21 @@ HAND_WRITTEN = [
     b"100d1:\xffx5k1:z:payload",
     b"100k1:zx5:p",
     b"100x5d1:a:p",
+    b"100l0::p",
+    b"100l3:a b:p",
+    b"100l3:a b",
+    b"100l-1:p",
+    b"100l4:a b:p",
+    b"100l2:a b:p",
+    b"100l" + b"9" * 16 + b":a:p",
+    b"100k1:zl3:r b:p",
+    b"100l3:r bk1:z:p",
+    b"100x5k1:zl3:r b:p",
+    b"100d1:ax5k1:zl5:r1/1 :p",
+    b"100l3:\x00 \n:p",
+    b"100ll1:a:p",
+    b'{"delayq":12,"l3:a b":1}',
+    b'{"delayq":12l3:a b:p',
     b'{"delayq":12,"a":1}',
     b'{"delayq":12,',
     b'{"delayq":12',
@@ -197,7 +213,8 @@ HAND_WRITTEN = [
 PIECES = [
     b"0", b"7", b"12", b"1700000000000", b"-1", b"+1", b"1e3", b"1.5", b"0x1f", b" 1",
     b"", b"9" * 15, b"9" * 16, b"d", b"x", b"k", b":", b":", INLINE_PREFIX, b",", b"{",
-    b"abc", b"\xff\x00", b"3:", b"0:", b"3:abc", b"\t", b"inf", b"nan", b"-",
+    b"abc", b"\xff\x00", b"3:", b"0:", b"3:abc", b"\t", b"inf", b"nan", b"-", b"l", b"l3:a b",
+    b"l5:r1/1 ",
 ]  # fmt: skip
 RECORDS = st.one_of(
     st.binary(max_size=40), st.lists(st.sampled_from(PIECES), max_size=8).map(b"".join)
@@ -218,7 +235,8 @@ def same_verdict(raw: bytes, lua: list[bytes | int]) -> None:
         assert record is None, f"Lua refuses {raw!r} ({lua[1]!r}), Python reads {record}"
         return
     assert record is not None, f"Lua reads {raw!r} as {lua}, Python refuses it"
-    _, due, has_destination, destination, start, has_expires, expires, has_key, key = lua
+    _, due, has_destination, destination, start, has_expires, expires, has_key, key = lua[:9]
+    has_gate, gate = lua[9:]
     assert record.due_ms == int(due)
     if has_destination:
         assert record.destination.encode("utf-8", "surrogateescape") == destination
@@ -226,6 +244,7 @@ def same_verdict(raw: bytes, lua: list[bytes | int]) -> None:
         assert record.destination == OWN
     assert record.expires_ms == (int(expires) if has_expires else None)
     assert record.delay_key == (key if has_key else None)
+    assert record.gate == (gate if has_gate else None)
     if start == 1:  # inline: delivered whole
         assert raw.startswith(INLINE_PREFIX)
         assert record.payload == b"{" + raw[raw.index(b",") + 1 :]
@@ -280,6 +299,8 @@ def test_an_unreadable_record_goes_to_the_dead_letters_with_a_warning(redis_clie
 @settings(FIXTURE_SETTINGS, max_examples=50)
 @given(st.lists(RECORDS, min_size=1, max_size=8))
 @example(records=[b"0:", b"0:\x00"])
+@example(records=[b"1:q", b"0l3:a b:p"])
+@example(records=[b"999999999999999l3:a b:p", b"5l3:a c:p", b"6l3:a b:s"])
 @pytest.mark.promise("crafted-input-stops-nothing")
 def test_a_move_delivers_every_readable_record_and_dead_letters_the_rest(redis_client, records):
     redis_client.flushall()
@@ -288,7 +309,8 @@ def test_a_move_delivers_every_readable_record_and_dead_letters_the_rest(redis_c
     now = store.server_time_ms()
     store.schedule(message(0, now + HOUR_MS))  # a page to put the entries in
     expected: dict[bytes, list[bytes]] = {}
-    unreadable = 0
+    gated: list[tuple[bytes, int, bytes, bytes]] = []  # bucket, n, destination, payload
+    unreadable = stale = 0
     for n, raw in enumerate(records):
         key = task_key(f"raw{n}")
         redis_client.hset(keys.messages, key, raw)
@@ -300,13 +322,24 @@ def test_a_move_delivers_every_readable_record_and_dead_letters_the_rest(redis_c
             continue
         destination = record.destination.encode("utf-8", "surrogateescape")
         delivered = raw if raw.startswith(INLINE_PREFIX) else record.payload
+        spec, _, bucket = (record.gate or b"").partition(b" ")
+        if bucket:  # flow-controlled (no valid limit: unlimited); released after the rest
+            if record.due_ms > now + HOUR_MS:
+                stale += 1  # its record says it is due later: dropped from its bucket
+            else:
+                gated.append((bucket, n, destination, delivered))
+            continue
         # entries due ever earlier: moved last first, each LPUSHed in front
         expected.setdefault(destination, []).append(delivered)
     redis_client.zadd(keys.pages, {1: now - len(records)})
+    # pushed after the rest: bucket by bucket in name order (all ready at 0), each in due
+    # order; each LPUSHed in front
+    for _, _, destination, delivered in sorted(gated, key=lambda g: (g[0], -g[1])):
+        expected.setdefault(destination, []).insert(0, delivered)
 
     store.move_all_due()
 
-    assert redis_client.hlen(keys.messages) == 1
+    assert redis_client.hlen(keys.messages) == 1 + stale
     assert len(store.dead_letters("q")) == unreadable
     for destination, payloads in expected.items():
         assert redis_client.lrange(destination, 0, -1) == payloads
