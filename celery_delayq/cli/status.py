@@ -97,6 +97,7 @@ def queue_json(q: QueueBacklog) -> dict[str, Any]:
         "next_due": iso(q.next_due),
         "in_flight": q.in_flight,
         "dead": q.dead,
+        "waiting": q.waiting,
     }
 
 

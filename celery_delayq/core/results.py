@@ -93,6 +93,9 @@ class QueueBacklog:
     in_flight: int = 0
     #: Not pending: messages the broker kept refusing (``DelayedStore.dead``).
     dead: int = 0
+    #: Of ``pending``: due, and waiting in a flow-control bucket until its limits allow
+    #: their release (never ``overdue``: a limit holds them, not a late mover).
+    waiting: int = 0
 
     @property
     def lag(self) -> float:

@@ -80,17 +80,13 @@ def test_a_rescheduled_waiting_message_runs_once_at_its_new_time(redis_client, l
     assert redis_client.zcard(keys.pages) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: the listing and the backlog's overdue count read the pages only; a "
-    "waiting message is pending (HLEN) yet listed nowhere and not overdue",
-)
-def test_a_waiting_message_is_listed_and_overdue(redis_client):
+def test_a_waiting_message_is_counted_as_waiting_not_overdue(redis_client):
+    """Pending, and found by task id; in the backlog it is waiting (a limit holds it), not
+    overdue (no mover is late); the pages' listing leaves it to `celery delayq limits`."""
     store, _, _ = one_waiting(redis_client)
     (backlog,) = store.backlog()
-    assert backlog.pending == 1
-    assert [m.key for m in store.pending(queue="q")] == [b"\x00second"]
-    assert backlog.overdue == 1
+    assert (backlog.pending, backlog.waiting, backlog.overdue) == (1, 1, 0)
+    assert store.pending(queue="q") == []
 
 
 def test_doctor_finds_nothing_wrong_with_a_waiting_message(redis_client):

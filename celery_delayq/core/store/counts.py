@@ -28,16 +28,28 @@ class Counts:
         """Pending, overdue and next due time per queue (queues with nothing pending too)."""
         queues = self.state.queues()
         now_ms = self.state.server_time_ms()
-        counts = self._counts(queues, ["-inf", now_ms + 1])
+        counts = self._counts(queues, ["-inf", now_ms + 1, "+inf"])
         pending = self.pending_counts(queues)
         handover = self.handover_counts(queues)
         now = now_ms / 1000.0
-        return [
-            QueueBacklog(
-                queue, pending[queue], int(overdue), _seconds(next_due), now, *handover[queue]
+        backlogs = []
+        for queue, (next_due, overdue, later) in zip(queues, counts):
+            in_flight, dead = handover[queue]
+            # the rest of pending is out of the schedule and not claimed: in its bucket
+            waiting = max(0, pending[queue] - overdue - later - in_flight)
+            backlogs.append(
+                QueueBacklog(
+                    queue,
+                    pending[queue],
+                    overdue,
+                    _seconds(next_due),
+                    now,
+                    in_flight,
+                    dead,
+                    waiting,
+                )
             )
-            for queue, (next_due, overdue) in zip(queues, counts)
-        ]
+        return backlogs
 
     def handover_counts(self, queues: Sequence[str]) -> dict[str, tuple[int, int]]:
         """Per queue: messages in flight to another broker, and dead letters."""
