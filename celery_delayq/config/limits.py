@@ -10,7 +10,7 @@ for a task without limits.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 from celery import Celery
@@ -22,11 +22,16 @@ from ..core.layout.gates import (
     Rate,
     bucket_of,
     gate_field,
+    limits_concurrency,
 )
 from .errors import ConfigurationError
 
 #: The message header naming a call's limit key: each key gets its own bucket.
 LIMIT_KEY_HEADER = "delayq_limit_key"
+#: The header a message of a concurrency-limited task carries, naming its running slot
+#: as ``[queue, bucket]`` (``mark_slot``): its worker renews and gives back the slot
+#: (worker/slots.py).
+SLOT_HEADER = "delayq_slot"
 #: Most concurrency one limit may allow.
 MOST_CONCURRENCY = 100_000
 
@@ -139,6 +144,20 @@ class TaskLimits:
             if len(key.encode("utf-8", "surrogatepass")) > MOST_KEY_BYTES:
                 raise InvalidLimit(f"a limit key is at most {MOST_KEY_BYTES} bytes: {key[:40]!r}")
         return gate_field(spec, bucket_of(task, key))
+
+
+def mark_slot(headers: Mapping[str, Any], queue: str, gate: bytes | None) -> None:
+    """Name the running slot of a message that will take one (its gate holds a
+    concurrency limit) in its headers, before its envelope is made; drop a stale name
+    (a retry's, say) from any other message. A publish of a task without limits pays
+    one dict lookup."""
+    if not isinstance(headers, MutableMapping):
+        return
+    if gate is not None and limits_concurrency(gate):
+        bucket = gate.partition(b" ")[2].decode("utf-8", "surrogatepass")
+        headers[SLOT_HEADER] = [queue, bucket]
+    elif SLOT_HEADER in headers:
+        del headers[SLOT_HEADER]
 
 
 _limits: weakref.WeakKeyDictionary[Celery, TaskLimits] = weakref.WeakKeyDictionary()

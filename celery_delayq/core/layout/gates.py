@@ -112,3 +112,13 @@ def shard_key(gate: bytes) -> bytes:
     """What a gated message's shard is chosen by: its bucket, so that one bucket's
     messages wait in one shard, under one limit."""
     return b"\x05" + gate.partition(b" ")[2]
+
+
+def bucket_shard_key(bucket: str) -> bytes:
+    """``shard_key`` of any gate of ``bucket``: where its slots are (worker/slots.py)."""
+    return shard_key(gate_field("", bucket))
+
+
+def limits_concurrency(gate: bytes) -> bool:
+    """Whether a gate's spec holds a concurrency limit (its tasks take slots)."""
+    return b",c" in b"," + gate.partition(b" ")[0]

@@ -195,6 +195,11 @@ class QueueKeys(NamedTuple):
         """One bucket's waiting list (``w``), state (``s``) or running slots (``r``)."""
         return f"{self.gates}{kind}:{bucket}"
 
+    def slot_keys(self, bucket: str) -> list[str]:
+        """KEYS of ``lua/slot_end.lua`` (the first two: ``lua/slot_take.lua``): one
+        bucket's running slots, state, waiting list, and the queue shard's ready buckets."""
+        return [*(self.gate(kind, bucket) for kind in "rsw"), f"{self.gates}ready"]
+
     def move_keys(self) -> list[str]:
         """KEYS[1..7] of ``lua/move_due.lua``: an unreadable record goes to the dead
         letters, a flow-controlled one to its bucket (lua/gates.lua)."""
