@@ -167,7 +167,12 @@ def stamped(self: Any, seconds: float = 1.0, outcome: str = "return", label: str
     """Record its start, run for ``seconds``, record its end, then return, or fail
     (``outcome`` "fail"), or retry once at once ("retry"). Delivered again (its worker
     killed), it runs in full: a flow-control test counts it running."""
-    facts = {"label": label, "pid": os.getpid(), "retries": self.request.retries}
+    facts = {
+        "label": label,
+        "pid": os.getpid(),
+        "worker": os.getpgid(0),  # the worker's process group: a test kills it whole
+        "retries": self.request.retries,
+    }
     record(self.request.id, None, phase="start", **facts)
     time.sleep(seconds)
     record(self.request.id, None, phase="end", **facts)

@@ -27,7 +27,7 @@ def on_worker_init(sender: Any, **_: Any) -> None:
     from .inspect import list_delayed_in_scheduled
     from .periodic_runs import end_periodic_run, guard_tasks
     from .poison import PoisonGuard
-    from .slots import RENEWER, end_slot, revoked, take_slot
+    from .slots import RENEWER, end_slot, revoked
 
     check_store_setting(sender.app)
     if uses_delayq(sender.app):
@@ -39,10 +39,10 @@ def on_worker_init(sender: Any, **_: Any) -> None:
         signals.task_postrun.connect(
             end_periodic_run, weak=False, dispatch_uid="celery_delayq.periodic_runs"
         )
-        # running slots of concurrency-limited tasks (slots.py): taken and given back in
-        # the process that runs the task, renewed and revoked in the main process
+        # running slots of concurrency-limited tasks (slots.py): taken (by guard_tasks'
+        # wrapper) and given back in the process that runs the task, renewed and
+        # revoked in the main process
         for signal, receiver in (
-            (signals.task_prerun, take_slot),
             (signals.task_postrun, end_slot),
             (signals.task_received, RENEWER.received),
             (signals.task_revoked, revoked),

@@ -37,6 +37,7 @@ from celery.exceptions import Ignore
 from ..periodic.entry import MAX_NAME_LENGTH
 from ..periodic.history import EntryHistory
 from ..periodic.records import ENTRY_HEADER, OCCURRENCE_HEADER, OVERLAP_HEADER
+from .slots import slot_taken
 from .stores import STORES
 
 logger = logging.getLogger(__name__)
@@ -133,12 +134,15 @@ def starts(task: Any) -> bool:
 
 
 def guarded(task: Any, run: Callable[..., Any]) -> Callable[..., Any]:
-    """``run``, as the worker calls it: not at all for a skipped periodic run."""
+    """``run``, as the worker calls it: not at all for a skipped periodic run, nor for
+    a concurrency-limited task that finds no running slot free (slots.py)."""
 
     @functools.wraps(run)
     def guarded_run(*args: Any, **kwargs: Any) -> Any:
         if not starts(task):
             raise Ignore("periodic run skipped: the previous one is still going")
+        if not slot_taken(task):
+            raise Ignore("no running slot free: the message waits in its bucket again")
         return run(*args, **kwargs)
 
     setattr(guarded_run, GUARDED, True)  # noqa: B010 - a mark on a function, unchecked

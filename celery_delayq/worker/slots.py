@@ -5,13 +5,14 @@ The release takes the slot (core/lua/gates.lua: the message's key in its bucket'
 ``P:{Q}:fc:r:<bucket>``, with a lease of ``delayq_concurrency_lease``); the message names
 it in its ``delayq_slot`` header (config/limits.py ``mark_slot``). Here, in every pool:
 
-- as the task starts (``task_prerun``, in the process that runs it), the slot is taken
-  again (core/lua/slot_take.lua): kept when still held, taken anew when its lease ran
-  out, even above the limit. A message the broker delivers again after its worker died
-  (an ``acks_late`` task's) did not pass the gate again: it runs in the dead worker's
-  slot while that slot's lease lasts, else in a new one; it already left its bucket,
-  so it is not held back, and the bucket releases nothing more until it is under its
-  limit again;
+- as the task starts (in the process that runs it, from the wrapper of its ``run``
+  that periodic_runs.py puts in place), the slot is taken again
+  (core/lua/slot_take.lua): kept when still held, else a free one taken. A message
+  the broker delivers again after its worker died (an ``acks_late`` task's) did not
+  pass the gate again: it runs in the dead worker's slot while that slot's lease
+  lasts (the same message: the dead run is over), else in a free slot; with none
+  free, it is published again, the same task, to wait in its bucket, and this
+  delivery ends without running it (``Ignore``: acknowledged, no result);
 - as it ends (``task_postrun``: returned, failed, retried, ignored, rejected; or
   ``task_revoked`` in the worker's main process, for a task revoked before it ran or
   terminated), the slot is given back and its bucket made ready at once
@@ -22,10 +23,10 @@ it in its ``delayq_slot`` header (config/limits.py ``mark_slot``). Here, in ever
   (``Renewer``), only while the slot is held: a slot ended or run out stays so. A worker
   that dies stops renewing, and its slots are free again when their leases end.
 
-So a bucket never has more than its limit of slots held through releases; a task runs
-outside them only when its slot's lease ran out while it was held (its worker was cut
-off from Redis, or stopped, for a whole lease): another message may then have been
-released into the slot. With Redis out of reach, or a crafted header, the task runs
+So no more tasks of a bucket start than it has slots, and each holds its slot until
+it ends, or its worker dies, or its worker stops renewing it for a whole lease (cut
+off from Redis, or stopped): a task still running then no longer counts, and another
+may start in its place. With Redis out of reach, or a crafted header, the task runs
 and a warning is logged; the header can name only flow-control keys of this store.
 """
 
@@ -40,7 +41,7 @@ from typing import Any, NamedTuple
 from celery import Celery
 from celery.worker import state as worker_state
 
-from ..config.limits import SLOT_HEADER
+from ..config.limits import LIMIT_KEY_HEADER, SLOT_HEADER
 from ..config.settings import config_of
 from ..core.layout.gates import MOST_KEY_BYTES, bucket_shard_key
 from ..core.layout.keys import KeySpace
@@ -92,30 +93,50 @@ def _store_failed(app: Celery, what: str, exc: Exception) -> None:
 _TAKEN: dict[str, Slot] = {}
 
 
-def take_slot(sender: Any = None, task_id: Any = None, task: Any = None, **_: Any) -> None:
-    """``task_prerun``: hold the starting task's slot, if it has one (see above)."""
+def slot_taken(task: Any) -> bool:
+    """Hold the slot of the task starting in this process, if it has one (see above);
+    False when none was free and the message went back to wait in its bucket: then the
+    task must not run (periodic_runs.py's wrapper of ``run`` calls it)."""
     request: Any = getattr(task, "request", None)
+    task_id = getattr(request, "id", None)
     if request is None or request.get(SLOT_HEADER) is None:
-        return
+        return True
     app = task.app
     try:
         store = STORES.of(app)
         slot = slot_of(store.keys, request.get(SLOT_HEADER), task_id)
         if slot is None:
             logger.warning("celery-delayq: task %r names no slot it can hold", task_id)
-            return
-        _TAKEN[task_id] = slot
+            return True
+        _TAKEN[task_id] = slot  # given back as it ends, whatever the take's fate
         outcome, _lease = store.scripts.slot_take(keys=slot.keys[:2], args=[slot.member, "take"])
-    except Exception as exc:  # the task runs; its slot is given back as it ends
+    except Exception as exc:  # the task runs
         _store_failed(app, "taken", exc)
-        return
-    if outcome == 3:
-        logger.warning(
-            "celery-delayq: task %s runs above its concurrency limit (%r): its slot's "
-            "lease ran out before it started (delivered again after its worker died?)",
-            task_id,
-            slot.bucket,
-        )
+        return True
+    if outcome != 3:
+        return True
+    del _TAKEN[task_id]
+    try:
+        send_back(task, request)
+    except Exception as exc:  # the task runs, above its limit, rather than be lost
+        logger.warning("celery-delayq: task %s could not wait for a slot: %r", task_id, exc)
+        return True
+    logger.info(
+        "celery-delayq: task %s waits in its bucket again: its slot's lease ran out and "
+        "none is free (delivered again after its worker died?)",
+        task_id,
+    )
+    return False
+
+
+def send_back(task: Any, request: Any) -> None:
+    """Publish the task's message again, the same task: a concurrency-limited task's
+    message waits in its bucket (config/limits.py), and is released into a free slot."""
+    headers = dict(request.headers) if isinstance(request.headers, Mapping) else {}
+    key = request.get(LIMIT_KEY_HEADER)
+    if key is not None:
+        headers[LIMIT_KEY_HEADER] = key
+    task.signature_from_request(request, headers=headers).apply_async()
 
 
 def give_back(app: Celery, slot: Slot) -> None:

@@ -177,7 +177,8 @@ class Diverter:
         delay key (key_headers.py), or when its task is flow-controlled (then even when
         already due: it waits for its limits); whether it was kept."""
         gate = self.limits.gate_of(message.headers)
-        mark_slot(message.headers, message.queue, gate)
+        # slots are taken at release by the Redis broker's own move only (move_due.lua)
+        mark_slot(message.headers, message.queue, gate if self.config.store_url is None else None)
         eta = message.headers.get("eta")
         if eta is None and gate is None:
             return False

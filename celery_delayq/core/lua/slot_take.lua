@@ -7,10 +7,9 @@
 --
 -- "take" keeps the message's slot if the release's is still held (a message delivered
 -- again after its worker died runs in the dead one's slot: the same message, once), else
--- takes one, even when every slot is held: the message already left its bucket, and
--- runs; the bucket then releases nothing until it is back under its limit. "renew"
--- only moves the end of a slot still held (ZADD XX): a slot ended, or whose lease ran
--- out, stays ended.
+-- takes a free one; with none free it takes nothing (the worker sends the message back
+-- to wait in its bucket). "renew" only moves the end of a slot still held: a slot
+-- ended, or whose lease ran out, stays ended.
 --
 -- KEYS[1]  P:{Q}:fc:r:<bucket>  zset  message key -> end (ms) of its slot's lease
 -- KEYS[2]  P:{Q}:fc:s:<bucket>  hash  the bucket's state: 'spec' holds c<most>/<lease ms>
@@ -18,7 +17,7 @@
 -- ARGV[2]  "take" or "renew"
 -- Returns  {what happened, the lease (ms; 0: the bucket has no concurrency limit)}:
 --          0 nothing (no limit, no slot held to renew, or keys of another type),
---          1 the slot was held and is renewed, 2 taken within the limit, 3 taken above it
+--          1 the slot was held and is renewed, 2 a free one taken, 3 none free: none taken
 
 local RUNNING, STATE, member, take = KEYS[1], KEYS[2], ARGV[1], ARGV[2] == 'take'
 local DAY_MS = 86400 * 1000
@@ -43,7 +42,8 @@ if not held then
     return {0, lease}
   end
   redis.call('ZREMRANGEBYSCORE', RUNNING, '-inf', now)  -- dead workers' slots
-  outcome = redis.call('ZCARD', RUNNING) < most and 2 or 3
+  if redis.call('ZCARD', RUNNING) >= most then return {3, lease} end
+  outcome = 2
 end
 redis.call('ZADD', RUNNING, ends, member)
 redis.call('PEXPIRE', RUNNING, lease + DAY_MS)  -- a crafted bucket's slots do not stay
