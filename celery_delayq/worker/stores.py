@@ -23,6 +23,12 @@ class Stores:
         #: app -> (the process that opened it, its connection, its store)
         self._open: weakref.WeakKeyDictionary[Celery, tuple[int, StoreConnection, DelayedStore]]
         self._open = weakref.WeakKeyDictionary()
+        # a pool process forked while a thread of the main process (slots.py's renewer)
+        # held the lock would wait for it forever: each child starts with a free one
+        os.register_at_fork(after_in_child=self._free_lock)
+
+    def _free_lock(self) -> None:
+        self._lock = threading.Lock()
 
     def of(self, app: Celery) -> DelayedStore:
         with self._lock:

@@ -10,6 +10,7 @@ was killed (the whole process group, SIGKILLed, as when a machine dies)."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import time
@@ -25,6 +26,7 @@ from celery_delayq.brokers.connect import open_store
 from celery_delayq.config.limits import LIMIT_KEY_HEADER, SLOT_HEADER
 from celery_delayq.core.layout.gates import bucket_of
 from celery_delayq.core.layout.keys import QueueKeys
+from celery_delayq.core.layout.record import task_key
 from celery_delayq.testing import wait_until
 from celery_delayq.testing.processes import celery_command, spawn, stop_group
 
@@ -259,3 +261,99 @@ def test_a_killed_workers_slot_comes_back_when_its_lease_ends(
     after = [run for run in runs_of(redis_client) if run["label"] == "next"]
     assert len(after) == 1
     assert killed_at < after[0]["start"] < killed_at + lease + 4
+
+
+#: The chaos run: how long, how often a worker is killed, how many workers.
+CHAOS_SECONDS, KILL_EVERY, CHAOS_WORKERS = 120.0, 3.0, 6
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_chaos_a_worker_killed_every_few_seconds_never_lets_more_than_the_limit_run(
+    make_app, redis_server, redis_client, tmp_path
+) -> None:
+    """Limit 3 on one limit key, tasks of 2 s (acks_late: a killed one is delivered
+    again), six prefork workers, one SIGKILLed (its whole process group) every 3 s and
+    started again, for two minutes: never more than three running at once, each killed
+    task's slot back within the lease (6 s) of the kill or held by its redelivery, and
+    every task done."""
+    lease = 6.0
+    restore = {
+        "visibility_timeout": 5,
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }
+    settings = settings_of(3, lease, broker_transport_options=restore)
+    app = make_app(**settings)
+    running = queue_keys(app).gate("r", bucket_of(STAMPED, "chaos"))
+    env = worker_app_env(redis_server.url, settings)
+    rng = random.Random(7)
+
+    def start(n: int) -> subprocess.Popen[bytes]:
+        command = celery_command(
+            "tests.worker_app",
+            "worker",
+            *("-l", "info", "-c", "1", "-n", f"w{n}-{time.time()}@%h"),
+            *("--without-mingle", "--without-gossip"),
+        )
+        log = tmp_path / f"w{n}-{time.time()}.log"
+        return spawn(command, env, log, root=REPO_ROOT)
+
+    fleet = [start(n) for n in range(CHAOS_WORKERS)]
+    killed: dict[int, float] = {}
+    checks: list[tuple[float, float, list[Run]]] = []  # (due, killed at, runs killed)
+    late: list[str] = []
+    try:
+        sent = [
+            app.send_task(STAMPED, (2.0,), {"label": str(n)}, headers={LIMIT_KEY_HEADER: "chaos"})
+            for n in range(150)
+        ]
+        wait_until(lambda: runs_of(redis_client), timeout=60, what="a first start")
+        ends, next_kill = time.monotonic() + CHAOS_SECONDS, time.monotonic() + KILL_EVERY
+        while time.monotonic() < ends or checks:
+            now = time.monotonic()
+            if now >= next_kill and now < ends:
+                n = rng.randrange(len(fleet))
+                victim = fleet[n]
+                killed[victim.pid] = kill(victim)
+                going = [
+                    run
+                    for run in runs_of(redis_client)
+                    if run["worker"] == victim.pid and run["end"] is None
+                ]
+                checks.append((now + lease + 1.5, killed[victim.pid], going))
+                fleet[n] = start(n)
+                next_kill = now + KILL_EVERY
+            for check in [check for check in checks if check[0] <= now]:
+                checks.remove(check)
+                _, killed_at, going = check
+                held = held_slots(redis_client, app, "chaos")
+                later = {run["id"] for run in runs_of(redis_client) if run["start"] > killed_at}
+                late += [
+                    run["id"]
+                    for run in going
+                    if task_key(run["id"]) in held and run["id"] not in later
+                ]
+            time.sleep(0.1)  # the loop's tick: kills and checks fall due on the clock
+        wait_until(
+            lambda: (
+                {run["id"] for run in runs_of(redis_client) if run["end"]}
+                >= {result.id for result in sent}
+            ),
+            timeout=300,
+            what="every task done",
+        )
+        wait_until(lambda: not redis_client.zcard(running), timeout=lease + 5, what="no slot")
+    finally:
+        for process in fleet:
+            stop_group(process, 15)
+    done = runs_of(redis_client)
+    print(  # shown with -s: what the chaos did
+        f"kills {len(killed)}, runs {len(done)}, killed mid-run "
+        f"{sum(run['end'] is None for run in done)}, tasks {len(sent)}, "
+        f"most at once {most_at_once(done, killed)}"
+    )
+    assert len(killed) >= CHAOS_SECONDS / KILL_EVERY - 1
+    assert late == []
+    assert most_at_once(done, killed) == 3
+    assert sum(run["end"] is None for run in done) >= 10  # tasks were killed mid-run
