@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping, MutableMapping
-from typing import Any
+from typing import Any, Protocol
 
 from celery import Celery
 
@@ -30,7 +30,7 @@ from .errors import ConfigurationError
 LIMIT_KEY_HEADER = "delayq_limit_key"
 #: The header a message of a concurrency-limited task carries, naming its running slot
 #: as ``[queue, bucket]`` (``mark_slot``): its worker renews and gives back the slot
-#: (worker/slots.py).
+#: (worker/running_slots.py).
 SLOT_HEADER = "delayq_slot"
 #: Most concurrency one limit may allow.
 MOST_CONCURRENCY = 100_000
@@ -88,14 +88,25 @@ def read_concurrency_limits(value: object) -> ConcurrencyLimits:
     )
 
 
+class LimitSettings(Protocol):
+    """What the limits take of the settings (settings.py's DelayqConfig, which reads its
+    limits with this module's readers)."""
+
+    @property
+    def rate_limits(self) -> Any: ...
+    @property
+    def concurrency_limits(self) -> Any: ...
+    @property
+    def global_rate_limits(self) -> bool: ...
+    @property
+    def concurrency_lease(self) -> float: ...
+
+
 class TaskLimits:
     """The limits of an app's tasks, each task's read once (settings first, then the
     task's own options)."""
 
-    def __init__(self, app: Celery) -> None:
-        from .settings import config_of
-
-        config = config_of(app)
+    def __init__(self, app: Celery, config: LimitSettings) -> None:
         self.app = app
         self._rates = dict(config.rate_limits)
         self._concurrency = dict(config.concurrency_limits)
@@ -163,9 +174,9 @@ def mark_slot(headers: Mapping[str, Any], queue: str, gate: bytes | None) -> Non
 _limits: weakref.WeakKeyDictionary[Celery, TaskLimits] = weakref.WeakKeyDictionary()
 
 
-def limits_of(app: Celery) -> TaskLimits:
-    """The app's task limits (one reader per app)."""
+def limits_of(app: Celery, config: LimitSettings) -> TaskLimits:
+    """The app's task limits (one reader per app; ``config``: its settings)."""
     limits = _limits.get(app)
     if limits is None:
-        limits = _limits[app] = TaskLimits(app)
+        limits = _limits[app] = TaskLimits(app, config)
     return limits

@@ -170,7 +170,7 @@ class Diverter:
     @cached_property
     def limits(self) -> TaskLimits:
         """The flow-control limits of the app's tasks (config/limits.py)."""
-        return limits_of(self.app)
+        return limits_of(self.app, self.config)
 
     def divert(self, message: Outbound) -> bool:
         """Keep ``message`` in the store when its ``eta`` lies ahead, when it has a

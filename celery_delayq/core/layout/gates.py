@@ -115,7 +115,8 @@ def shard_key(gate: bytes) -> bytes:
 
 
 def bucket_shard_key(bucket: str) -> bytes:
-    """``shard_key`` of any gate of ``bucket``: where its slots are (worker/slots.py)."""
+    """``shard_key`` of any gate of ``bucket``: where its running slots are
+    (worker/running_slots.py)."""
     return shard_key(gate_field("", bucket))
 
 

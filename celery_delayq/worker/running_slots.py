@@ -99,7 +99,7 @@ def slot_taken(task: Any) -> bool:
     task must not run (periodic_runs.py's wrapper of ``run`` calls it)."""
     request: Any = getattr(task, "request", None)
     task_id = getattr(request, "id", None)
-    if request is None or request.get(SLOT_HEADER) is None:
+    if request is None or request.get(SLOT_HEADER) is None or not isinstance(task_id, str):
         return True
     app = task.app
     try:
