@@ -38,10 +38,12 @@ STAMPED = "tests.worker_app.stamped"
 
 
 def settings_of(limit: int, lease: float = 60.0, **more: Any) -> dict[str, Any]:
-    """The settings of the publishing app and the workers alike."""
+    """The settings of the publishing app and the workers alike. The movers sleep up
+    to a minute: only a wake-up brings a release forward (a slot given back)."""
     return {
         "delayq_concurrency_limits": {STAMPED: limit},
         "delayq_concurrency_lease": lease,
+        "delayq_mover_max_sleep": 60.0,
         **more,
     }
 
@@ -121,8 +123,8 @@ def test_at_most_the_limit_run_at_once_across_workers_and_each_slot_comes_back_a
 def test_a_slot_comes_back_as_its_task_fails_and_as_it_retries(
     make_app, redis_server, redis_client
 ) -> None:
-    """Limit 1 and a lease of 60 s: a failing task, a task retried once, then a plain
-    one each start within seconds of the run before them ending."""
+    """Limit 1 and a lease of 60 s: a failing task, a task retried once and a plain
+    one: each run starts within seconds of the run before it ending."""
     settings = settings_of(1)
     app = make_app(**settings)
     with workers(redis_server.url, settings, 1, "-c", "3"):
@@ -131,14 +133,17 @@ def test_a_slot_comes_back_as_its_task_fails_and_as_it_retries(
         app.send_task(STAMPED, (0.5,), {"label": "plain"})
         wait_until(lambda: ended(redis_client) == 4, timeout=45, what="four runs done")
     done = sorted(runs_of(redis_client), key=lambda run: run["start"])
-    assert [run["label"] for run in done[:2]] == ["fails", "retries"]
-    assert sorted((run["label"], run["retries"]) for run in done[2:]) == [
+    # one due instant's messages leave the store in no set order
+    assert sorted((run["label"], run["retries"]) for run in done) == [
+        ("fails", 0),
         ("plain", 0),
+        ("retries", 0),
         ("retries", 1),
     ]
     assert most_at_once(done) == 1
     for before, after in zip(done, done[1:]):
-        assert after["start"] - before["end"] < 15, (before, after)  # not a lease (60 s)
+        # not a lease (60 s), nor a mover's sleep (a minute)
+        assert after["start"] - before["end"] < 10, (before, after)
     assert held_slots(redis_client, app) == {}
 
 
