@@ -291,6 +291,7 @@ def keyspace_keys() -> set[str]:
     names |= {space.periodic_runs, space.periodic_counts, space.periodic_changes("<name>")}
     names |= {queue.periodic_marks, queue.periodic_ahead, queue.periodic_gone}
     names |= {space.off_shard_queues, queue.by_task, queue.deliveries("<M>")}
+    names |= {*queue.slot_keys("<B>"), queue.release_log}
     return names
 
 

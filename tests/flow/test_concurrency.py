@@ -31,6 +31,7 @@ from celery_delayq.testing import wait_until
 from celery_delayq.testing.processes import celery_command, spawn, stop_group
 
 from ..helpers import REPO_ROOT, WatchedProcess, celery_process, runs, worker_app_env
+from .test_slot_headers import CRAFTED
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 
@@ -212,6 +213,41 @@ def test_a_message_delivered_again_without_its_slot_waits_for_a_free_one(
     (run,) = runs_of(redis_client)
     assert run["id"] == "unreleased-1"
     assert held_slots(redis_client, app, "k") == {}
+
+
+def test_a_worker_runs_tasks_whose_slot_headers_are_crafted(
+    make_app, redis_server, redis_client
+) -> None:
+    """Published past the gate (stock kombu), each with one of the crafted headers, to a
+    prefork worker: every task runs once, and the worker lives on."""
+    app = make_app()
+    sender = make_app(broker_transport="redis")
+    with celery_process("worker", redis_server.url, None, "-c", "2") as worker:
+        sent = []
+        # lone surrogates make JSON no reader takes: that message is a dead letter
+        # before any task hook sees it (worker/poison.py)
+        for n, value in enumerate(value for value in CRAFTED if value != ["\ud800", "\udfff"]):
+            task_id = f"crafted-{n}"
+            message = app.amqp.create_task_message(
+                task_id, "tests.worker_app.remember", (), {"label": str(n)}
+            )
+            with sender.producer_or_acquire() as producer:
+                producer.publish(
+                    message.body,
+                    exchange="",
+                    routing_key="default",
+                    headers={**message.headers, SLOT_HEADER: value},
+                    serializer="json",
+                    **message.properties,
+                )
+            sent.append(task_id)
+        wait_until(
+            lambda: sorted(run["id"] for run in runs(redis_client)) == sorted(sent),
+            timeout=30,
+            abort=worker.exited,
+            what="every crafted task ran",
+        )
+    assert "Traceback" not in worker.output
 
 
 @contextmanager

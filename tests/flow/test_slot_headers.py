@@ -1,6 +1,7 @@
 """A crafted ``delayq_slot`` header (any value a message may carry) names no key outside
 the queue's flow-control keys, and the slot scripts called on whatever it names, keys of
-another type among them, change nothing and raise nothing; a worker runs such a task."""
+another type among them, change nothing and raise nothing (a worker runs such a task:
+test_concurrency.py)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,9 @@ from typing import Any
 import pytest
 
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.config.limits import SLOT_HEADER
-from celery_delayq.testing import wait_until
 from celery_delayq.worker.running_slots import slot_of
 
-from ..helpers import celery_process, runs
+pytestmark = pytest.mark.integration
 
 CRAFTED: list[Any] = [
     None,
@@ -33,7 +32,6 @@ CRAFTED: list[Any] = [
 ]
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("value", CRAFTED)
 def test_a_crafted_slot_header_names_no_key_outside_the_flow_control_keys(app, value) -> None:
     with open_store(app) as store:
@@ -44,7 +42,6 @@ def test_a_crafted_slot_header_names_no_key_outside_the_flow_control_keys(app, v
             assert ":fc:" in key
 
 
-@pytest.mark.integration
 def test_the_slot_scripts_on_keys_of_another_type_do_nothing(app, redis_client) -> None:
     """Every key a slot names made a string first (as a crafted name could hit another
     key): taking, renewing and giving back write nothing and raise nothing."""
@@ -57,39 +54,3 @@ def test_the_slot_scripts_on_keys_of_another_type_do_nothing(app, redis_client) 
         assert take(keys=keys[:2], args=[b"m", "renew"]) == [0, 0]
         assert end(keys=keys, args=[b"m", "t", store.keys.wakeup_channel]) == [0, 0]
     assert [redis_client.get(key) for key in keys] == [b"not mine"] * 4
-
-
-@pytest.mark.system
-def test_a_worker_runs_tasks_whose_slot_headers_are_crafted(
-    make_app, redis_server, redis_client
-) -> None:
-    """Published past the gate (stock kombu), each with one of the crafted headers, to a
-    prefork worker: every task runs once, and the worker lives on."""
-    app = make_app()
-    sender = make_app(broker_transport="redis")
-    with celery_process("worker", redis_server.url, None, "-c", "2") as worker:
-        sent = []
-        # lone surrogates make JSON no reader takes: that message is a dead letter
-        # before any task hook sees it (worker/poison.py)
-        for n, value in enumerate(value for value in CRAFTED if value != ["\ud800", "\udfff"]):
-            task_id = f"crafted-{n}"
-            message = app.amqp.create_task_message(
-                task_id, "tests.worker_app.remember", (), {"label": str(n)}
-            )
-            with sender.producer_or_acquire() as producer:
-                producer.publish(
-                    message.body,
-                    exchange="",
-                    routing_key="default",
-                    headers={**message.headers, SLOT_HEADER: value},
-                    serializer="json",
-                    **message.properties,
-                )
-            sent.append(task_id)
-        wait_until(
-            lambda: sorted(run["id"] for run in runs(redis_client)) == sorted(sent),
-            timeout=30,
-            abort=worker.exited,
-            what="every crafted task ran",
-        )
-    assert "Traceback" not in worker.output

@@ -197,6 +197,11 @@ class QueueKeys(NamedTuple):
         """One bucket's waiting list (``w``), state (``s``) or running slots (``r``)."""
         return f"{self.gates}{kind}:{bucket}"
 
+    @property
+    def release_log(self) -> str:
+        """The flow-control releases of this queue shard, newest first (lua/gates.lua)."""
+        return f"{self.gates}log"
+
     def slot_keys(self, bucket: str) -> list[str]:
         """KEYS of ``lua/slot_end.lua`` (the first two: ``lua/slot_take.lua``): one
         bucket's running slots, state, waiting list, and the queue shard's ready buckets."""
