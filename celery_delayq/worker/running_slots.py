@@ -26,8 +26,12 @@ it in its ``delayq_slot`` header (config/limits.py ``mark_slot``). Here, in ever
 So no more tasks of a bucket start than it has slots, and each holds its slot until
 it ends, or its worker dies, or its worker stops renewing it for a whole lease (cut
 off from Redis, or stopped): a task still running then no longer counts, and another
-may start in its place. With Redis out of reach, or a crafted header, the task runs
-and a warning is logged; the header can name only flow-control keys of this store.
+may start in its place. A slot is the message's: one message running twice at once
+(the broker delivered it again while its first worker still ran it, after
+``visibility_timeout``) runs twice in one slot. With Redis out of reach, or a crafted
+header, the task runs and a warning is logged; the header can name only flow-control
+keys of this store. A task whose pool process dies under it (a hard time limit, the
+OOM killer) has no ``task_postrun``: its slot comes back as its lease ends.
 """
 
 from __future__ import annotations
