@@ -200,3 +200,23 @@ def limited_429(self: Any, retry_after: float, meets_429: bool = False) -> None:
     hold = throttle_current(retry_after)
     record(self.request.id, eta_of(self.request), key=key, phase="throttled", until=hold.until_us)
     raise self.retry(countdown=retry_after)
+
+
+@app.task(bind=True, acks_late=True, max_retries=1)
+def stamped(self: Any, seconds: float = 1.0, outcome: str = "return", label: str = "") -> None:
+    """Record its start, run for ``seconds``, record its end, then return, or fail
+    (``outcome`` "fail"), or retry once at once ("retry"). Delivered again (its worker
+    killed), it runs in full: a flow-control test counts it running."""
+    facts = {
+        "label": label,
+        "pid": os.getpid(),
+        "worker": os.getpgid(0),  # the worker's process group: a test kills it whole
+        "retries": self.request.retries,
+    }
+    record(self.request.id, None, phase="start", **facts)
+    time.sleep(seconds)
+    record(self.request.id, None, phase="end", **facts)
+    if outcome == "fail":
+        raise ValueError("failed on purpose")
+    if outcome == "retry" and self.request.retries == 0:
+        raise self.retry(countdown=0)

@@ -10,7 +10,7 @@ for a task without limits.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any, Protocol
 
 from celery import Celery
@@ -23,6 +23,7 @@ from ..core.layout.gates import (
     Rate,
     bucket_of,
     gate_field,
+    limits_concurrency,
 )
 from .errors import ConfigurationError
 
@@ -31,6 +32,10 @@ LIMIT_KEY_HEADER = "delayq_limit_key"
 #: The task options of a task's own limits.
 RATE_OPTION = "delayq_rate_limit"
 CONCURRENCY_OPTION = "delayq_concurrency"
+#: The header a message of a concurrency-limited task carries, naming its running slot
+#: as ``[queue, bucket]`` (``mark_slot``): its worker renews and gives back the slot
+#: (worker/running_slots.py).
+SLOT_HEADER = "delayq_slot"
 #: Most concurrency one limit may allow.
 MOST_CONCURRENCY = 100_000
 
@@ -175,6 +180,20 @@ def celery_rate_limit(task: Any) -> object:
         return own if own is None or celery_rate(own) else None
     except (ValueError, KeyError, TypeError):  # not Celery's form: Rate.parse tells why
         return own
+
+
+def mark_slot(headers: Mapping[str, Any], queue: str, gate: bytes | None) -> None:
+    """Name the running slot of a message that will take one (its gate holds a
+    concurrency limit) in its headers, before its envelope is made; drop a stale name
+    (a retry's, say) from any other message. A publish of a task without limits pays
+    one dict lookup."""
+    if not isinstance(headers, MutableMapping):
+        return
+    if gate is not None and limits_concurrency(gate):
+        bucket = gate.partition(b" ")[2].decode("utf-8", "surrogatepass")
+        headers[SLOT_HEADER] = [queue, bucket]
+    elif SLOT_HEADER in headers:
+        del headers[SLOT_HEADER]
 
 
 _limits: weakref.WeakKeyDictionary[Celery, TaskLimits] = weakref.WeakKeyDictionary()

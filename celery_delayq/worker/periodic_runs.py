@@ -23,12 +23,9 @@ of reach, or crafted headers, the task runs, unrecorded, and a warning is logged
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
 import math
-import os
-import threading
 import weakref
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -37,11 +34,11 @@ from typing import Any, NamedTuple
 from celery import Celery, states
 from celery.exceptions import Ignore
 
-from ..brokers.connect import StoreConnection
-from ..core.store import DelayedStore
 from ..periodic.entry import MAX_NAME_LENGTH
 from ..periodic.history import EntryHistory
 from ..periodic.records import ENTRY_HEADER, OCCURRENCE_HEADER, OVERLAP_HEADER
+from .running_slots import slot_taken
+from .stores import STORES
 
 logger = logging.getLogger(__name__)
 
@@ -96,34 +93,6 @@ def lease_of(task: Any, request: Any) -> float:
     return DEFAULT_LEASE
 
 
-class Stores:
-    """One store per app and worker process, opened at its first periodic run and kept,
-    so a run start costs one round trip, not a connection (reopened after an error)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        #: app -> (the process that opened it, its connection, its store)
-        self._open: weakref.WeakKeyDictionary[Celery, tuple[int, StoreConnection, DelayedStore]]
-        self._open = weakref.WeakKeyDictionary()
-
-    def of(self, app: Celery) -> DelayedStore:
-        with self._lock:
-            found = self._open.get(app)
-            if found is None or found[0] != os.getpid():  # a forked pool process: its own
-                connection = StoreConnection(app)
-                found = self._open[app] = (os.getpid(), connection, connection.open())
-            return found[2]
-
-    def drop(self, app: Celery) -> None:
-        """Forget ``app``'s store after an error: the next run opens it again."""
-        with self._lock:
-            found = self._open.pop(app, None)
-        if found is not None and found[0] == os.getpid():
-            with contextlib.suppress(Exception):  # dropped for an error already
-                found[1].close()
-
-
-STORES = Stores()
 #: The mark of a task's ``run`` that ``guard_tasks`` wrapped (it wraps each once).
 GUARDED = "delayq_guarded"
 #: The runs this process holds a running mark for, by task id, until ``task_postrun``.
@@ -165,12 +134,15 @@ def starts(task: Any) -> bool:
 
 
 def guarded(task: Any, run: Callable[..., Any]) -> Callable[..., Any]:
-    """``run``, as the worker calls it: not at all for a skipped periodic run."""
+    """``run``, as the worker calls it: not at all for a skipped periodic run, nor for
+    a concurrency-limited task that finds no running slot free (running_slots.py)."""
 
     @functools.wraps(run)
     def guarded_run(*args: Any, **kwargs: Any) -> Any:
         if not starts(task):
             raise Ignore("periodic run skipped: the previous one is still going")
+        if not slot_taken(task):
+            raise Ignore("no running slot free: the message waits in its bucket again")
         return run(*args, **kwargs)
 
     setattr(guarded_run, GUARDED, True)  # noqa: B010 - a mark on a function, unchecked

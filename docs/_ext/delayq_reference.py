@@ -298,7 +298,7 @@ def keyspace_keys() -> set[str]:
     names |= {space.periodic_runs, space.periodic_counts, space.periodic_changes("<name>")}
     names |= {queue.periodic_marks, queue.periodic_ahead, queue.periodic_gone}
     names |= {space.off_shard_queues, queue.by_task, queue.deliveries("<M>")}
-    names |= {queue.gate(kind, "<B>") for kind in "wsr"} | {f"{queue.gates}log", queue.paused}
+    names |= {*queue.slot_keys("<B>"), queue.gate_log, queue.paused}
     return names
 
 

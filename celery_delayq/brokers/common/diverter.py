@@ -29,7 +29,7 @@ from kombu.utils.json import dumps
 
 from ...config.broker_url import check_broker_url
 from ...config.errors import STORE_OUTAGES, ConfigurationError, StoreUnavailable, check_message_size
-from ...config.limits import TaskLimits, limits_of
+from ...config.limits import TaskLimits, limits_of, mark_slot
 from ...config.settings import DelayqConfig, config_of
 from ...core.store import DelayedStore, Scheduled
 from .message import due_ms, eta_span, eta_timestamp
@@ -182,6 +182,8 @@ class Diverter:
         delay key (key_headers.py), or when its task is flow-controlled (then even when
         already due: it waits for its limits); whether it was kept."""
         gate = self.limits.gate_of(message.headers)
+        # slots are taken at release by the Redis broker's own move only (move_due.lua)
+        mark_slot(message.headers, message.queue, gate)
         eta = message.headers.get("eta")
         if eta is None and gate is None:
             return False

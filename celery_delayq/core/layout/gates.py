@@ -172,5 +172,11 @@ def shard_key(gate: bytes) -> bytes:
 
 
 def bucket_shard_key(bucket: str) -> bytes:
-    """``shard_key`` of any gate of ``bucket``: where a hold on the bucket goes."""
+    """``shard_key`` of any gate of ``bucket``: where a hold on the
+    bucket goes, and its running slots are (worker/running_slots.py)."""
     return shard_key(gate_field("", bucket))
+
+
+def limits_concurrency(gate: bytes) -> bool:
+    """Whether a gate's spec holds a concurrency limit (its tasks take slots)."""
+    return b",c" in b"," + gate.partition(b" ")[0]

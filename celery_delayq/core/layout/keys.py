@@ -72,7 +72,9 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
                                 concurrency-limited task, or one limit key of it
     P:{Q}:fc:w:<B>      LIST   message keys waiting in bucket B, in due order
     P:{Q}:fc:s:<B>      HASH   bucket B's limits (spec), arrival times (t<i>), hold, count
-    P:{Q}:fc:r:<B>      ZSET   message key -> lease end (ms) of each of B's running slots
+    P:{Q}:fc:r:<B>      ZSET   message key -> lease end (ms) of each of B's running slots:
+                                taken at release, renewed by the worker holding the
+                                task, given back as it ends (worker/running_slots.py)
     P:{Q}:fc:log        LIST   "<us> <bucket>" per release, newest first, capped
                                 (``delayq_release_log``); see lua/gates.lua
     P:{Q}:fc:paused     STRING while it exists, the queue (shard) is paused: its moves
@@ -214,6 +216,11 @@ class QueueKeys(NamedTuple):
     def gate_log(self) -> str:
         """Flow control's release log (lua/gates.lua)."""
         return f"{self.gates}log"
+
+    def slot_keys(self, bucket: str) -> list[str]:
+        """KEYS of ``lua/slot_end.lua`` (the first two: ``lua/slot_take.lua``): one
+        bucket's running slots, state, waiting list, and the queue shard's ready buckets."""
+        return [*(self.gate(kind, bucket) for kind in "rsw"), self.gate_ready]
 
     def move_keys(self) -> list[str]:
         """KEYS[1..7] of ``lua/move_due.lua``: an unreadable record goes to the dead

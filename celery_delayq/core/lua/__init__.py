@@ -122,6 +122,8 @@ class StoreScripts:
     swap_field: Script
     run_start: Script
     run_end: Script
+    slot_take: Script
+    slot_end: Script
 
     def __init__(self, client: redis.Redis) -> None:
         self.client = client
