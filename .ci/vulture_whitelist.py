@@ -35,7 +35,7 @@ bootstep.WorkerMover.requires
 due_timers.DueTimers.requires
 inspect.UnregisteredTask.ignore_result
 celery.Celery().conf.delayq_store_url  # set by demo/runner.py
-# the worker hands its disable_rate_limits to the consumer it creates (flow_control.py)
+# the worker hands its disable_rate_limits to the consumer it creates (worker/flow/global_rates.py)
 celery.worker.WorkController().disable_rate_limits
 
 # kombu: a Transport's recoverable_connection_errors; its MultiChannelPoller reads the

@@ -34,7 +34,7 @@ RATE_OPTION = "delayq_rate_limit"
 CONCURRENCY_OPTION = "delayq_concurrency"
 #: The header a message of a concurrency-limited task carries, naming its running slot
 #: as ``[queue, bucket]`` (``mark_slot``): its worker renews and gives back the slot
-#: (worker/running_slots.py).
+#: (worker/flow/running_slots.py).
 SLOT_HEADER = "delayq_slot"
 #: Most concurrency one limit may allow.
 MOST_CONCURRENCY = 100_000

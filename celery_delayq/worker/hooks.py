@@ -5,9 +5,9 @@ just before it sends ``worker_init`` and builds its blueprint: the one moment a
 settings-only plugin can add bootsteps to the worker (its mover, DueTimers,
 GlobalRateLimits, and the consumer's PoisonGuard), wrap its tasks' ``run`` for periodic
 runs before the pool builds its tracers (periodic_runs.py), hold concurrency-limited
-tasks' running slots (running_slots.py), and choose how its remote-control node answers
+tasks' running slots (flow/running_slots.py), and choose how its remote-control node answers
 ``inspect scheduled``. Under ``delayq_global_rate_limits`` a step switches off the
-worker's own rate limits (flow_control.py). The transports' settings path
+worker's own rate limits (flow/global_rates.py). The transports' settings path
 (celery_delayq/transport.py) connects a handler that imports this one on call; the broker
 modules have no import-time effects. ``dispatch_uid`` keeps it to one connection.
 """
@@ -26,11 +26,11 @@ def on_worker_init(sender: Any, **_: Any) -> None:
     from ..core.store import import_facets
     from .bootstep import WorkerMover
     from .due_timers import DueTimers
-    from .flow_control import GlobalRateLimits
+    from .flow.global_rates import GlobalRateLimits
+    from .flow.running_slots import RENEWER, end_slot, revoked
     from .inspect import list_delayed_in_scheduled
     from .periodic_runs import end_periodic_run, guard_tasks
     from .poison import PoisonGuard
-    from .running_slots import RENEWER, end_slot, revoked
 
     check_store_setting(sender.app)
     if uses_delayq(sender.app):
@@ -43,7 +43,7 @@ def on_worker_init(sender: Any, **_: Any) -> None:
         signals.task_postrun.connect(
             end_periodic_run, weak=False, dispatch_uid="celery_delayq.periodic_runs"
         )
-        # running slots of concurrency-limited tasks (running_slots.py): taken (by guard_tasks'
+        # running slots of concurrency-limited tasks (flow/running_slots.py): taken (by guard_tasks'
         # wrapper) and given back in the process that runs the task, renewed and
         # revoked in the main process
         for signal, receiver in (

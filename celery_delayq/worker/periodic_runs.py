@@ -37,7 +37,7 @@ from celery.exceptions import Ignore
 from ..periodic.entry import MAX_NAME_LENGTH
 from ..periodic.history import EntryHistory
 from ..periodic.records import ENTRY_HEADER, OCCURRENCE_HEADER, OVERLAP_HEADER
-from .running_slots import slot_taken
+from .flow.running_slots import slot_taken
 from .stores import STORES
 
 logger = logging.getLogger(__name__)
@@ -135,7 +135,7 @@ def starts(task: Any) -> bool:
 
 def guarded(task: Any, run: Callable[..., Any]) -> Callable[..., Any]:
     """``run``, as the worker calls it: not at all for a skipped periodic run, nor for
-    a concurrency-limited task that finds no running slot free (running_slots.py)."""
+    a concurrency-limited task that finds no running slot free (flow/running_slots.py)."""
 
     @functools.wraps(run)
     def guarded_run(*args: Any, **kwargs: Any) -> Any:

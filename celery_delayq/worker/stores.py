@@ -1,5 +1,5 @@
 """The delayed store a worker process's task hooks write to (periodic runs'
-starts, running slots: periodic_runs.py, running_slots.py): one per app and process."""
+starts, running slots: periodic_runs.py, flow/running_slots.py): one per app and process."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ class Stores:
         #: app -> (the process that opened it, its connection, its store)
         self._open: weakref.WeakKeyDictionary[Celery, tuple[int, StoreConnection, DelayedStore]]
         self._open = weakref.WeakKeyDictionary()
-        # a pool process forked while a thread of the main process (running_slots.py's renewer)
+        # a pool process forked while a thread of the main process (flow/running_slots.py's renewer)
         # held the lock would wait for it forever: each child starts with a free one
         os.register_at_fork(after_in_child=self._free_lock)
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.worker.running_slots import slot_of
+from celery_delayq.worker.flow.running_slots import slot_of
 
 pytestmark = pytest.mark.integration
 

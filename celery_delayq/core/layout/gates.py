@@ -173,7 +173,7 @@ def shard_key(gate: bytes) -> bytes:
 
 def bucket_shard_key(bucket: str) -> bytes:
     """``shard_key`` of any gate of ``bucket``: where a hold on the
-    bucket goes, and its running slots are (worker/running_slots.py)."""
+    bucket goes, and its running slots are (worker/flow/running_slots.py)."""
     return shard_key(gate_field("", bucket))
 
 

@@ -74,7 +74,7 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
     P:{Q}:fc:s:<B>      HASH   bucket B's limits (spec), arrival times (t<i>), hold, count
     P:{Q}:fc:r:<B>      ZSET   message key -> lease end (ms) of each of B's running slots:
                                 taken at release, renewed by the worker holding the
-                                task, given back as it ends (worker/running_slots.py)
+                                task, given back as it ends (worker/flow/running_slots.py)
     P:{Q}:fc:log        LIST   "<us> <bucket>" per release, newest first, capped
                                 (``delayq_release_log``); see lua/gates.lua
     P:{Q}:fc:paused     STRING while it exists, the queue (shard) is paused: its moves

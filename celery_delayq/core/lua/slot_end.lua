@@ -1,5 +1,5 @@
 -- Give back a task's concurrency slot as it ends (returned, failed, retried, revoked:
--- worker/running_slots.py), and make its bucket ready at once when messages wait in it
+-- worker/flow/running_slots.py), and make its bucket ready at once when messages wait in it
 -- and a slot is free: without this the movers would sleep until the first lease's end
 -- (gates.lua's allowed_at). Only a score in the future is brought forward, to now, and
 -- the movers woken; the release judges the bucket's other limits again (a rate that

@@ -1,6 +1,6 @@
 -- Hold one running task's concurrency slot (gates.lua): a worker calls it as the task
 -- starts ("take") and, every third of the lease, for each task it holds, reserved or
--- running ("renew"; worker/running_slots.py). The slot's member is the message's key;
+-- running ("renew"; worker/flow/running_slots.py). The slot's member is the message's key;
 -- the lease, and whether the bucket has a concurrency limit at all, are read from the
 -- bucket's spec (a crafted header cannot lengthen a lease, nor make slots in a bucket
 -- the store did not gate).

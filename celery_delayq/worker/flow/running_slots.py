@@ -45,13 +45,13 @@ from typing import Any, NamedTuple
 from celery import Celery
 from celery.worker import state as worker_state
 
-from ..config.limits import LIMIT_KEY_HEADER, SLOT_HEADER
-from ..config.settings import config_of
-from ..core.layout.gates import MOST_KEY_BYTES, bucket_shard_key
-from ..core.layout.keys import KeySpace
-from ..core.layout.record import task_key
-from ..core.lua import run_pipelined
-from .stores import STORES
+from ...config.limits import LIMIT_KEY_HEADER, SLOT_HEADER
+from ...config.settings import config_of
+from ...core.layout.gates import MOST_KEY_BYTES, bucket_shard_key
+from ...core.layout.keys import KeySpace
+from ...core.layout.record import task_key
+from ...core.lua import run_pipelined
+from ..stores import STORES
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any
 
 from celery import bootsteps
 
-from ..config.settings import config_of
+from ...config.settings import config_of
 
 
 class GlobalRateLimits(bootsteps.Step):
