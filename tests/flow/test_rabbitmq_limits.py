@@ -1,6 +1,7 @@
-"""A rate limit on a broker elsewhere (RabbitMQ): the schedule's claim releases a
-limited task's messages from their bucket (lua/claim_due.lua), and a real worker starts
-them at the limit's pace, each once."""
+"""Limits on a broker elsewhere (RabbitMQ): the schedule's claim releases a limited
+task's messages from their bucket (lua/claim_due.lua), and a real worker starts them at
+the limit's pace, each once; a concurrency limit's slots are held and given back by the
+worker as on Redis."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ from .pace import (
     assert_within_rate,
     store_empty,
 )
+from .test_concurrency import STAMPED, ended, held_slots, most_at_once, runs_of
 
 pytestmark = [pytest.mark.system, pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -58,3 +60,28 @@ def test_a_rabbitmq_worker_starts_a_limited_task_at_its_rate_each_once(
     starts = [run["at"] for run in recorded]
     jitter = assert_each_started_after_its_release(starts, releases)
     assert_starts_spaced(starts, RATE, jitter)
+
+
+def test_a_concurrency_limit_holds_on_rabbitmq_and_each_slot_comes_back_at_the_end(
+    make_amqp_app, amqp_settings, rabbitmq_url, redis_server, redis_client
+):
+    """Limit 1 on RabbitMQ, four tasks of half a second, a worker of three processes:
+    one at a time, each once, and no slot left (each given back as its task ended, long
+    before the lease)."""
+    limits = {"delayq_concurrency_limits": {STAMPED: 1}, "delayq_mover_max_sleep": 60.0}
+    app = make_amqp_app(**limits)
+    worker = celery_process(
+        "worker",
+        rabbitmq_url,
+        {**amqp_settings, **limits},
+        "-c",
+        "3",
+        record_url=redis_server.url,
+    )
+    with worker:
+        ids = [app.send_task(STAMPED, (0.5,), {"label": str(n)}).id for n in range(4)]
+        wait_until(lambda: ended(redis_client) == 4, timeout=60, what="four tasks done")
+    done = runs_of(redis_client)
+    assert sorted(run["id"] for run in done) == sorted(ids)
+    assert most_at_once(done) == 1
+    assert held_slots(redis_client, app) == {}
