@@ -104,6 +104,7 @@ def workers(url: str, settings: dict[str, Any], count: int, *args: str) -> Any:
     return stack
 
 
+@pytest.mark.promise("concurrency-at-most-n", "concurrency-slot-back-at-end")
 def test_at_most_the_limit_run_at_once_across_workers_and_each_slot_comes_back_at_once(
     make_app, redis_server, redis_client
 ) -> None:
@@ -121,6 +122,7 @@ def test_at_most_the_limit_run_at_once_across_workers_and_each_slot_comes_back_a
     assert held_slots(redis_client, app) == {}
 
 
+@pytest.mark.promise("concurrency-slot-back-at-end")
 def test_a_slot_comes_back_as_its_task_fails_and_as_it_retries(
     make_app, redis_server, redis_client
 ) -> None:
@@ -148,6 +150,7 @@ def test_a_slot_comes_back_as_its_task_fails_and_as_it_retries(
     assert held_slots(redis_client, app) == {}
 
 
+@pytest.mark.promise("concurrency-renewed")
 def test_a_task_running_for_several_leases_keeps_its_slot(
     make_app, redis_server, redis_client
 ) -> None:
@@ -188,6 +191,7 @@ def send_unreleased(url: str, app: Celery, key: str) -> str:
     return "unreleased-1"
 
 
+@pytest.mark.promise("concurrency-redelivered-waits")
 def test_a_message_delivered_again_without_its_slot_waits_for_a_free_one(
     make_app, redis_server, redis_client
 ) -> None:
@@ -275,6 +279,7 @@ def kill(process: subprocess.Popen[bytes]) -> float:
     return time.time()
 
 
+@pytest.mark.promise("concurrency-slot-back-after-lease")
 def test_a_killed_workers_slot_comes_back_when_its_lease_ends(
     make_app, redis_server, redis_client
 ) -> None:
@@ -310,6 +315,7 @@ CHAOS_SECONDS, KILL_EVERY, CHAOS_WORKERS = 120.0, 3.0, 6
 
 @pytest.mark.slow
 @pytest.mark.timeout(900)
+@pytest.mark.promise("concurrency-at-most-n", "concurrency-slot-back-after-lease")
 def test_chaos_a_worker_killed_every_few_seconds_never_lets_more_than_the_limit_run(
     make_app, redis_server, redis_client, tmp_path
 ) -> None:

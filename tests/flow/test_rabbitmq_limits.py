@@ -62,6 +62,7 @@ def test_a_rabbitmq_worker_starts_a_limited_task_at_its_rate_each_once(
     assert_starts_spaced(starts, RATE, jitter)
 
 
+@pytest.mark.promise("concurrency-at-most-n", "concurrency-slot-back-at-end")
 def test_a_concurrency_limit_holds_on_rabbitmq_and_each_slot_comes_back_at_the_end(
     make_amqp_app, amqp_settings, rabbitmq_url, redis_server, redis_client
 ):
