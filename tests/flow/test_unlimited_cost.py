@@ -6,10 +6,10 @@ for another task or not configured at all. Counted with MONITOR on a private ser
 from __future__ import annotations
 
 import threading
-from datetime import datetime, timezone
 from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import datetime, timezone
 
 import kombu.pools
 import pytest
@@ -110,5 +110,4 @@ def test_an_unlimited_task_takes_the_same_redis_commands_with_flow_control_confi
     plain, configured = counts
     assert plain[("client", "EVALSHA")] >= N + 1  # N countdown publishes and the move
     assert plain[("client", "LPUSH")] >= N  # the immediate publishes
-    print(sorted(plain.items())); print(sorted(configured.items()))
     assert configured == plain
