@@ -202,8 +202,29 @@ def live(url: str, client: redis.Redis, size: dict[str, int]) -> dict[str, dict[
 # -- cost -------------------------------------------------------------------------------
 
 
-def evalsha_usec(client: redis.Redis) -> int:
-    return int(client.info("commandstats")["cmdstat_evalsha"]["usec"])
+class CallMeter:
+    """Redis time (µs) and commands (those the script ran) of single script calls, from
+    ``INFO commandstats`` read around each (the only client)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def reading(self) -> tuple[int, int]:
+        stats = self.client.info("commandstats")
+        usec = int(stats.get("cmdstat_evalsha", {}).get("usec", 0))
+        calls = sum(
+            int(value["calls"])
+            for name, value in stats.items()
+            if name not in ("cmdstat_info", "cmdstat_evalsha")
+        )
+        return usec, calls
+
+    def call(self, store: DelayedStore) -> tuple[int, int, int]:
+        """One move call: (µs, commands, messages moved)."""
+        usec, calls = self.reading()
+        moved = store.move_due("q").moved
+        after_usec, after_calls = self.reading()
+        return after_usec - usec, after_calls - calls, moved
 
 
 def gated(keys: int, count: int, due: int) -> Iterable[Scheduled]:
@@ -213,50 +234,54 @@ def gated(keys: int, count: int, due: int) -> Iterable[Scheduled]:
         yield Scheduled("q", f"m{i}", task_id(i), due, "q", payload(i), gate=gate)
 
 
+def summary(name: str, calls: list[tuple[int, int, int]]) -> dict[str, float]:
+    """Median and max µs, median commands of some calls, and µs per message moved."""
+    if not calls:
+        return {}
+    return {
+        f"{name}_calls": len(calls),
+        f"{name}_median_us": statistics.median(c[0] for c in calls),
+        f"{name}_max_us": max(c[0] for c in calls),
+        f"{name}_median_commands": statistics.median(c[1] for c in calls),
+        f"{name}_us_per_message": sum(c[0] for c in calls) / max(1, sum(c[2] for c in calls)),
+    }
+
+
 def cost(client: redis.Redis, keys: int, each: int, batch: int, seconds: float) -> dict[str, Any]:
-    """Redis us per move call of ``batch``: gated (entering and releasing, releasing
-    only) and unlimited."""
+    """Move calls of ``batch``, gated (taking due messages into their buckets and
+    releasing; releasing only, a full batch) and unlimited."""
     client.flushall()
+    meter = CallMeter(client)
     store = DelayedStore(
         client, KeySpace(), batch, handover=lambda: SameRedisMove(client, release_log=10_000)
     )
     due = server_time_ms(client) - 1000
     store.schedule_many(gated(keys, keys * each, due))
+    schedule = store.keys.for_queue("q").pages
     entering, releasing = [], []
+    while client.exists(schedule):  # every call takes due messages into their buckets
+        entering.append(meter.call(store))
     began = time.monotonic()
     while time.monotonic() - began < seconds:
-        before, listed = evalsha_usec(client), client.llen("q")
-        moved = store.move_due("q").moved
-        used, released = evalsha_usec(client) - before, client.llen("q") - listed
-        if moved > released:
-            entering.append((used, moved))
-        elif released == batch:
-            releasing.append(used)
+        listed = client.llen("q")
+        call = meter.call(store)
+        if client.llen("q") - listed == batch:
+            releasing.append(call)
     client.delete("q")
     store.schedule_many(
         Scheduled("q", f"u{i}", task_id(10**7 + i), due, "q", payload(i))
         for i in range(keys * each)
     )
     plain = []
-    while True:
-        before = evalsha_usec(client)
-        moved = store.move_due("q").moved
-        if moved < batch:
-            break
-        plain.append(evalsha_usec(client) - before)
+    while client.exists(schedule):
+        plain.append(meter.call(store))
     store.close()
+    full = [c for c in plain if c[2] == batch]
     return {
         "batch": batch,
-        "entering_calls": len(entering),
-        "entering_median_us": statistics.median(u for u, _ in entering),
-        "entering_max_us": max(u for u, _ in entering),
-        "entering_us_per_message": sum(u for u, _ in entering) / sum(m for _, m in entering),
-        "release_calls": len(releasing),
-        "release_median_us": statistics.median(releasing) if releasing else float("nan"),
-        "release_max_us": max(releasing, default=0),
-        "plain_calls": len(plain),
-        "plain_median_us": statistics.median(plain),
-        "plain_max_us": max(plain),
+        **summary("entering", entering),
+        **summary("release", releasing),
+        **summary("plain", full),
     }
 
 
@@ -296,22 +321,33 @@ def render(
         "",
         "## Redis time per move call (one caller, fixed batch size)",
         "",
-        f"{size['keys']:,} keys at {RATE}, {size['each']} messages each, all due; calls made "
-        "back to back; Redis µs per call from `INFO commandstats`.",
+        f"{size['keys']:,} keys at {RATE}, {size['each']} messages each, all due, moved by "
+        "calls made back to back, each call's Redis µs and the commands its script ran read "
+        "from `INFO commandstats` around it. *Entering*: calls taking a batch of due gated "
+        "messages into their buckets, and releasing up to a batch; *releasing*: later calls "
+        "that released a full batch (one message of each of that many keys); *unlimited*: "
+        "the same count of unlimited messages, full batches.",
         "",
-        "| batch | calls entering due gated messages (and releasing) | µs median / max"
-        " | calls releasing a full batch (one message of each of that many keys) | µs median /"
-        " max | unlimited full batches: µs median / max | release vs unlimited |",
-        "|---:|---:|---:|---:|---:|---:|---:|",
+        "| batch | calls | µs median | µs max | commands median | µs per message moved "
+        "| µs median vs unlimited |",
+        "|---|---:|---:|---:|---:|---:|---:|",
     ]
     for one in costs:
-        ratio = one["release_median_us"] / one["plain_median_us"]
-        lines.append(
-            f"| {one['batch']} | {one['entering_calls']} | {one['entering_median_us']:,.0f} / "
-            f"{one['entering_max_us']:,} | {one['release_calls']} | "
-            f"{one['release_median_us']:,.0f} / {one['release_max_us']:,} | "
-            f"{one['plain_median_us']:,.0f} / {one['plain_max_us']:,} | {ratio:.2f}x |"
-        )
+        for kind, name in (
+            ("entering", "entering"),
+            ("release", "releasing"),
+            ("plain", "unlimited"),
+        ):
+            if f"{kind}_calls" not in one:
+                lines.append(f"| {one['batch']}, {name} | 0 | | | | | |")
+                continue
+            ratio = one[f"{kind}_median_us"] / one["plain_median_us"]
+            lines.append(
+                f"| {one['batch']}, {name} | {one[f'{kind}_calls']:,} | "
+                f"{one[f'{kind}_median_us']:,.0f} | {one[f'{kind}_max_us']:,} | "
+                f"{one[f'{kind}_median_commands']:,.0f} | {one[f'{kind}_us_per_message']:.1f} | "
+                f"{ratio:.2f}x |"
+            )
     if runs:
         plain, limited = runs["unlimited"], runs["limited"]
         lines += [

@@ -34,26 +34,30 @@ local function server_us()
   return tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 
--- One bucket's keys, limits and state.
+-- Most rates a bucket keeps (a spec's further rates are ignored), and the state fields
+-- one HMGET reads: spec, hold, released and every rate's arrival time.
+local MOST_RATES = 8
+local STATE_FIELDS = {'spec', 'hold', 'released'}
+for i = 1, MOST_RATES do STATE_FIELDS[3 + i] = 't' .. i end
+
+-- One bucket's keys, limits and state (one read).
 local function open_bucket(bucket)
   local b = {name = bucket, state = GATES .. 's:' .. bucket, waiting = GATES .. 'w:' .. bucket,
              running = GATES .. 'r:' .. bucket, rates = {}, tats = {}}
-  local spec, hold = unpack(redis.call('HMGET', b.state, 'spec', 'hold'))
-  for token in string.gmatch(spec or '', '[^,]+') do
+  local state = redis.call('HMGET', b.state, unpack(STATE_FIELDS))
+  for token in string.gmatch(state[1] or '', '[^,]+') do
     local kind, a, c = string.match(token, '^([rc])(%d+)/(%d+)$')
-    if kind == 'r' and #b.rates < 8 then
+    if kind == 'r' and #b.rates < MOST_RATES then
       b.rates[#b.rates + 1] = {tonumber(a), tonumber(c)}
     elseif kind == 'c' then
       b.most, b.lease = tonumber(a), tonumber(c)
     end
   end
-  b.hold = hold == 'paused' and math.huge or tonumber(hold) or 0
-  if #b.rates > 0 then
-    local fields = {}
-    for i = 1, #b.rates do fields[i] = 't' .. i end
-    local tats = redis.call('HMGET', b.state, unpack(fields))
-    for i = 1, #b.rates do b.tats[i] = tonumber(tats[i]) or 0 end
-  end
+  b.hold = state[2] == 'paused' and math.huge or tonumber(state[2]) or 0
+  local released = tonumber(state[3]) or 0
+  -- a crafted count (not a number, negative, huge) starts again from 0
+  b.released = (released >= 0 and released < 2 ^ 53) and released or 0
+  for i = 1, #b.rates do b.tats[i] = tonumber(state[3 + i]) or 0 end
   return b
 end
 
@@ -85,8 +89,11 @@ local function save_bucket(b, now, released)
     fields[#fields + 1] = string.format('%d', b.tats[i])
     if b.tats[i] > last then last = b.tats[i] end
   end
+  if released > 0 then
+    fields[#fields + 1] = 'released'
+    fields[#fields + 1] = string.format('%d', b.released + released)
+  end
   if #fields > 0 then redis.call('HSET', b.state, unpack(fields)) end
-  if released > 0 then redis.call('HINCRBY', b.state, 'released', released) end
   if b.hold == math.huge then
     redis.call('PERSIST', b.state)
   else
@@ -103,16 +110,22 @@ local function gate_parts(gate)
   return string.sub(gate, 1, space - 1), string.sub(gate, space + 1)
 end
 
+-- The buckets entered in this call (bucket -> the spec written), and how many messages.
+local entered, gated = {}, 0
+
 -- Put a due message in its bucket (spec and bucket: gate_parts of its gate).
 local function enter_gate(key, spec, bucket, now, now_ms)
-  local state = GATES .. 's:' .. bucket
-  if redis.call('HGET', state, 'spec') ~= spec then redis.call('HSET', state, 'spec', spec) end
+  if entered[bucket] ~= spec then  -- the spec is checked once per bucket and call
+    local state = GATES .. 's:' .. bucket
+    if redis.call('HGET', state, 'spec') ~= spec then redis.call('HSET', state, 'spec', spec) end
+    entered[bucket] = spec
+  end
   if redis.call('RPUSH', GATES .. 'w:' .. bucket, key) == 1 then
     local b = open_bucket(bucket)
     redis.call('ZADD', READY, allowed_at(b, now, now_ms), bucket)
     save_bucket(b, now, 0)
   end
-  redis.call('HINCRBY', STATS, 'gated', 1)
+  gated = gated + 1
 end
 
 -- Release from the ready buckets, the longest-waiting first (fair across buckets: a
@@ -122,9 +135,10 @@ end
 -- `judged_ms`: a message due later than this was rescheduled after it entered (it waits
 -- in the schedule again): its stale place in the bucket is dropped. `deliverable(d)`:
 -- whether destination d (nil: the queue's own) can take it now; while not, the message
--- keeps its place and its bucket is looked at again a second later.
+-- keeps its place and its bucket is looked at again a second later. Called once per call,
+-- after every enter_gate: it also counts the messages entered.
 local function release_gates(now, now_ms, judged_ms, most, log_size, out, deliverable)
-  local work = 0
+  local work, logged = 0, {}
   local buckets = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, most)
   for _, bucket in ipairs(buckets) do
     if work >= most then break end
@@ -153,7 +167,7 @@ local function release_gates(now, now_ms, judged_ms, most, log_size, out, delive
           b.tats[i] = math.max(b.tats[i], now - rate[2]) + rate[1]
         end
         if b.most then redis.call('ZADD', b.running, now_ms + b.lease, key) end
-        if log_size > 0 then redis.call('LPUSH', GATES .. 'log', string.format('%d ', now) .. bucket) end
+        if log_size > 0 then logged[#logged + 1] = string.format('%d ', now) .. bucket end
         released = released + 1
         at = allowed_at(b, now, now_ms)
       end  -- else cancelled, or due again later: nothing to release
@@ -165,7 +179,11 @@ local function release_gates(now, now_ms, judged_ms, most, log_size, out, delive
     end
     save_bucket(b, now, released)
   end
-  if log_size > 0 and out.n > 0 then redis.call('LTRIM', GATES .. 'log', 0, log_size - 1) end
+  if #logged > 0 then  -- pushed oldest first: the newest ends at the head
+    call_chunked('LPUSH', GATES .. 'log', logged)
+    redis.call('LTRIM', GATES .. 'log', 0, log_size - 1)
+  end
+  if gated > 0 then redis.call('HINCRBY', STATS, 'gated', gated) end
   if out.n > 0 then redis.call('HINCRBY', STATS, 'released', out.n) end
 end
 
