@@ -248,19 +248,31 @@ def summary(name: str, calls: list[tuple[int, int, int]]) -> dict[str, float]:
 
 
 def cost(client: redis.Redis, keys: int, each: int, batch: int, seconds: float) -> dict[str, Any]:
-    """Move calls of ``batch``, gated (taking due messages into their buckets and
-    releasing; releasing only, a full batch) and unlimited."""
+    """Move calls of ``batch``, gated (taking due messages into their buckets; releasing
+    a full batch) and unlimited."""
     client.flushall()
     meter = CallMeter(client)
     store = DelayedStore(
         client, KeySpace(), batch, handover=lambda: SameRedisMove(client, release_log=10_000)
     )
+    shard = store.keys.for_queue("q")
+    buckets = [bucket_of(RECORD_KEYED_TASK, f"k{i}") for i in range(keys)]
+    # Every bucket held (its state's "hold") while its messages enter, so that entering
+    # calls only enter; then all let go at once, as a resume would: full release calls.
+    with client.pipeline(transaction=False) as pipe:
+        for bucket in buckets:
+            pipe.hset(shard.gate("s", bucket), "hold", "paused")
+        pipe.execute()
     due = server_time_ms(client) - 1000
     store.schedule_many(gated(keys, keys * each, due))
-    schedule = store.keys.for_queue("q").pages
     entering, releasing = [], []
-    while client.exists(schedule):  # every call takes due messages into their buckets
+    while client.exists(shard.pages):
         entering.append(meter.call(store))
+    with client.pipeline(transaction=False) as pipe:
+        for bucket in buckets:
+            pipe.hdel(shard.gate("s", bucket), "hold")
+            pipe.zadd(f"{shard.gates}ready", {bucket: 0})
+        pipe.execute()
     began = time.monotonic()
     while time.monotonic() - began < seconds:
         listed = client.llen("q")
@@ -273,13 +285,13 @@ def cost(client: redis.Redis, keys: int, each: int, batch: int, seconds: float) 
         for i in range(keys * each)
     )
     plain = []
-    while client.exists(schedule):
+    while client.exists(shard.pages):
         plain.append(meter.call(store))
     store.close()
     full = [c for c in plain if c[2] == batch]
     return {
         "batch": batch,
-        **summary("entering", entering),
+        **summary("entering", [c for c in entering if c[2] == batch]),
         **summary("release", releasing),
         **summary("plain", full),
     }
@@ -323,10 +335,10 @@ def render(
         "",
         f"{size['keys']:,} keys at {RATE}, {size['each']} messages each, all due, moved by "
         "calls made back to back, each call's Redis µs and the commands its script ran read "
-        "from `INFO commandstats` around it. *Entering*: calls taking a batch of due gated "
-        "messages into their buckets, and releasing up to a batch; *releasing*: later calls "
-        "that released a full batch (one message of each of that many keys); *unlimited*: "
-        "the same count of unlimited messages, full batches.",
+        "from `INFO commandstats` around it. *Entering*: calls taking a full batch of due gated "
+        "messages into their buckets (the buckets held meanwhile); *releasing*: then, the "
+        "buckets let go at once, calls that released a full batch (one message of each of "
+        "that many keys); *unlimited*: the same count of unlimited messages, full batches.",
         "",
         "| batch | calls | µs median | µs max | commands median | µs per message moved "
         "| µs median vs unlimited |",
