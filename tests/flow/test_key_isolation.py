@@ -1,5 +1,6 @@
 """Per-key flow control on a real Redis: one limit key's backlog, however long, does not
-hold up another key's first message (it is released in the next move call)."""
+hold up another key's first message (it is released in the next move call); a bucket's
+crafted state does not stop the release."""
 
 from __future__ import annotations
 
@@ -42,3 +43,16 @@ def test_a_keys_first_message_is_released_in_the_next_call_behind_another_keys_b
     keys = [message.get("headers", {}).get(LIMIT_KEY_HEADER) for message in delivered]
     assert keys.count("other") == 1
     assert redis_client.llen(waiting) >= backlog - 1  # the big key still at its own pace
+
+
+def test_a_crafted_release_count_costs_only_the_count(make_app, redis_client) -> None:
+    """A bucket's release count that is no integer (written by anything with access to
+    Redis) starts again from 0: the move call does not fail on it."""
+    app = make_app(delayq_rate_limits={TASK: "1/s"}, delayq_move_call_budget=0)
+    with open_store(app) as store:
+        state = store.keys.for_queue("default").gate("s", bucket_of(TASK, "k"))
+        redis_client.hset(state, "released", "not a number")
+        app.send_task(TASK, headers={LIMIT_KEY_HEADER: "k"})
+        store.move_due("default")
+    assert redis_client.llen("default") == 1
+    assert redis_client.hget(state, "released") == b"1"
