@@ -138,7 +138,7 @@ end
 -- keeps its place and its bucket is looked at again a second later. Called once per call,
 -- after every enter_gate: it also counts the messages entered.
 local function release_gates(now, now_ms, judged_ms, most, log_size, out, deliverable)
-  local work, logged = 0, {}
+  local work, logged, later, emptied = 0, {}, {}, {}
   local buckets = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, most)
   for _, bucket in ipairs(buckets) do
     if work >= most then break end
@@ -173,12 +173,15 @@ local function release_gates(now, now_ms, judged_ms, most, log_size, out, delive
       end  -- else cancelled, or due again later: nothing to release
     end
     if redis.call('LLEN', b.waiting) == 0 then
-      redis.call('ZREM', READY, bucket)
-    else
-      redis.call('ZADD', READY, at, bucket)
+      emptied[#emptied + 1] = bucket
+    else  -- its next turn; written for all buckets at once below (score, member pairs)
+      later[#later + 1] = at
+      later[#later + 1] = bucket
     end
     save_bucket(b, now, released)
   end
+  call_chunked('ZADD', READY, later)  -- chunks of 1,000 values: whole pairs
+  call_chunked('ZREM', READY, emptied)
   if #logged > 0 then  -- pushed oldest first: the newest ends at the head
     call_chunked('LPUSH', GATES .. 'log', logged)
     redis.call('LTRIM', GATES .. 'log', 0, log_size - 1)
