@@ -74,7 +74,7 @@ files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram",
 files[lua .. "gate_hold.lua"] = reads({"READY", "server_us", "open_bucket", "allowed_at",
                                        "save_bucket"},
                                       "prelude.lua, helpers.lua and gates.lua")
-files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse"}, "prelude.lua and helpers.lua")
+files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse", "call_chunked"}, "prelude.lua and helpers.lua")
 files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/gate_usable",
                                     "211/enter_gate", "211/release_gates",
                                     "211/next_release_ms"}

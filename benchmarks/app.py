@@ -1,7 +1,7 @@
 """The Celery app of the benchmarks, for the publishing orchestrator and the workers alike.
 
 A single task, ``bench.record``, appends one JSON record per execution to a Redis
-list: the task id (to count duplicates) and how late it started relative to its own
+list: the task id (to count duplicates), when it started, and how late relative to its own
 ``eta`` header (the lateness scenarios), or to its publish time for a task sent without
 one. Recording in Redis, not in a result backend,
 keeps the measurement independent of Celery's result machinery.
@@ -23,6 +23,8 @@ from celery_delayq.testing import build_app, eta_seconds
 from .runconfig import RunConfig
 
 RECORD_TASK = "bench.record"
+#: ``bench.record`` under another name, for a task given flow-control limits (flow_keys.py).
+RECORD_KEYED_TASK = "bench.record_keyed"
 #: ``bench.record`` with acks_late (the consume scenario runs both).
 RECORD_LATE_TASK = "bench.record_late"
 #: An acks_late task that records its start, then runs for ``seconds``.
@@ -49,6 +51,10 @@ def make_app(config: RunConfig) -> Celery:
     def record(self: Any) -> None:
         record_start(self)
 
+    @app.task(name=RECORD_KEYED_TASK, bind=True, shared=False)
+    def record_keyed(self: Any) -> None:
+        record_start(self)
+
     @app.task(name=RECORD_LATE_TASK, bind=True, shared=False, acks_late=True)
     def record_late(self: Any) -> None:
         record_start(self)
@@ -60,6 +66,7 @@ def make_app(config: RunConfig) -> Celery:
             "id": self.request.id,
             "late": None if eta is None else started - eta,
             "pid": os.getpid(),
+            "at": started,
         }
         _results_client(config.broker_url).rpush(config.results_key, json.dumps(entry))
 

@@ -37,6 +37,8 @@ class RunConfig:
     ready_key: str
     #: ``broker_transport_options``; always identical for the two sides of a scenario.
     transport_options: dict[str, Any] = field(default_factory=dict)
+    #: More Celery settings of the delayq side (e.g. flow-control limits).
+    delayq_settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def delayq(self) -> bool:
@@ -55,6 +57,7 @@ class RunConfig:
         }
         if self.delayq:
             settings["broker_transport"] = DELAYQ_TRANSPORT
+            settings.update(self.delayq_settings)
             if MOVE_AHEAD_ENV in os.environ:  # a "before" run: python -m benchmarks ...
                 settings["delayq_move_ahead"] = float(os.environ[MOVE_AHEAD_ENV])
         return settings

@@ -144,11 +144,6 @@ def test_a_backlog_keeps_its_pace_when_the_mover_is_late_within_the_catch_up(
     assert len(times) >= math.floor((1 - CATCH_UP) * rate.count * windows) - 1
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: a bucket's arrival times are kept by the rate's place in the spec "
-    "(t1, t2, ...): a spec that drops or reorders a rate hands one rate's time to another",
-)
 def test_a_rate_kept_through_a_change_of_the_spec_still_holds(redis_client):
     gates = Gates(redis_client)
     now = 1_800_000_000_000_000

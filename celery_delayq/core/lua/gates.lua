@@ -11,7 +11,8 @@
 --          P:{Q}:fc:w:<b>  list  message keys waiting, in due order (their records stay
 --                                in MSG until released)
 --          P:{Q}:fc:s:<b>  hash  spec (its limits, as the last message to enter said),
---                                t<i> (the theoretical arrival time of rate i, us), hold
+--                                t<i> (the theoretical arrival time of the spec's rate i,
+--                                us; a changed spec carries each rate's over), hold
 --                                (no release before this, us; "paused": none until
 --                                resumed), released (count); expires a day after it
 --                                stops mattering
@@ -88,32 +89,43 @@ local function server_us()
   return tonumber(time[1]) * 1000000 + tonumber(time[2])
 end
 
--- One bucket's keys, limits and state.
+-- Most rates a bucket keeps (a spec's further rates are ignored), and the state fields
+-- one HMGET reads: spec, hold, released and every rate's arrival time.
+local MOST_RATES = 8
+local STATE_FIELDS = {'spec', 'hold', 'released'}
+for i = 1, MOST_RATES do STATE_FIELDS[3 + i] = 't' .. i end
+
+-- A spec's rates ({interval us, catch-up us} each) and its concurrency (most, lease ms).
+local function read_spec(spec)
+  local rates, most, lease = {}, nil, nil
+  for token in string.gmatch(spec or '', '[^,]+') do
+    local kind, a, c = string.match(token, '^([rc])(%d+)/(%d+)$')
+    a, c = tonumber(a), tonumber(c)
+    if kind == 'r' and #rates < MOST_RATES and a <= MOST_US and c <= MOST_US then
+      rates[#rates + 1] = {a, c}
+    elseif kind == 'c' and c <= MOST_US / 1000 then
+      most, lease = a, c
+    end
+  end
+  return rates, most, lease
+end
+
+-- One bucket's keys, limits and state (one read).
 local function open_bucket(bucket)
   local b = {name = bucket, state = GATES .. 's:' .. bucket, waiting = GATES .. 'w:' .. bucket,
-             running = GATES .. 'r:' .. bucket, rates = {}, tats = {}, hold = 0}
+             running = GATES .. 'r:' .. bucket, rates = {}, tats = {}, hold = 0, released = 0}
   if not bucket_kinds(bucket).limits then
     b.unlimited = true  -- crafted: its messages go as they would without limits
     return b
   end
-  local spec, hold = unpack(redis.call('HMGET', b.state, 'spec', 'hold'))
-  for token in string.gmatch(spec or '', '[^,]+') do
-    local kind, a, c = string.match(token, '^([rc])(%d+)/(%d+)$')
-    a, c = tonumber(a), tonumber(c)
-    if kind == 'r' and #b.rates < 8 and a <= MOST_US and c <= MOST_US then
-      b.rates[#b.rates + 1] = {a, c}
-    elseif kind == 'c' and c <= MOST_US / 1000 then
-      b.most, b.lease = a, c
-    end
-  end
+  local state = redis.call('HMGET', b.state, unpack(STATE_FIELDS))
+  b.rates, b.most, b.lease = read_spec(state[1])
   if b.most and not holds(b.running, 'zset') then b.most = nil end  -- crafted: no limit
-  b.hold = hold == 'paused' and math.huge or time_us(hold)
-  if #b.rates > 0 then
-    local fields = {}
-    for i = 1, #b.rates do fields[i] = 't' .. i end
-    local tats = redis.call('HMGET', b.state, unpack(fields))
-    for i = 1, #b.rates do b.tats[i] = time_us(tats[i]) end
-  end
+  b.hold = state[2] == 'paused' and math.huge or time_us(state[2])
+  local released = tonumber(state[3]) or 0
+  -- a crafted count (not a number, negative, huge) starts again from 0
+  b.released = (released >= 0 and released < MOST_TIME) and released or 0
+  for i = 1, #b.rates do b.tats[i] = time_us(state[3 + i]) end
   return b
 end
 
@@ -146,9 +158,11 @@ local function save_bucket(b, now, released)
     fields[#fields + 1] = string.format('%d', b.tats[i])
     if b.tats[i] > last then last = b.tats[i] end
   end
+  if released > 0 then
+    fields[#fields + 1] = 'released'
+    fields[#fields + 1] = string.format('%d', b.released + released)
+  end
   if #fields > 0 then redis.call('HSET', b.state, unpack(fields)) end
-  -- a crafted count is left as it is (HINCRBY refuses it)
-  if released > 0 then redis.pcall('HINCRBY', b.state, 'released', released) end
   if b.hold == math.huge then
     redis.call('PERSIST', b.state)
   else
@@ -165,17 +179,51 @@ local function gate_parts(gate)
   return string.sub(gate, 1, space - 1), string.sub(gate, space + 1)
 end
 
+-- Write a bucket's spec, as the message entering it says. A changed spec keeps each
+-- rate's arrival time by the rate's interval, wherever the rate now stands in it; a new
+-- rate starts an interval after the latest arrival time of the old ones, so no release
+-- comes sooner after the last than the new rate allows.
+local function write_spec(state, spec)
+  local old = redis.call('HMGET', state, unpack(STATE_FIELDS))
+  if old[1] == spec then return end
+  local fields = {'spec', spec}
+  if old[1] then
+    local kept, latest = {}, 0
+    for i, rate in ipairs(read_spec(old[1])) do
+      local tat = time_us(old[3 + i])
+      kept[rate[1]] = tat
+      if tat > latest then latest = tat end
+    end
+    local rates = read_spec(spec)
+    for i, rate in ipairs(rates) do
+      fields[#fields + 1] = 't' .. i
+      fields[#fields + 1] = string.format('%d', kept[rate[1]] or
+                                          (latest > 0 and latest + rate[1] or 0))
+    end
+    local gone = {}
+    for i = #rates + 1, MOST_RATES do gone[#gone + 1] = 't' .. i end
+    redis.call('HDEL', state, unpack(gone))
+  end
+  redis.call('HSET', state, unpack(fields))
+end
+
+-- The buckets entered in this call (bucket -> the spec written), and how many messages.
+local entered, gated = {}, 0
+
 -- Put a due message in its bucket (spec and bucket: gate_parts of its gate; the bucket
--- gate_usable).
+-- gate_usable). The count of messages entered is written by release_gates, which every
+-- caller calls after the last.
 local function enter_gate(key, spec, bucket, now, now_ms)
-  local state = GATES .. 's:' .. bucket
-  if redis.call('HGET', state, 'spec') ~= spec then redis.call('HSET', state, 'spec', spec) end
+  if entered[bucket] ~= spec then  -- the spec is looked at once per bucket and call
+    write_spec(GATES .. 's:' .. bucket, spec)
+    entered[bucket] = spec
+  end
   if redis.call('RPUSH', GATES .. 'w:' .. bucket, key) == 1 then
     local b = open_bucket(bucket)
     redis.call('ZADD', READY, allowed_at(b, now, now_ms), bucket)
     save_bucket(b, now, 0)
   end
-  redis.call('HINCRBY', STATS, 'gated', 1)
+  gated = gated + 1
 end
 
 -- Release from the ready buckets, the longest-waiting first (fair across buckets: a
@@ -192,7 +240,7 @@ end
 -- through release_claimed.lua.)
 local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out,
                              deliverable)
-  local work, bytes = 0, 0
+  local work, bytes, logged, later, emptied = 0, 0, {}, {}, {}
   if log_size > 0 then
     local kind = redis.call('TYPE', GATES .. 'log')['ok']
     if kind ~= 'list' and kind ~= 'none' then log_size = 0 end  -- crafted: no log
@@ -227,21 +275,27 @@ local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out
           b.tats[i] = math.max(b.tats[i], now - rate[2]) + rate[1]
         end
         if b.most then redis.call('ZADD', b.running, now_ms + b.lease, key) end
-        if log_size > 0 then
-          redis.call('LPUSH', GATES .. 'log', string.format('%d ', now) .. bucket)
-        end
+        if log_size > 0 then logged[#logged + 1] = string.format('%d ', now) .. bucket end
         released = released + 1
         at = allowed_at(b, now, now_ms)
       end  -- else cancelled, or due again later: nothing to release
     end
     if not bucket_kinds(bucket).waiting or redis.call('LLEN', b.waiting) == 0 then
-      redis.call('ZREM', READY, bucket)
-    else
-      redis.call('ZADD', READY, at, bucket)
+      emptied[#emptied + 1] = bucket
+    else  -- its next turn; written for all buckets at once below (score, member pairs)
+      later[#later + 1] = string.format('%.17g', at)
+      later[#later + 1] = bucket
     end
     save_bucket(b, now, released)
   end
-  if log_size > 0 and out.n > 0 then redis.call('LTRIM', GATES .. 'log', 0, log_size - 1) end
+  call_chunked('ZADD', READY, later)  -- chunks of 1,000 values: whole pairs
+  call_chunked('ZREM', READY, emptied)
+  if #logged > 0 then  -- pushed oldest first: the newest ends at the head
+    call_chunked('LPUSH', GATES .. 'log', logged)
+    redis.call('LTRIM', GATES .. 'log', 0, log_size - 1)
+  end
+  if gated > 0 then redis.call('HINCRBY', STATS, 'gated', gated) end
+  gated = 0
   if out.n > 0 then redis.call('HINCRBY', STATS, 'released', out.n) end
 end
 

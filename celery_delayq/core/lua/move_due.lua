@@ -118,12 +118,16 @@ for i = 1, found.n do
 end
 
 -- Writes from here on. A message with a gate waits in its bucket (one the record names
--- unreadably is delivered as it would be without); then the buckets release.
-local now_us = server_us()
+-- unreadably is delivered as it would be without); then the buckets release. Without
+-- flow control in use (no gated message due, no bucket waiting to release) this costs
+-- one read: tasks without limits pay no more.
+local now_us = nil  -- the time in us, read once flow control has work
+local release = next_release_ms()  -- the first bucket's release (ms), before this call's
 local done = {}  -- message keys leaving MSG
 for i = 1, found.n do
   local spec, bucket = gate_parts(found.gate[i])
   if spec then
+    now_us = now_us or server_us()
     enter_gate(found.key[i], spec, bucket, now_us, now)
   else
     push(found, i)
@@ -134,9 +138,13 @@ for i = 1, found.n do
 end
 local released = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
                   expires = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
-release_gates(now_us, now, judged, limit, budget, log_size, released, function(destination)
-  return deliverable(destination or own_list)
-end)
+if now_us or release then
+  now_us = now_us or server_us()
+  release_gates(now_us, now, judged, limit, budget, log_size, released, function(destination)
+    return deliverable(destination or own_list)
+  end)
+  release = next_release_ms()
+end
 for i = 1, released.n do
   push(released, i)
   done[#done + 1] = released.key[i]
@@ -164,7 +172,6 @@ lateness.write()
 local _, next_due = head()
 local further = next_due and math.max(0, look_ahead() - lead) or 0
 next_due = next_due and tonumber(next_due)
-local release = next_release_ms()
 if release and (not next_due or release < next_due) then next_due, further = release, 0 end
 return {found.n + released.n + #released.bad_key, next_due or -1, judged, missing,
         lateness.max, further}

@@ -1,0 +1,405 @@
+"""``python -m benchmarks.flow_keys [--quick] [--output PATH]``: many limit keys, each
+with a backlog, beside an unlimited task in the same queue; and what releasing them costs
+Redis per move call.
+
+Two parts, on one private redis-server:
+
+- **Live**, with real workers (``celery worker --pool=solo``, each running its mover):
+  ``KEYS`` limit keys of a task limited to 1/s (``delayq_rate_limits``), each sent
+  ``EACH`` messages (``headers={"delayq_limit_key": "k<i>"}``), beside a steady stream of
+  countdown messages of an unlimited task. Against a baseline pass: as many unlimited
+  messages as the keys hold, drained by the same workers, beside the same stream. From
+  the release log (``P:{Q}:fc:log``): the most releases of one key in any 1-s window, and
+  the aggregate release rate; from the tasks: the drain rate, and the stream's lateness
+  (start minus ETA) in either pass; from SLOWLOG (calls of 0.5 ms or more): the longest
+  move calls (the default, time-sized batches: ``delayq_move_call_budget``).
+- **Cost**, calls made one by one at a fixed batch size (``delayq_move_batch_size``, no
+  time sizing), each call's Redis time read from ``INFO commandstats`` (the only client):
+  calls that take due gated messages into their buckets and release, calls that only
+  release (a full batch, one message from each of that many keys), and unlimited moves of
+  the same batch size.
+
+Writes benchmarks/RESULTS-flow-keys.md on a full run.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+import uuid
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import kombu.pools
+import redis
+
+from celery_delayq.config.limits import LIMIT_KEY_HEADER
+from celery_delayq.core.handover.same_redis import SameRedisMove
+from celery_delayq.core.layout.gates import GateSpec, Rate, bucket_of, gate_field, split_bucket
+from celery_delayq.core.layout.keys import KeySpace
+from celery_delayq.core.store import DelayedStore, Scheduled
+from celery_delayq.testing import RedisServer, wait_until
+
+from .app import RECORD_KEYED_TASK, RECORD_TASK
+from .harness import Run, log
+from .report import server_version
+from .runconfig import RunConfig
+from .standalone import option_parser, publish
+from .store_tools import make_store, move_lateness, payload, server_time_ms, task_id
+
+DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS-flow-keys.md"
+RATE = "1/s"
+#: SLOWLOG keeps commands at least this long (us) during the live passes.
+SLOW_US = 500
+
+
+def quantile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+# -- live ------------------------------------------------------------------------------
+
+
+class LivePass:
+    """One pass with real workers: a backlog (limited keys, or unlimited), a stream."""
+
+    def __init__(self, url: str, client: redis.Redis, log_dir: Path, limited: bool) -> None:
+        self.url, self.client, self.limited = url, client, limited
+        queue = f"bench.flowkeys.{'limited' if limited else 'plain'}.{uuid.uuid4().hex[:8]}"
+        settings: dict[str, Any] = {}
+        if limited:
+            settings = {"delayq_rate_limits": {RECORD_KEYED_TASK: RATE}}
+            settings["delayq_release_log"] = 1_000_000
+        self.config = RunConfig(
+            broker_url=url,
+            side="delayq",
+            queue=queue,
+            results_key=f"{queue}:executions",
+            ready_key=f"{queue}:ready",
+            delayq_settings=settings,
+        )
+        self.run = Run(self.config, client, log_dir)
+        self.keys = KeySpace().for_queue(queue)
+
+    def publish_backlog(self, keys: int, each: int) -> float:
+        """``keys * each`` messages, the keys taking turns; seconds taken."""
+        began = time.perf_counter()
+        with self.run.app.producer_or_acquire() as producer:
+            for i in range(keys * each):
+                if self.limited:
+                    headers = {LIMIT_KEY_HEADER: f"k{i % keys}"}
+                    self.run.app.send_task(RECORD_KEYED_TASK, headers=headers, producer=producer)
+                else:
+                    self.run.app.send_task(RECORD_TASK, producer=producer)
+        return time.perf_counter() - began
+
+    def publish_stream(self, count: int, seconds: float) -> None:
+        """``count`` unlimited countdown messages due evenly over ``seconds`` from 1 s on."""
+        with self.run.app.producer_or_acquire() as producer:
+            for i in range(count):
+                countdown = 1 + i * seconds / count
+                self.run.app.send_task(RECORD_TASK, countdown=countdown, producer=producer)
+
+    def measure(self, workers: int, backlog: int, stream: int, seconds: float) -> dict[str, Any]:
+        self.client.config_set("slowlog-log-slower-than", SLOW_US)
+        self.client.config_set("slowlog-max-len", 100_000)
+        self.client.slowlog_reset()
+        self.client.config_resetstat()
+        self.run.start_workers(workers)
+        self.publish_stream(stream, seconds)
+        total = backlog + stream
+        wait_until(
+            lambda: self.run.execution_count() >= total,
+            timeout=600,
+            interval=0.2,
+            what=f"{total} executions",
+        )
+        sha = make_store(self.url).state.scripts.move_due.sha.encode()
+        slow = [
+            int(entry["duration"])
+            for entry in self.client.slowlog_get(100_000)
+            if bytes(entry["command"]).startswith(b"EVALSHA " + sha)
+        ]
+        stats = self.client.info("commandstats").get("cmdstat_evalsha", {})
+        entries = [json.loads(raw) for raw in self.client.lrange(self.config.results_key, 0, -1)]
+        late = [e["late"] for e in entries if e["late"] is not None]
+        starts = sorted(e["at"] for e in entries if e["late"] is None)
+        result: dict[str, Any] = {
+            "executions": len(entries),
+            "drain_rate": (len(starts) - 1) / (starts[-1] - starts[0]),
+            "late_mean": statistics.fmean(late),
+            "late_p99": quantile(late, 0.99),
+            "late_max": max(late),
+            "move_calls_slow": len(slow),
+            "move_call_max_us": max(slow, default=0),
+            "move_calls_over_2ms": sum(us > 2000 for us in slow),
+            "move_calls_over_5ms": sum(us > 5000 for us in slow),
+            "evalsha_calls": int(stats.get("calls", 0)),
+            "evalsha_usec_per_call": float(stats.get("usec_per_call", 0)),
+            **move_lateness(self.url, self.config.queue),
+        }
+        if self.limited:
+            result.update(self.releases())
+        return result
+
+    def releases(self) -> dict[str, Any]:
+        """From the release log: each key's most releases in any 1-s window, and the
+        aggregate rate."""
+        raw = self.client.lrange(f"{self.keys.gates}log", 0, -1)
+        times: dict[str, list[int]] = defaultdict(list)
+        for line in raw:
+            at, _, bucket = line.decode("utf-8", "surrogateescape").partition(" ")
+            times[split_bucket(bucket)[1] or ""].append(int(at))
+        worst = max(most_in_window(sorted(ts), 1_000_000) for ts in times.values())
+        every = sorted(t for ts in times.values() for t in ts)
+        per_second = defaultdict(int)
+        for t in every:
+            per_second[(t - every[0]) // 1_000_000] += 1
+        return {
+            "released": len(every),
+            "keys_released": len(times),
+            "most_per_key_in_1s": worst,
+            "release_rate": (len(every) - 1) / ((every[-1] - every[0]) / 1e6),
+            "release_peak_1s": max(per_second.values()),
+        }
+
+    def close(self) -> None:
+        self.run.close()
+
+
+def most_in_window(times: list[int], width: int) -> int:
+    """The most of ``times`` (sorted) in any half-open window ``[t, t + width)``."""
+    return max((bisect_left(times, t + width) - i for i, t in enumerate(times)), default=0)
+
+
+def live(url: str, client: redis.Redis, size: dict[str, int]) -> dict[str, dict[str, Any]]:
+    backlog = size["keys"] * size["each"]
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="flow-keys-") as log_dir:
+        for limited in (False, True):
+            client.flushall()
+            kombu.pools.reset()  # producer pools are per URL: this pass's settings, not the last's
+            one = LivePass(url, client, Path(log_dir), limited)
+            try:
+                took = one.publish_backlog(size["keys"], size["each"])
+                log(f"{'limited' if limited else 'unlimited'}: {backlog} published in {took:.1f} s")
+                results["limited" if limited else "unlimited"] = one.measure(
+                    size["workers"], backlog, size["stream"], size["stream_seconds"]
+                )
+                log(f"  {results['limited' if limited else 'unlimited']}")
+            finally:
+                one.close()
+    return results
+
+
+# -- cost -------------------------------------------------------------------------------
+
+
+class CallMeter:
+    """Redis time (µs) and commands (those the script ran) of single script calls, from
+    ``INFO commandstats`` read around each (the only client)."""
+
+    def __init__(self, client: redis.Redis) -> None:
+        self.client = client
+
+    def reading(self) -> tuple[int, int]:
+        stats = self.client.info("commandstats")
+        usec = int(stats.get("cmdstat_evalsha", {}).get("usec", 0))
+        calls = sum(
+            int(value["calls"])
+            for name, value in stats.items()
+            if name not in ("cmdstat_info", "cmdstat_evalsha")
+        )
+        return usec, calls
+
+    def call(self, store: DelayedStore) -> tuple[int, int, int]:
+        """One move call: (µs, commands, messages moved)."""
+        usec, calls = self.reading()
+        moved = store.move_due("q").moved
+        after_usec, after_calls = self.reading()
+        return after_usec - usec, after_calls - calls, moved
+
+
+def gated(keys: int, count: int, due: int) -> Iterable[Scheduled]:
+    spec = GateSpec((Rate.parse(RATE),)).encode()
+    for i in range(count):
+        gate = gate_field(spec, bucket_of(RECORD_KEYED_TASK, f"k{i % keys}"))
+        yield Scheduled("q", f"m{i}", task_id(i), due, "q", payload(i), gate=gate)
+
+
+def summary(name: str, calls: list[tuple[int, int, int]]) -> dict[str, float]:
+    """Median and max µs, median commands of some calls, and µs per message moved."""
+    if not calls:
+        return {}
+    return {
+        f"{name}_calls": len(calls),
+        f"{name}_median_us": statistics.median(c[0] for c in calls),
+        f"{name}_max_us": max(c[0] for c in calls),
+        f"{name}_median_commands": statistics.median(c[1] for c in calls),
+        f"{name}_us_per_message": sum(c[0] for c in calls) / max(1, sum(c[2] for c in calls)),
+    }
+
+
+def cost(client: redis.Redis, keys: int, each: int, batch: int, seconds: float) -> dict[str, Any]:
+    """Move calls of ``batch``, gated (taking due messages into their buckets; releasing
+    a full batch) and unlimited."""
+    client.flushall()
+    meter = CallMeter(client)
+    store = DelayedStore(
+        client, KeySpace(), batch, handover=lambda: SameRedisMove(client, release_log=10_000)
+    )
+    shard = store.keys.for_queue("q")
+    buckets = [bucket_of(RECORD_KEYED_TASK, f"k{i}") for i in range(keys)]
+    # Every bucket held (its state's "hold") while its messages enter, so that entering
+    # calls only enter; then all let go at once, as a resume would: full release calls.
+    with client.pipeline(transaction=False) as pipe:
+        for bucket in buckets:
+            pipe.hset(shard.gate("s", bucket), "hold", "paused")
+        pipe.execute()
+    due = server_time_ms(client) - 1000
+    store.schedule_many(gated(keys, keys * each, due))
+    entering, releasing = [], []
+    while client.exists(shard.pages):
+        entering.append(meter.call(store))
+    with client.pipeline(transaction=False) as pipe:
+        for bucket in buckets:
+            pipe.hdel(shard.gate("s", bucket), "hold")
+            pipe.zadd(f"{shard.gates}ready", {bucket: 0})
+        pipe.execute()
+    began = time.monotonic()
+    while time.monotonic() - began < seconds:
+        listed = client.llen("q")
+        call = meter.call(store)
+        if client.llen("q") - listed == batch:
+            releasing.append(call)
+    client.delete("q")
+    store.schedule_many(
+        Scheduled("q", f"u{i}", task_id(10**7 + i), due, "q", payload(i))
+        for i in range(keys * each)
+    )
+    plain = []
+    while client.exists(shard.pages):
+        plain.append(meter.call(store))
+    store.close()
+    full = [c for c in plain if c[2] == batch]
+    return {
+        "batch": batch,
+        **summary("entering", [c for c in entering if c[2] == batch]),
+        **summary("release", releasing),
+        **summary("plain", full),
+    }
+
+
+# -- report -----------------------------------------------------------------------------
+
+FULL = {"keys": 10_000, "each": 5, "workers": 2, "stream": 600, "stream_seconds": 30}
+QUICK = {"keys": 1_000, "each": 2, "workers": 1, "stream": 100, "stream_seconds": 5}
+
+
+def main() -> None:
+    parser = option_parser(__doc__)
+    parser.add_argument("--skip-live", action="store_true", help="the cost part only")
+    options = parser.parse_args()
+    size = QUICK if options.quick else FULL
+    started = time.time()
+    with RedisServer() as server:
+        client = server.client()
+        costs = [
+            cost(client, size["keys"], size["each"], batch, 3 if options.quick else 8)
+            for batch in (500, 100)
+        ]
+        for one in costs:
+            log(f"cost: {one}")
+        runs = {} if options.skip_live else live(server.url, client, size)
+    publish(render(size, costs, runs, time.time() - started), options, DEFAULT_OUTPUT)
+
+
+def render(
+    size: dict[str, int], costs: list[dict[str, Any]], runs: dict[str, dict[str, Any]], took: float
+) -> str:
+    lines = [
+        "# Flow control: many limit keys beside an unlimited task",
+        "",
+        f"Generated by `python -m benchmarks.flow_keys` on "
+        f"{datetime.now(timezone.utc):%Y-%m-%d %H:%M} UTC ({took:.0f} s), one private "
+        f"redis-server ({server_version()}) on the same 2 cores as everything else.",
+        "",
+        "## Redis time per move call (one caller, fixed batch size)",
+        "",
+        f"{size['keys']:,} keys at {RATE}, {size['each']} messages each, all due, moved by "
+        "calls made back to back, each call's Redis µs and the commands its script ran read "
+        "from `INFO commandstats` around it. *Entering*: calls taking a full batch of due gated "
+        "messages into their buckets (the buckets held meanwhile); *releasing*: then, the "
+        "buckets let go at once, calls that released a full batch (one message of each of "
+        "that many keys); *unlimited*: the same count of unlimited messages, full batches.",
+        "",
+        "| batch | calls | µs median | µs max | commands median | µs per message moved "
+        "| µs median vs unlimited |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for one in costs:
+        for kind, name in (
+            ("entering", "entering"),
+            ("release", "releasing"),
+            ("plain", "unlimited"),
+        ):
+            if f"{kind}_calls" not in one:
+                lines.append(f"| {one['batch']}, {name} | 0 | | | | | |")
+                continue
+            ratio = one[f"{kind}_median_us"] / one["plain_median_us"]
+            lines.append(
+                f"| {one['batch']}, {name} | {one[f'{kind}_calls']:,} | "
+                f"{one[f'{kind}_median_us']:,.0f} | {one[f'{kind}_max_us']:,} | "
+                f"{one[f'{kind}_median_commands']:,.0f} | {one[f'{kind}_us_per_message']:.1f} | "
+                f"{ratio:.2f}x |"
+            )
+    if runs:
+        plain, limited = runs["unlimited"], runs["limited"]
+        lines += [
+            "",
+            f"## Live: {size['keys']:,} keys x {size['each']} messages, {size['workers']} "
+            f"solo workers (each with its mover), a stream of {size['stream']} unlimited "
+            f"countdown messages due over {size['stream_seconds']} s",
+            "",
+            "| measure | unlimited backlog (baseline) | limited keys | ratio |",
+            "|---|---:|---:|---:|",
+            f"| executions | {plain['executions']:,} | {limited['executions']:,} | |",
+            row("drain rate (backlog tasks started /s)", plain, limited, "drain_rate", "{:,.0f}"),
+            f"| releases /s, aggregate (release log) | | {limited['release_rate']:,.0f} | "
+            f"{limited['release_rate'] / plain['drain_rate']:.2f}x of the unlimited drain |",
+            f"| releases in the busiest second | | {limited['release_peak_1s']:,} | |",
+            f"| most releases of one key in any 1 s (limit 1) | | "
+            f"{limited['most_per_key_in_1s']} | |",
+            f"| keys released / releases logged | | {limited['keys_released']:,} / "
+            f"{limited['released']:,} | |",
+            row("stream lateness, mean (s)", plain, limited, "late_mean", "{:.3f}"),
+            row("stream lateness, p99 (s)", plain, limited, "late_p99", "{:.3f}"),
+            row("stream lateness, max (s)", plain, limited, "late_max", "{:.3f}"),
+            row("stream move lateness, mean (ms)", plain, limited, "move_mean", "{:.1f}"),
+            row("move calls of 0.5 ms or more", plain, limited, "move_calls_slow", "{:,}"),
+            row("... over 2 ms", plain, limited, "move_calls_over_2ms", "{:,}"),
+            row("... over 5 ms", plain, limited, "move_calls_over_5ms", "{:,}"),
+            row("longest move call (µs)", plain, limited, "move_call_max_us", "{:,}"),
+            row("EVALSHA calls", plain, limited, "evalsha_calls", "{:,}"),
+            row("EVALSHA µs per call", plain, limited, "evalsha_usec_per_call", "{:.1f}"),
+        ]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def row(name: str, plain: dict[str, Any], limited: dict[str, Any], field: str, form: str) -> str:
+    a, b = plain.get(field), limited.get(field)
+    ratio = f"{b / a:.2f}x" if a and b is not None else ""
+    shown = [form.format(v) if v is not None else "-" for v in (a, b)]
+    return f"| {name} | {shown[0]} | {shown[1]} | {ratio} |"
+
+
+if __name__ == "__main__":
+    main()
