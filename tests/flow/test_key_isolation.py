@@ -10,6 +10,7 @@ import pytest
 
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.config.limits import LIMIT_KEY_HEADER, limits_of
+from celery_delayq.config.settings import config_of
 from celery_delayq.core.layout.gates import bucket_of
 from celery_delayq.core.store import Scheduled
 
@@ -23,7 +24,7 @@ def test_a_keys_first_message_is_released_in_the_next_call_behind_another_keys_b
     make_app, redis_client
 ) -> None:
     app = make_app(delayq_rate_limits={TASK: "1/s"}, delayq_move_call_budget=0)
-    gate = limits_of(app).gate_of({"task": TASK, LIMIT_KEY_HEADER: "big"})
+    gate = limits_of(app, config_of(app)).gate_of({"task": TASK, LIMIT_KEY_HEADER: "big"})
     with open_store(app) as store:
         due = store.server_time_ms() - 1000
         store.schedule_many(
