@@ -8,7 +8,9 @@ import redis
 
 from celery_delayq.core.layout.gates import Rate
 from celery_delayq.core.layout.keys import QueueKeys
-from celery_delayq.testing.releases import most_in_window
+from celery_delayq.testing.releases import most_in_window, release_log
+
+from ..helpers import runs
 
 
 def assert_within_rate(times_us: list[int], rate: str) -> None:
@@ -45,3 +47,23 @@ def store_empty(client: redis.Redis, shards: list[QueueKeys]) -> bool:
     """No message of the queue is left in its store: none pending, waiting in a bucket,
     or claimed (every claim was acked after the broker confirmed it)."""
     return not any(client.hlen(keys.messages) or client.zcard(keys.inflight) for keys in shards)
+
+
+def assert_released_at_the_rate_each_once(
+    client: redis.Redis,
+    task: str,
+    sent_ids: list[str],
+    shard: QueueKeys,
+    stats: dict[str, int],
+    rate: str,
+) -> None:
+    """Every message sent ran once; each was released once (the log, the queue's
+    counters), within the rate; and the starts kept the releases' pace."""
+    recorded = runs(client)
+    assert sorted(run["id"] for run in recorded) == sorted(sent_ids)
+    releases = release_log(client, shard).get(task, [])
+    assert len(releases) == len(sent_ids) == stats["released"] == stats["gated"]
+    assert_within_rate(releases, rate)
+    starts = [run["at"] for run in recorded]
+    jitter = assert_each_started_after_its_release(starts, releases)
+    assert_starts_spaced(starts, rate, jitter)

@@ -14,14 +14,15 @@ from celery import Celery
 
 from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.testing import publish, wait_until
+from celery_delayq.testing.releases import most_in_window, release_log
 
 from ..helpers import celery_process, runs
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
 PACED = "tests.worker_app.paced"
-#: The release log of queue ``default`` (core/layout/keys.py): "<us> <bucket>", newest first.
-RELEASE_LOG = KeySpace().for_queue("default").gates + "log"
+#: The keys of queue ``default``, whose release log the tests read.
+DEFAULT = KeySpace().for_queue("default")
 
 
 def paced_app(make_app: Any, **settings: Any) -> Celery:
@@ -33,15 +34,6 @@ def paced_app(make_app: Any, **settings: Any) -> Celery:
         """The workers' task."""
 
     return app
-
-
-def most_in_a_window(times: list[float], seconds: float) -> int:
-    """The most of ``times`` in any half-open window of ``seconds``."""
-    ordered = sorted(times)
-    return max(
-        sum(1 for other in ordered[i:] if other < start + seconds)
-        for i, start in enumerate(ordered)
-    )
 
 
 def starts_by_worker(client: redis.Redis) -> dict[str, list[float]]:
@@ -66,10 +58,10 @@ def test_a_tasks_rate_limit_holds_across_two_workers(make_app, redis_server, red
             publish(app, PACED, str(number))
         wait_until(lambda: len(runs(redis_client)) == 10, timeout=40, what="10 runs")
 
-    releases = [int(entry.split()[0]) / 1e6 for entry in redis_client.lrange(RELEASE_LOG, 0, -1)]
+    releases = release_log(redis_client, DEFAULT)[PACED]
     assert len(releases) == 10
     # one limit of 2/s: never more than 2 releases in any second (the server's clock)
-    assert most_in_a_window(releases, 1.0) == 2
+    assert most_in_window(releases, 1_000_000) == 2
     workers = starts_by_worker(redis_client)
     assert len(workers) == 2, f"both workers run them: {workers}"
     starts = sorted(at for times in workers.values() for at in times)
@@ -88,13 +80,14 @@ def test_without_the_setting_each_worker_limits_itself(make_app, redis_server, r
             publish(app, PACED, str(number))
         wait_until(lambda: len(runs(redis_client)) == 16, timeout=40, what="16 runs")
 
-    assert redis_client.llen(RELEASE_LOG) == 0, "nothing is held in the store"
+    assert redis_client.llen(DEFAULT.gate_log) == 0, "nothing is held in the store"
     workers = starts_by_worker(redis_client)
     assert len(workers) == 2, f"both workers run them: {workers}"
     for times in workers.values():  # Celery's token bucket: 2/s in each worker
         assert all(later - earlier > 0.45 for earlier, later in zip(times, times[1:]))
     starts = [at for times in workers.values() for at in times]
-    assert most_in_a_window(starts, 1.0) > 2, "the two workers' limits add up"
+    starts_us = [round(at * 1e6) for at in starts]
+    assert most_in_window(starts_us, 1_000_000) > 2, "the two workers' limits add up"
 
 
 @pytest.mark.promise("flow-global-rate-limit-worker-off")

@@ -13,9 +13,10 @@ import pytest
 from celery_delayq.config.limits import LIMIT_KEY_HEADER
 from celery_delayq.core.layout.gates import split_bucket
 from celery_delayq.testing import wait_until
+from celery_delayq.testing.releases import most_in_window, release_log
 
 from ..helpers import celery_process, runs
-from .test_global_rate_limits import RELEASE_LOG, most_in_a_window
+from .test_global_rate_limits import DEFAULT
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(120)]
 
@@ -41,19 +42,18 @@ def test_each_customer_gets_its_own_bucket(make_app, redis_server, redis_client)
         per_customer.apply_async(("a", "given"), headers={LIMIT_KEY_HEADER: "c"})
         wait_until(lambda: len(runs(redis_client)) == 11, timeout=40, what="11 runs")
 
-    releases: dict[str | None, list[float]] = defaultdict(list)
-    for entry in redis_client.lrange(RELEASE_LOG, 0, -1):
-        at, _, bucket = entry.decode().partition(" ")
+    releases: dict[str | None, list[int]] = {}
+    for bucket, times in release_log(redis_client, DEFAULT).items():
         task, key = split_bucket(bucket)
         assert task == PER_CUSTOMER
-        releases[key].append(int(at) / 1e6)
+        releases[key] = times
     assert {key: len(times) for key, times in releases.items()} == {"a": 6, "b": 4, "c": 1}
     for times in releases.values():  # each customer's limit holds
-        assert most_in_a_window(times, 1.0) <= 2
+        assert most_in_window(times, 1_000_000) <= 2
     # b's calls did not queue behind a's backlog: b's first release came before a's last
     assert min(releases["b"]) < max(releases["a"])
     # and the buckets were released side by side, more than one limit's worth at once
-    assert most_in_a_window([at for times in releases.values() for at in times], 1.0) > 2
+    assert most_in_window([at for times in releases.values() for at in times], 1_000_000) > 2
     started = defaultdict(list)
     for run in runs(redis_client):
         started[run["customer"]].append(run["label"])

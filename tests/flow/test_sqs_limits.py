@@ -4,19 +4,14 @@ pace, each once."""
 
 from __future__ import annotations
 
-from collections import Counter
-
 import pytest
 
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import wait_until
-from celery_delayq.testing.releases import release_log
 
 from ..helpers import REMEMBER, celery_process, remember, runs
 from .pace import (
-    assert_each_started_after_its_release,
-    assert_starts_spaced,
-    assert_within_rate,
+    assert_released_at_the_rate_each_once,
     store_empty,
 )
 
@@ -51,11 +46,5 @@ def test_an_sqs_worker_starts_a_limited_task_at_its_rate_each_once(
         wait_until(lambda: store_empty(redis_client, shards), what="every claim acked")
         stats = store.stats(queue)
 
-    recorded = runs(redis_client)
-    assert Counter(run["id"] for run in recorded) == Counter(result.id for result in sent)
-    releases = release_log(redis_client, shards[0]).get(REMEMBER, [])
-    assert len(releases) == SENT == stats["released"] == stats["gated"]
-    assert_within_rate(releases, RATE)
-    starts = [run["at"] for run in recorded]
-    jitter = assert_each_started_after_its_release(starts, releases)
-    assert_starts_spaced(starts, RATE, jitter)
+    sent_ids = [result.id for result in sent]
+    assert_released_at_the_rate_each_once(redis_client, REMEMBER, sent_ids, shards[0], stats, RATE)
