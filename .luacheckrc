@@ -31,7 +31,8 @@ local helpers_exports = {
 -- The locals gates.lua (flow control) defines for the scripts that take due messages, and
 -- for gate_hold.lua, which holds one bucket.
 local gates_exports = {"server_us", "gate_parts", "gate_usable", "enter_gate",
-                       "release_gates", "next_release_ms", "READY", "GATES", "open_bucket",
+                       "release_gates", "next_release_ms", "most_releases", "READY", "GATES",
+                       "open_bucket",
                        "allowed_at", "save_bucket"}
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
@@ -69,7 +70,8 @@ files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram",
                                       "drop_taken", "call_chunked", "head", "forget_duplicate",
                                        "release_key", "PAGES", "PAGE_PREFIX", "bury_unreadable",
                                        "server_us", "gate_parts", "gate_usable", "enter_gate",
-                                       "release_gates", "next_release_ms", "GATES"},
+                                       "release_gates", "next_release_ms", "GATES",
+                                       "most_releases"},
                                      "prelude.lua, helpers.lua and gates.lua")
 files[lua .. "gate_hold.lua"] = reads({"READY", "server_us", "open_bucket", "allowed_at",
                                        "save_bucket"},
@@ -77,7 +79,7 @@ files[lua .. "gate_hold.lua"] = reads({"READY", "server_us", "open_bucket", "all
 files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse", "call_chunked"}, "prelude.lua and helpers.lua")
 files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/gate_usable",
                                     "211/enter_gate", "211/release_gates",
-                                    "211/next_release_ms"}
+                                    "211/next_release_ms", "211/most_releases"}
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
                                       "hold_key_again", "with_due"},
                                      "prelude.lua and helpers.lua")
@@ -88,7 +90,7 @@ files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_du
                                        "failed_once", "release_key", "bury_unreadable",
                                        "DEAD", "DEAD_WHY", "server_us", "gate_parts",
                                        "gate_usable", "enter_gate", "release_gates",
-                                       "next_release_ms", "GATES"},
+                                       "next_release_ms", "GATES", "most_releases"},
                                       "prelude.lua, helpers.lua, handover.lua and gates.lua")
 files[lua .. "ack_claimed.lua"] = reads({"MSG", "TRIES", "CLAIMS", "server_now", "parse",
                                          "lateness_histogram", "unclaim", "forget_duplicate"},

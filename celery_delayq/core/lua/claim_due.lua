@@ -85,7 +85,8 @@ for i = 1, found.n do
 end
 local released = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
                   expires = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
-release_gates(now_us, now, now, limit, budget, log_size, released, function() return true end)
+release_gates(now_us, now, now, most_releases(limit), budget, log_size, released,
+              function() return true end)
 bury_unreadable(released, DEAD, DEAD_WHY, now)
 for i = 1, released.n do
   claimed[#claimed + 1] = released.key[i]

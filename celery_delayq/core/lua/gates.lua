@@ -299,6 +299,17 @@ local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out
   if out.n > 0 then redis.call('HINCRBY', STATS, 'released', out.n) end
 end
 
+-- How many due messages one release costs against a call's batch: a release reads and
+-- writes its bucket (about 6 commands against a move's few per message), so a call's
+-- batch of `limit` allows limit / RELEASE_WEIGHT releases and keeps its time budget
+-- (benchmarks/RESULTS-flow-keys.md).
+local RELEASE_WEIGHT = 3
+
+-- The most releases a call whose batch is `limit` makes.
+local function most_releases(limit)
+  return math.max(1, math.floor(limit / RELEASE_WEIGHT))
+end
+
 -- When (ms) the first ready bucket may release, or nil.
 local function next_release_ms()
   local first = redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')[2]

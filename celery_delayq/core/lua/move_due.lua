@@ -140,7 +140,8 @@ local released = {n = 0, key = {}, record = {}, due = {}, destination = {}, star
                   expires = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
 if now_us or release then
   now_us = now_us or server_us()
-  release_gates(now_us, now, judged, limit, budget, log_size, released, function(destination)
+  release_gates(now_us, now, judged, most_releases(limit), budget, log_size, released,
+                function(destination)
     return deliverable(destination or own_list)
   end)
   release = next_release_ms()
