@@ -33,7 +33,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from contextlib import ExitStack
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -103,6 +103,8 @@ class Observed:
     #: epoch s of every release the store logged (celery-delayq only).
     releases: list[float]
     kills: int
+    #: (up, down) of every mover's life: from its first heartbeat seen to its kill or stop.
+    mover_lives: list[tuple[float, float]] = field(default_factory=list)
     #: Why the side did not settle (something left that could still run), or None.
     unsettled: str | None = None
     load: tuple[float, float] = (0.0, 0.0)  # 1-minute load average at the start and end
@@ -125,11 +127,24 @@ def most_in_window(times: Sequence[float], width: float = WINDOW) -> list[int]:
     return counts
 
 
-def per_rate(times: Sequence[float]) -> float | None:
-    """The rate (per second) from the first of the sorted ``times`` to the last."""
-    if len(times) < 2 or times[-1] <= times[0]:
+def per_rate(times: Sequence[float], idle: float = 0.0) -> float | None:
+    """The rate (per second) from the first of the sorted ``times`` to the last, less
+    ``idle`` seconds of that span."""
+    if len(times) < 2 or times[-1] - times[0] <= idle:
         return None
-    return (len(times) - 1) / (times[-1] - times[0])
+    return (len(times) - 1) / (times[-1] - times[0] - idle)
+
+
+def uncovered(lives: Sequence[tuple[float, float]], start: float, end: float) -> float:
+    """Seconds of ``[start, end]`` in none of the ``(up, down)`` spans of ``lives``."""
+    gaps, reached = 0.0, start
+    for up, down in sorted(lives):
+        if up > reached:
+            gaps += max(0.0, min(up, end) - reached)
+        reached = max(reached, down)
+        if reached >= end:
+            return gaps
+    return gaps + max(0.0, end - reached)
 
 
 @dataclass(frozen=True)
@@ -149,6 +164,9 @@ class Figures:
     release_windows_over: int  # windows (one per release) with more than the limit
     release_rate: float | None
     kills: int
+    #: Seconds from the first release to the last with no mover up (None: no movers).
+    no_mover: float | None
+    release_rate_with_mover: float | None
 
     @classmethod
     def of(cls, observed: Observed, rate: int) -> Figures:
@@ -157,6 +175,9 @@ class Figures:
         in_start_windows = most_in_window(starts)
         releases = sorted(observed.releases)
         in_release_windows = most_in_window(releases)
+        no_mover = None
+        if observed.mover_lives and releases:
+            no_mover = uncovered(observed.mover_lives, releases[0], releases[-1])
         return cls(
             sent=len(observed.sent),
             ran=len(ids),
@@ -171,6 +192,8 @@ class Figures:
             release_windows_over=sum(n > rate for n in in_release_windows),
             release_rate=per_rate(releases),
             kills=observed.kills,
+            no_mover=no_mover,
+            release_rate_with_mover=None if no_mover is None else per_rate(releases, no_mover),
         )
 
 
@@ -197,6 +220,8 @@ class SideRun:
         movers = shape.movers if side == "delayq" else 0
         self.movers = [slot(f"mover-{n}", MOVER, self.mover_command) for n in range(movers)]
         self.rng = random.Random(0)  # Slot.reap's; nothing restarts on its own here
+        #: Each mover process's pid -> [its first heartbeat seen, its kill] (epoch s).
+        self.lives: dict[int, list[float | None]] = {}
 
     def worker_command(self, incarnation: str) -> list[str]:
         return celery_command(
@@ -221,9 +246,9 @@ class SideRun:
             abort=self.exited,
         )
         for mover in self.movers:
-            mover.start()
+            self.start_mover(mover)
         wait_until(
-            lambda: self.client.hlen(KeySpace().movers) >= len(self.movers),
+            lambda: all(up for up, _ in self.watch_movers().values()),
             timeout=60,
             what=f"{len(self.movers)} movers beat",
             abort=self.exited,
@@ -235,14 +260,36 @@ class SideRun:
                 return f"{slot.incarnation} exited: {slot.log_path}"
         return None
 
+    def start_mover(self, slot: Slot) -> None:
+        slot.start()
+        if slot.process is not None:
+            self.lives[slot.process.pid] = [None, None]
+
+    def watch_movers(self) -> dict[int, list[float | None]]:
+        """Note the first heartbeat of every mover process that has none yet (its first
+        move pass is done: it is up); the lives so far."""
+        waiting = [pid for pid, (up, _) in self.lives.items() if up is None]
+        if waiting:
+            beating = {json.loads(raw)["pid"] for raw in self.client.hvals(KeySpace().movers)}
+            for pid in beating.intersection(waiting):
+                self.lives[pid][0] = time.time()
+        return self.lives
+
     def restart(self, slot: Slot) -> None:
         """A chaos kill: SIGKILL ``slot``'s process group, then start it again."""
         process = slot.process
+        if process is not None:
+            self.lives[process.pid][1] = time.time()
         slot.kill()
         if process is not None:
             process.wait()
         slot.reap(self.rng, restart=False)
-        slot.start()
+        self.start_mover(slot)
+
+    def mover_lives(self) -> list[tuple[float, float]]:
+        """(up, down) of every mover that came up; one still running is down now."""
+        now = time.time()
+        return [(up, down or now) for up, down in self.lives.values() if up is not None]
 
     def run(self) -> Observed:
         """Send every message at once, kill a mover every ``KILL_EVERY`` s until every one
@@ -267,6 +314,7 @@ class SideRun:
                 starts=[self.start_of(entry) for entry in self.entries(STARTS_KEY)],
                 releases=self.releases(),
                 kills=kills,
+                mover_lives=self.mover_lives(),
                 unsettled=unsettled,
                 load=(load, os.getloadavg()[0]),
             )
@@ -282,6 +330,7 @@ class SideRun:
         def next_event() -> str | None:
             nonlocal seen
             runs, now = int(self.client.llen(STARTS_KEY)), time.time()
+            self.watch_movers()
             if runs >= self.shape.messages:
                 return "done"
             if runs != seen[0]:
@@ -329,17 +378,26 @@ def run_side(side: str, shape: Shape, directory: Path) -> Observed:
         run.start()
         observed = run.run()
     raw = directory / f"{side}.json"  # for a closer look: every start and release
-    raw.write_text(json.dumps({"starts": observed.starts, "releases": observed.releases}))
+    raw.write_text(
+        json.dumps(
+            {
+                "starts": observed.starts,
+                "releases": observed.releases,
+                "mover_lives": observed.mover_lives,
+            }
+        )
+    )
     return observed
 
 
 def per_second(times: Sequence[float], origin: float) -> tuple[list[float], list[float]]:
-    """How many of ``times`` fall in each whole second after ``origin``: (second, count)."""
+    """How many of ``times`` fall in each whole second after ``origin``: (the second's
+    middle, count)."""
     if not times:
         return [], []
     counts = Counter(int(at - origin) for at in times)
     seconds = range(min(counts), max(counts) + 1)
-    return [float(s) for s in seconds], [float(counts[s]) for s in seconds]
+    return [s + 0.5 for s in seconds], [float(counts[s]) for s in seconds]
 
 
 def draw(path: Path, observed: dict[str, Observed], rate: int) -> Path | None:
@@ -359,8 +417,9 @@ def draw(path: Path, observed: dict[str, Observed], rate: int) -> Path | None:
         path,
         series,
         title=f"A task limited to {rate}/s over several workers",
-        xlabel="seconds since the messages were sent",
+        xlabel="seconds since the messages were sent (each second at its middle)",
         ylabel="releases, starts in each second",
+        logx=True,  # vanilla's first seconds and both sides' whole runs
         hline=(rate, f"the limit, {rate}/s"),
         marker=None,
     )
@@ -422,6 +481,14 @@ def table(figures: dict[str, Figures], rate: int) -> list[str]:
             *each(lambda f: "n/a" if f.most_releases is None else str(f.release_windows_over)),
         ),
         row("release rate, first to last", *each(lambda f: _rate(f.release_rate))),
+        row(
+            "no mover up (one killed, the other not yet started), first to last release",
+            *each(lambda f: "n/a" if f.no_mover is None else f"{f.no_mover:.1f} s"),
+        ),
+        row(
+            "release rate, first to last, less the time no mover was up",
+            *each(lambda f: _rate(f.release_rate_with_mover)),
+        ),
         row("most starts in a 1-s window", *each(lambda f: str(f.most_starts))),
         row(f"start windows over {rate + 1}", *each(lambda f: f"{f.start_windows_over:,}")),
         row("start rate, first to last", *each(lambda f: _rate(f.start_rate))),
@@ -469,7 +536,9 @@ def render(
         "starts: the time each run began, as the task recorded it. A window is half-open, "
         "`[t, t + 1 s)`; windows over: how many of the windows that start at a release "
         f"(start) hold more than {shape.rate} ({shape.rate + 1}). Rates: from the first to "
-        "the last, while the backlog lasts (it lasts the whole run). Lost: sent and never "
+        "the last, while the backlog lasts (it lasts the whole run). A mover is up from its "
+        "first heartbeat in the store (its first move pass done; looked for every 50 ms) to "
+        "its kill; a release can only be late while none is. Lost: sent and never "
         "ran; doubled: runs beyond the first of a task id, counted once nothing was left "
         "that could run.",
         "",
