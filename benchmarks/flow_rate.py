@@ -55,6 +55,7 @@ from .flow_rate_app import ENV, QUEUE, READY_KEY, STARTS_KEY, TASK, make_app
 from .harness import log
 from .processes import REPO_ROOT
 from .report import environment, goal_line
+from .scenarios.lateness import percentile
 from .standalone import option_parser, publish
 
 DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS-flow-rate.md"
@@ -135,6 +136,16 @@ def per_rate(times: Sequence[float], idle: float = 0.0) -> float | None:
     return (len(times) - 1) / (times[-1] - times[0] - idle)
 
 
+def pickup(starts: Sequence[float], releases: Sequence[float]) -> tuple[float, float, float] | None:
+    """How long after its release each task started (ms; p50, p99, max), the k-th start
+    against the k-th release of the sorted times: a bucket releases in send order, and
+    a start that overtakes another shows as both a little off."""
+    if not releases or len(starts) != len(releases):
+        return None
+    after = sorted((start - release) * 1000 for start, release in zip(starts, releases))
+    return percentile(after, 50), percentile(after, 99), after[-1]
+
+
 def uncovered(lives: Sequence[tuple[float, float]], start: float, end: float) -> float:
     """Seconds of ``[start, end]`` in none of the ``(up, down)`` spans of ``lives``."""
     gaps, reached = 0.0, start
@@ -167,6 +178,8 @@ class Figures:
     #: Seconds from the first release to the last with no mover up (None: no movers).
     no_mover: float | None
     release_rate_with_mover: float | None
+    #: The k-th start less the k-th release (ms): p50, p99, max; None without releases.
+    pickup: tuple[float, float, float] | None
 
     @classmethod
     def of(cls, observed: Observed, rate: int) -> Figures:
@@ -194,6 +207,7 @@ class Figures:
             kills=observed.kills,
             no_mover=no_mover,
             release_rate_with_mover=None if no_mover is None else per_rate(releases, no_mover),
+            pickup=pickup(starts, releases),
         )
 
 
@@ -488,6 +502,14 @@ def table(figures: dict[str, Figures], rate: int) -> list[str]:
         row(
             "release rate, first to last, less the time no mover was up",
             *each(lambda f: _rate(f.release_rate_with_mover)),
+        ),
+        row(
+            "start − release, the k-th of each, p50 / p99 / max",
+            *each(
+                lambda f: (
+                    "n/a" if f.pickup is None else "{:.1f} / {:.1f} / {:.1f} ms".format(*f.pickup)
+                )
+            ),
         ),
         row("most starts in a 1-s window", *each(lambda f: str(f.most_starts))),
         row(f"start windows over {rate + 1}", *each(lambda f: f"{f.start_windows_over:,}")),

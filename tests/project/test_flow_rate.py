@@ -11,6 +11,7 @@ from benchmarks.flow_rate import (
     most_in_window,
     per_rate,
     per_second,
+    pickup,
     uncovered,
 )
 
@@ -42,6 +43,13 @@ def test_figures_count_lost_and_doubled_task_ids_and_windows_over() -> None:
     assert (figures.most_starts, figures.start_windows_over) == (3, 0)  # over rate + 1
     assert figures.took == 5.0
     assert figures.no_mover == pytest.approx(0.05)
+    assert figures.pickup is None  # 4 starts, 3 releases: no pairing
+
+
+def test_a_start_is_paired_with_the_release_of_its_rank() -> None:
+    releases = [float(n) for n in range(100)]
+    starts = [n + 0.002 for n in range(99)] + [99.150]
+    assert pickup(starts, releases) == pytest.approx((2.0, 2.0, 150.0))
 
 
 def test_no_mover_up_is_the_time_no_life_covers() -> None:
