@@ -315,7 +315,7 @@ class SideRun:
             task = app.tasks[TASK]
             sent = [task.delay().id for _ in range(self.shape.messages)]
             log(f"{self.side}: sent {len(sent):,} in {time.time() - sent_at:.1f} s")
-            kills = self.wait_for_runs(sent_at)
+            kills = self.wait_for_runs()
             unsettled = None
             try:
                 wait_until_quiescent(app, workers=len(self.workers), timeout=60)
@@ -335,11 +335,12 @@ class SideRun:
         finally:
             app.close()
 
-    def wait_for_runs(self, sent_at: float) -> int:
+    def wait_for_runs(self) -> int:
         """Until every message ran (or none ran for ``STALL`` s: the rest would not), a
         mover SIGKILLed and started again every ``KILL_EVERY`` s, the movers in turn; the
         kills."""
-        kills, seen = 0, (0, time.time())  # runs so far, and when that count was new
+        begun = time.time()  # the kills count from here: the send itself took a while
+        kills, seen = 0, (0, begun)  # runs so far, and when that count was new
 
         def next_event() -> str | None:
             nonlocal seen
@@ -351,7 +352,7 @@ class SideRun:
                 seen = (runs, now)
             if now - seen[1] > STALL:
                 return "stalled"
-            if self.movers and now >= sent_at + KILL_EVERY * (kills + 1):
+            if self.movers and now >= begun + KILL_EVERY * (kills + 1):
                 return "kill"
             return None
 
