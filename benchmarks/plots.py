@@ -39,15 +39,17 @@ def lines(
     logx: bool = False,
     logy: bool = False,
     hline: tuple[float, str] | None = None,
+    marker: str | None = "o",
 ) -> Path | None:
     """One line with markers per series (keyed by side or any label); None without
-    matplotlib. ``hline`` draws a dashed target line with its label."""
+    matplotlib. ``hline`` draws a dashed target line with its label; ``marker=None``:
+    lines alone (hundreds of points)."""
     plt = _pyplot()
     if plt is None:
         return None
     fig, ax = plt.subplots(figsize=(7, 4.2), dpi=110)
     for name, (xs, ys) in series.items():
-        ax.plot(xs, ys, marker="o", label=LABELS.get(name, name), color=COLOURS.get(name))
+        ax.plot(xs, ys, marker=marker, label=LABELS.get(name, name), color=COLOURS.get(name))
     if hline is not None:
         ax.axhline(hline[0], color="grey", linestyle="--", linewidth=1, label=hline[1])
     if logx:
