@@ -31,6 +31,7 @@ from kombu.serialization import loads as deserialize
 from kombu.serialization import registry
 from kombu.utils.json import dumps, loads
 
+from ..brokers.common.limit_keys import RECEIVER_UID, takes_argument_keys
 from ..brokers.common.message import due_ms, eta_timestamp
 from ..config.settings import config_of
 from ..core.store import Scheduled
@@ -38,8 +39,13 @@ from ..core.store import Scheduled
 
 def templates_apply(app: Celery) -> bool:
     """Whether copies of a template are the messages Celery would send: not while
-    publish signals have receivers (they may change each message), nor with compression."""
-    receivers = signals.before_task_publish.receivers or signals.after_task_publish.receivers
+    publish signals have receivers (they may change each message), nor with compression.
+    The limit-key receiver (another app of the process takes keys from arguments)
+    changes no message of an app whose tasks take none."""
+    before = signals.before_task_publish.receivers
+    if before and not takes_argument_keys(app):
+        before = [receiver for receiver in before if receiver[0][0] != RECEIVER_UID]
+    receivers = before or signals.after_task_publish.receivers
     return not receivers and not app.conf.task_compression
 
 

@@ -340,6 +340,10 @@ IN_PROCESS = {
         ["periodic", "run", "guarded"],
         ["periodic", "remove", "guarded"],
     ],
+    "limits": [["limits"], ["limits", "--json"]],
+    "pause": [["pause", "tests.worker_app.limited"], ["pause", "--queue", "default"]],
+    "resume": [["resume", "tests.worker_app.limited"], ["resume", "--queue", "default"]],
+    "throttle": [["throttle", "tests.worker_app.limited", "5", "--json"]],
 }
 AS_PROCESSES = {"mover", "exporter", "web"}
 

@@ -13,13 +13,16 @@ import pytest
 from celery_delayq.testing import wait_until
 from celery_delayq.web.guard.access import Access
 
-from ..helpers import REMEMBER, celery_process, chromium, publish_limited, runs
+from ..helpers import celery_process, chromium, publish_limited, runs
 from .test_web_browser import dashboard
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180), pytest.mark.slow]
 
 KEY = '<script>window.owned = 1</script> it\'s "quoted"'
-LIMITS = {"delayq_concurrency_limits": {REMEMBER: 2}}
+#: A task that runs until the test releases it (tests.worker_app.gate): its two slots
+#: stay taken while the page is read.
+GATED = "tests.worker_app.gated"
+LIMITS = {"delayq_concurrency_limits": {GATED: 2}}
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +35,9 @@ def test_the_limits_page_shows_what_runs_and_what_waits(
     make_app, redis_server, redis_client, browser, screenshots
 ) -> None:
     app = make_app(**LIMITS)
-    publish_limited(app, REMEMBER, 5, key=KEY)
+    publish_limited(app, GATED, 5, key=KEY)
     with (
-        celery_process("worker", redis_server.url, LIMITS, "-P", "solo"),
+        celery_process("worker", redis_server.url, LIMITS, "-c", "2"),
         dashboard(app, access=Access()) as url,
     ):
         wait_until(lambda: len(runs(redis_client)) == 2, timeout=30, what="two runs")
@@ -44,7 +47,7 @@ def test_the_limits_page_shows_what_runs_and_what_waits(
         assert page.locator("h1").inner_text() == "Limits"
         (row,) = page.locator("table.limits tbody tr").all()
         cells = [cell.inner_text() for cell in row.locator("td").all()]
-        assert cells[:7] == ["default", REMEMBER, KEY, "2 at once", "3", "-", "2/2"]
+        assert cells[:7] == ["default", GATED, KEY, "2 at once", "3", "-", "2/2"]
         assert cells[7].startswith("throttled for ")
         assert page.evaluate("window.owned") is None  # the key was shown, never run
         totals = page.locator("#limits-totals").inner_text()
@@ -56,3 +59,4 @@ def test_the_limits_page_shows_what_runs_and_what_waits(
         assert "task=tests.no_such_task" in page.url
         assert page.locator("table.limits tbody").inner_text() == "No flow-controlled messages."
         assert len(runs(redis_client)) == 2  # the slots are still held: no third run
+        redis_client.rpush("test:gate", *["go"] * 5)  # the runs end, the rest follow

@@ -206,7 +206,11 @@ def amqp_carries(hostile: Hostile) -> bool:
     table (py-amqp writes it as an AMQP double, ``d``) is no Erlang float: RabbitMQ's frame
     parser fails on it and closes the publisher's connection with 541 INTERNAL_ERROR, so
     no client (a vanilla kombu producer included) can publish it, and no worker can be
-    handed it. The body is JSON, where NaN is a token like any other."""
+    handed it. The body is JSON, where NaN is a token like any other. A delivery mode
+    other than 1 or 2 RabbitMQ refuses likewise (406 PRECONDITION_FAILED, the channel
+    closed under the next publish)."""
+    if hostile.where == "property" and hostile.field == "delivery_mode":
+        return hostile.value in (1, 2)
     return hostile.where != "header" or finite(hostile.value)
 
 

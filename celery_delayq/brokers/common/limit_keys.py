@@ -107,15 +107,24 @@ def set_limit_key(sender: Any = None, body: Any = None, headers: Any = None, **_
         headers[LIMIT_KEY_HEADER] = key
 
 
+#: The ``dispatch_uid`` ``set_limit_key`` is connected under.
+RECEIVER_UID = "celery_delayq.limit_keys"
+
+
+def takes_argument_keys(app: Celery) -> bool:
+    """Whether a task of ``app`` takes its limit key from an argument."""
+    return any(argument_key_of(task) for task in list(app.tasks.values()))
+
+
 def watch_limit_keys() -> None:
     """Connect ``set_limit_key`` if a celery-delayq app of this process has a task that
     takes its limit key from an argument (once connected, it stays)."""
     if _connected.is_set():
         return
     for app in _delayq_apps():
-        if any(argument_key_of(task) for task in list(app.tasks.values())):
+        if takes_argument_keys(app):
             signals.before_task_publish.connect(
-                set_limit_key, weak=False, dispatch_uid="celery_delayq.limit_keys"
+                set_limit_key, weak=False, dispatch_uid=RECEIVER_UID
             )
             _connected.set()
             return

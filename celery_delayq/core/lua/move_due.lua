@@ -173,6 +173,9 @@ lateness.write()
 local _, next_due = head()
 local further = next_due and math.max(0, look_ahead() - lead) or 0
 next_due = next_due and tonumber(next_due)
+-- a bucket's next release, on the clock messages are judged by (now plus the lead): the
+-- mover then wakes at the release itself, not the lead before it, when nothing may go
+if release then release = release + lead end
 if release and (not next_due or release < next_due) then next_due, further = release, 0 end
 return {found.n + released.n + #released.bad_key, next_due or -1, judged, missing,
         lateness.max, further}
