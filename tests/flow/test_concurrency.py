@@ -310,7 +310,7 @@ def test_a_killed_workers_slot_comes_back_when_its_lease_ends(
 
 
 #: The chaos run: how long, how often a worker is killed, how many workers.
-CHAOS_SECONDS, KILL_EVERY, CHAOS_WORKERS = 120.0, 3.0, 6
+CHAOS_SECONDS, KILL_EVERY, CHAOS_WORKERS = 60.0, 3.0, 6
 
 
 @pytest.mark.slow
@@ -321,7 +321,7 @@ def test_chaos_a_worker_killed_every_few_seconds_never_lets_more_than_the_limit_
 ) -> None:
     """Limit 3 on one limit key, tasks of 2 s (acks_late: a killed one is delivered
     again), six prefork workers, one SIGKILLed (its whole process group) every 3 s and
-    started again, for two minutes: never more than three running at once, each killed
+    started again, for a minute: never more than three running at once, each killed
     task's slot back within the lease (6 s) of the kill or held by its redelivery, and
     every task done."""
     lease = 6.0

@@ -83,8 +83,6 @@ def test_without_the_setting_each_worker_limits_itself(make_app, redis_server, r
     assert redis_client.llen(DEFAULT.gate_log) == 0, "nothing is held in the store"
     workers = starts_by_worker(redis_client)
     assert len(workers) == 2, f"both workers run them: {workers}"
-    for times in workers.values():  # Celery's token bucket: 2/s in each worker
-        assert all(later - earlier > 0.45 for earlier, later in zip(times, times[1:]))
     starts = [at for times in workers.values() for at in times]
     starts_us = [round(at * 1e6) for at in starts]
     assert most_in_window(starts_us, 1_000_000) > 2, "the two workers' limits add up"
