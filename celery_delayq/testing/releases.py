@@ -4,23 +4,22 @@ releases any window of a limit's length held."""
 
 from __future__ import annotations
 
-from collections import defaultdict
 from collections.abc import Iterable
 
 import redis
 
 from ..core.layout.keys import QueueKeys
 from ..core.redis_replies import list_reply
+from ..core.store.flow import release_times
 
 
 def release_log(client: redis.Redis, shard: QueueKeys) -> dict[str, list[int]]:
     """Each bucket's release times (us, by the Redis clock), oldest first."""
-    times: dict[str, list[int]] = defaultdict(list)
     entries = list_reply(client.lrange(shard.gate_log, 0, -1))
-    for entry in reversed(entries):
-        at, _, bucket = entry.partition(b" ")
-        times[bucket.decode("utf-8", "surrogatepass")].append(int(at))
-    return dict(times)
+    return {
+        bucket.decode("utf-8", "surrogatepass"): times
+        for bucket, times in release_times(entries).items()
+    }
 
 
 def most_in_window(times_us: Iterable[int], window_us: int) -> int:

@@ -140,6 +140,17 @@ class FlowReader:
         return found
 
 
+def release_times(entries: list[bytes]) -> dict[bytes, list[int]]:
+    """Each bucket's release times (us), oldest first, from release-log entries as
+    LRANGE reads them (newest first); an entry this store did not write is left out."""
+    times: dict[bytes, list[int]] = {}
+    for entry in reversed(entries):
+        found = _LOG_ENTRY.match(entry)
+        if found is not None:
+            times.setdefault(found.group(2), []).append(int(found.group(1)))
+    return times
+
+
 class _ReleaseLog:
     """The newest entries of a queue shard's release log, by bucket."""
 
@@ -153,11 +164,7 @@ class _ReleaseLog:
         if most <= 0:
             return cls({}, None, False)
         entries = list_reply(client.lrange(keys.gate_log, 0, most - 1))
-        times: dict[bytes, list[int]] = {}
-        for entry in reversed(entries):  # oldest first
-            found = _LOG_ENTRY.match(entry)
-            if found is not None:
-                times.setdefault(found.group(2), []).append(int(found.group(1)))
+        times = release_times(entries)
         oldest = None
         if len(entries) >= most:  # full as far as read: older releases may be left out
             last = _LOG_ENTRY.match(entries[-1])
