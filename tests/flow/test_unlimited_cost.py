@@ -99,18 +99,18 @@ def server_ms(client: redis.Redis) -> int:
 
 
 def test_an_unlimited_task_takes_the_same_redis_commands_with_flow_control_configured(
-    app_factory: Callable[..., Celery], redis_server: RedisServer, redis_client: redis.Redis
+    app_factory: Callable[..., Celery],
 ) -> None:
     counts = []
     for limits in ({}, {"delayq_rate_limits": {"flow.other": "1/s"}}):
-        redis_client.flushall()
-        redis_client.script_flush()
-        kombu.pools.reset()  # a producer pool per URL: each app's channels its own
-        app = app_factory(
-            redis_server.url, delayq_move_call_budget=0, delayq_move_batch_size=1000, **limits
-        )
-        counts.append(publish_and_move(app, redis_server))
-        app.close()
+        # a private server each time: MONITOR would count any other client of a shared one
+        with RedisServer() as server:
+            kombu.pools.reset()  # a producer pool per URL: each app's channels its own
+            app = app_factory(
+                server.url, delayq_move_call_budget=0, delayq_move_batch_size=1000, **limits
+            )
+            counts.append(publish_and_move(app, server))
+            app.close()
     plain, configured = counts
     assert plain[("client", "EVALSHA")] >= N + 1  # N countdown publishes and the move
     assert plain[("client", "LPUSH")] >= N  # the immediate publishes
