@@ -18,7 +18,7 @@ max_line_length = 100
 -- it first: `--! include prelude.lua`).
 local prelude_exports = {
   "MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX", "add_entry", "duplicate_key", "store_message",
-  "BY_TASK", "extra_prefix",
+  "BY_TASK", "extra_prefix", "keep_record", "announce",
 }
 -- The locals helpers.lua defines for the scripts after it (all but schedule.lua and
 -- schedule_many.lua).
@@ -33,7 +33,7 @@ local helpers_exports = {
 local gates_exports = {"server_us", "gate_parts", "gate_usable", "enter_gate",
                        "release_gates", "next_release_ms", "most_releases", "READY", "GATES",
                        "open_bucket",
-                       "allowed_at", "save_bucket"}
+                       "allowed_at", "save_bucket", "count_gated"}
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
                           "unclaim", "dead_letter", "failed_once", "ungated"}
@@ -71,7 +71,7 @@ files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram",
                                        "release_key", "PAGES", "PAGE_PREFIX", "bury_unreadable",
                                        "server_us", "gate_parts", "gate_usable", "enter_gate",
                                        "release_gates", "next_release_ms", "GATES",
-                                       "most_releases"},
+                                       "most_releases", "add_entry"},
                                      "prelude.lua, helpers.lua and gates.lua")
 files[lua .. "gate_hold.lua"] = reads({"READY", "server_us", "open_bucket", "allowed_at",
                                        "save_bucket"},
@@ -79,7 +79,13 @@ files[lua .. "gate_hold.lua"] = reads({"READY", "server_us", "open_bucket", "all
 files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse", "call_chunked"}, "prelude.lua and helpers.lua")
 files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/gate_usable",
                                     "211/enter_gate", "211/release_gates",
-                                    "211/next_release_ms", "211/most_releases"}
+                                    "211/next_release_ms", "211/most_releases",
+                                    "211/count_gated"}
+files[lua .. "schedule_gated.lua"] = reads({"store_message", "keep_record", "add_entry",
+                                            "announce", "parse", "server_us",
+                                            "gate_parts", "gate_usable", "enter_gate",
+                                            "count_gated"},
+                                           "prelude.lua, helpers.lua and gates.lua")
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
                                       "hold_key_again", "with_due"},
                                      "prelude.lua and helpers.lua")
@@ -112,7 +118,7 @@ files[lua .. "repair.lua"] = reads({"MSG", "PAGES", "DUP", "PAGE_PREFIX", "parse
                                    "prelude.lua and helpers.lua")
 files[lua .. "replace.lua"] = reads({"MSG", "parse", "add_entry", "remove_entry", "head"},
                                     "prelude.lua and helpers.lua")
-files[lua .. "schedule.lua"] = reads({"STATS", "store_message"}, "prelude.lua")
+files[lua .. "schedule.lua"] = reads({"store_message", "announce"}, "prelude.lua")
 files[lua .. "helpers.lua"] = reads({"MSG", "PAGES", "DUP", "STATS", "PAGE_PREFIX",
                                      "duplicate_key", "BY_TASK", "extra_prefix"}, "prelude.lua")
 files[lua .. "helpers.lua"].ignore = unused_exports

@@ -301,3 +301,43 @@ def test_a_crafted_bucket_stops_no_hand_over(redis_client, craft):
     assert b'"free"}' in published
     held = redis_client.hexists(keys.messages, b"\x00limited")
     assert held or b'"limited"}' in published, "limited lost"
+
+
+def test_a_crafted_waiting_list_and_destination_hold_the_message_for_the_fix(redis_client):
+    """Its bucket's waiting list and its destination both hold strings: the move can
+    neither keep it in its bucket nor deliver it, and fails not (its publish kept it in
+    the schedule, as it cannot enter); it waits in the schedule, and goes once the keys
+    are fixed."""
+    store = make_store(redis_client)
+    keys = store.keys.for_queue("q")
+    redis_client.set(keys.gate("w", BUCKET), "not a list")
+    sent = [due_message(store, "limited", LIMITED, ago_ms=2)]
+    assert redis_client.zcard(keys.pages) == 1  # could not enter its bucket at publish
+    redis_client.set("q", "not a list")
+
+    store.state.handover.deliver_due(keys, 500)
+
+    page = redis_client.zrange(keys.pages, 0, -1)
+    assert redis_client.zrange(keys.page(page[0]), 0, -1) == [sent[0].key]
+    assert redis_client.hexists(keys.messages, sent[0].key)
+    redis_client.delete("q")
+    store.state.handover.deliver_due(keys, 500)
+    assert delivered(redis_client, "limited")  # unlimited: its bucket is still crafted
+
+
+@pytest.mark.promise("crafted-input-stops-nothing")
+@pytest.mark.parametrize("craft", CRAFTED.values(), ids=CRAFTED.keys())
+def test_a_crafted_bucket_fails_no_publish_and_loses_no_message(redis_client, craft):
+    """Crafted before a due message of the bucket is published, which puts it straight
+    into its bucket (schedule_gated.lua): the publish succeeds, the message is in its
+    bucket or in the schedule, and moves go on."""
+    store = make_store(redis_client)
+    keys = store.keys.for_queue("q")
+    craft(redis_client, keys)
+    sent = [due_message(store, f"limited{n}", LIMITED, ago_ms=2) for n in range(2)]
+    check_nothing_lost(redis_client, keys, sent)
+    sent.append(due_message(store, "free", None))
+    for _ in range(2):
+        store.state.handover.deliver_due(keys, 500)
+    assert delivered(redis_client, "free") and delivered(redis_client, "limited0")
+    check_nothing_lost(redis_client, keys, sent)

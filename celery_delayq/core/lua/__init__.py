@@ -104,6 +104,7 @@ class StoreScripts:
     client: redis.Redis
 
     schedule: Script
+    schedule_gated: Script
     schedule_keyed: Script
     schedule_many: Script
     move_due: Script

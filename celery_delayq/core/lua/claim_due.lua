@@ -80,7 +80,9 @@ for i = 1, found.n do
   if spec and not gate_usable(bucket) then  -- crafted keys: claimed unlimited
     found.gate[i], spec = nil, nil
   end
-  if spec then enter_gate(found.key[i], spec, bucket, now_us, now) end
+  if spec and not enter_gate(found.key[i], spec, bucket, now_us, now) then
+    found.gate[i] = nil  -- its waiting list crafted: claimed unlimited
+  end
   release_key(found.delay_key[i], found.key[i])
 end
 local released = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},

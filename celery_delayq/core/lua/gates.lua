@@ -31,7 +31,10 @@
 -- Crafted keys and values: a bucket's keys holding another type, or numbers Redis would
 -- refuse (nan, inf, beyond 2^53), cost that bucket its limits, never the call: a call
 -- that failed after its first write would hold every message of the queue, and could
--- leave a message it had taken from its bucket with nothing to move it.
+-- leave a message it had taken from its bucket with nothing to move it. A key's type is
+-- not asked beforehand (two TYPE commands per bucket were most of the cost of entering
+-- one): the first command on it is run with redis.pcall, and its wrong-type error
+-- reply, which writes nothing, is what marks the key crafted for the rest of the call.
 --
 -- A limit holds across every mover and shard because one bucket lives in one place:
 -- with delayq_store_shards > 1 each gated message is stored in its bucket's shard
@@ -58,29 +61,9 @@ local function time_us(text)
   return 0
 end
 
--- Whether key holds a `want` (or nothing).
-local function holds(key, want)
-  local found = redis.call('TYPE', key)['ok']
-  return found == want or found == 'none'
-end
-
--- Whether a bucket's waiting list and state hold what this file writes there, or
--- nothing (looked at once a call; its running slots only when it has a concurrency limit).
-local kinds_seen = {}
-local function bucket_kinds(bucket)
-  local seen = kinds_seen[bucket]
-  if not seen then
-    seen = {waiting = holds(GATES .. 'w:' .. bucket, 'list'),
-            limits = holds(GATES .. 's:' .. bucket, 'hash')}
-    kinds_seen[bucket] = seen
-  end
-  return seen
-end
-
--- Whether a due message can wait in this bucket (else it is delivered unlimited).
-local function gate_usable(bucket)
-  local kinds = bucket_kinds(bucket)
-  return kinds.waiting and kinds.limits
+-- Whether a redis.pcall reply is an error (a crafted key's wrong type).
+local function failed(reply)
+  return type(reply) == 'table' and reply.err ~= nil
 end
 
 -- The Redis server's time in us (rates of more than 1000/s need finer than ms).
@@ -94,6 +77,28 @@ end
 local MOST_RATES = 8
 local STATE_FIELDS = {'spec', 'hold', 'released'}
 for i = 1, MOST_RATES do STATE_FIELDS[3 + i] = 't' .. i end
+
+-- Each bucket's state as that HMGET read it (false for an absent field), read once a call
+-- and kept as this file's writes leave it; false for a state key of another type.
+local states = {}
+local function bucket_state(bucket)
+  local state = states[bucket]
+  if state == nil then
+    state = redis.pcall('HMGET', GATES .. 's:' .. bucket, unpack(STATE_FIELDS))
+    if failed(state) then state = false end
+    states[bucket] = state
+  end
+  return state
+end
+
+-- Buckets whose waiting list was found to hold another type in this call.
+local crafted_waiting = {}
+
+-- Whether a due message can wait in this bucket as far as this call knows (else it is
+-- delivered unlimited): its waiting list is known when enter_gate pushes to it.
+local function gate_usable(bucket)
+  return bucket_state(bucket) ~= false and not crafted_waiting[bucket]
+end
 
 -- A spec's rates ({interval us, catch-up us} each) and its concurrency (most, lease ms).
 local function read_spec(spec)
@@ -114,13 +119,12 @@ end
 local function open_bucket(bucket)
   local b = {name = bucket, state = GATES .. 's:' .. bucket, waiting = GATES .. 'w:' .. bucket,
              running = GATES .. 'r:' .. bucket, rates = {}, tats = {}, hold = 0, released = 0}
-  if not bucket_kinds(bucket).limits then
+  local state = bucket_state(bucket)
+  if not state then
     b.unlimited = true  -- crafted: its messages go as they would without limits
     return b
   end
-  local state = redis.call('HMGET', b.state, unpack(STATE_FIELDS))
   b.rates, b.most, b.lease = read_spec(state[1])
-  if b.most and not holds(b.running, 'zset') then b.most = nil end  -- crafted: no limit
   b.hold = state[2] == 'paused' and math.huge or time_us(state[2])
   local released = tonumber(state[3]) or 0
   -- a crafted count (not a number, negative, huge) starts again from 0
@@ -137,8 +141,11 @@ local function allowed_at(b, now, now_ms)
   for i = 1, #b.rates do
     if b.tats[i] > at then at = b.tats[i] end
   end
+  -- a dead worker's slots go; running slots of another type (crafted): no limit
+  if b.most and failed(redis.pcall('ZREMRANGEBYSCORE', b.running, '-inf', now_ms)) then
+    b.most = nil
+  end
   if b.most then
-    redis.call('ZREMRANGEBYSCORE', b.running, '-inf', now_ms)  -- a dead worker's slots
     if redis.call('ZCARD', b.running) >= b.most then
       local first = redis.call('ZRANGE', b.running, 0, 0, 'WITHSCORES')[2]
       local free = first and time_us(tonumber(first) * 1000) or now
@@ -152,15 +159,18 @@ end
 -- them (a paused bucket's never expires).
 local function save_bucket(b, now, released)
   if b.unlimited then return end
-  local fields, last = {}, now
+  local fields, last, kept = {}, now, states[b.name]
   for i = 1, #b.rates do
     fields[#fields + 1] = 't' .. i
     fields[#fields + 1] = string.format('%d', b.tats[i])
+    kept[3 + i] = fields[#fields]
     if b.tats[i] > last then last = b.tats[i] end
   end
   if released > 0 then
+    b.released = b.released + released
     fields[#fields + 1] = 'released'
-    fields[#fields + 1] = string.format('%d', b.released + released)
+    fields[#fields + 1] = string.format('%d', b.released)
+    kept[3] = fields[#fields]
   end
   if #fields > 0 then redis.call('HSET', b.state, unpack(fields)) end
   if b.hold == math.huge then
@@ -183,8 +193,9 @@ end
 -- rate's arrival time by the rate's interval, wherever the rate now stands in it; a new
 -- rate starts an interval after the latest arrival time of the old ones, so no release
 -- comes sooner after the last than the new rate allows.
-local function write_spec(state, spec)
-  local old = redis.call('HMGET', state, unpack(STATE_FIELDS))
+-- The bucket's state (bucket_state) is kept as written.
+local function write_spec(bucket, spec)
+  local state, old = GATES .. 's:' .. bucket, bucket_state(bucket)
   if old[1] == spec then return end
   local fields = {'spec', spec}
   if old[1] then
@@ -199,11 +210,16 @@ local function write_spec(state, spec)
       fields[#fields + 1] = 't' .. i
       fields[#fields + 1] = string.format('%d', kept[rate[1]] or
                                           (latest > 0 and latest + rate[1] or 0))
+      old[3 + i] = fields[#fields]
     end
     local gone = {}
-    for i = #rates + 1, MOST_RATES do gone[#gone + 1] = 't' .. i end
+    for i = #rates + 1, MOST_RATES do
+      gone[#gone + 1] = 't' .. i
+      old[3 + i] = false
+    end
     redis.call('HDEL', state, unpack(gone))
   end
+  old[1] = spec
   redis.call('HSET', state, unpack(fields))
 end
 
@@ -211,19 +227,34 @@ end
 local entered, gated = {}, 0
 
 -- Put a due message in its bucket (spec and bucket: gate_parts of its gate; the bucket
--- gate_usable). The count of messages entered is written by release_gates, which every
--- caller calls after the last.
+-- gate_usable). Returns false when its waiting list turns out to hold another type
+-- (crafted: the message is not in the bucket, and the caller lets it go unlimited or
+-- keeps it), else true, or when the bucket has just become ready with it, when (us) it
+-- may release. The count of messages entered is written by count_gated, which every
+-- caller calls after the last (release_gates does).
 local function enter_gate(key, spec, bucket, now, now_ms)
+  local length = redis.pcall('RPUSH', GATES .. 'w:' .. bucket, key)
+  if failed(length) then
+    crafted_waiting[bucket] = true
+    return false
+  end
   if entered[bucket] ~= spec then  -- the spec is looked at once per bucket and call
-    write_spec(GATES .. 's:' .. bucket, spec)
+    write_spec(bucket, spec)
     entered[bucket] = spec
   end
-  if redis.call('RPUSH', GATES .. 'w:' .. bucket, key) == 1 then
-    local b = open_bucket(bucket)
-    redis.call('ZADD', READY, allowed_at(b, now, now_ms), bucket)
-    save_bucket(b, now, 0)
-  end
   gated = gated + 1
+  if length > 1 then return true end
+  local b = open_bucket(bucket)
+  local at = allowed_at(b, now, now_ms)
+  redis.call('ZADD', READY, at, bucket)
+  save_bucket(b, now, 0)
+  return at
+end
+
+-- Add the messages entered in this call to the queue's count of them.
+local function count_gated()
+  if gated > 0 then redis.call('HINCRBY', STATS, 'gated', gated) end
+  gated = 0
 end
 
 -- Release from the ready buckets, the longest-waiting first (fair across buckets: a
@@ -241,19 +272,16 @@ end
 local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out,
                              deliverable)
   local work, bytes, logged, later, emptied = 0, 0, {}, {}, {}
-  if log_size > 0 then
-    local kind = redis.call('TYPE', GATES .. 'log')['ok']
-    if kind ~= 'list' and kind ~= 'none' then log_size = 0 end  -- crafted: no log
-  end
   local buckets = redis.call('ZRANGEBYSCORE', READY, '-inf', now, 'LIMIT', 0, most)
   for _, bucket in ipairs(buckets) do
     if work >= most or bytes >= budget then break end
     local b = open_bucket(bucket)
     local released, at = 0, allowed_at(b, now, now_ms)
-    if not bucket_kinds(bucket).waiting then at = math.huge end  -- crafted: none wait there
+    if crafted_waiting[bucket] then at = math.huge end  -- none wait there
     while at <= now and work < most and bytes < budget do
-      local key = redis.call('LPOP', b.waiting)
-      if not key then break end
+      local key = redis.pcall('LPOP', b.waiting)
+      if failed(key) then crafted_waiting[bucket] = true end
+      if not key or crafted_waiting[bucket] then break end
       work = work + 1
       local record = redis.call('HGET', MSG, key)
       local due, destination, start, expires, _, gate
@@ -280,7 +308,8 @@ local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out
         at = allowed_at(b, now, now_ms)
       end  -- else cancelled, or due again later: nothing to release
     end
-    if not bucket_kinds(bucket).waiting or redis.call('LLEN', b.waiting) == 0 then
+    local left = not crafted_waiting[bucket] and redis.pcall('LLEN', b.waiting)
+    if not left or failed(left) or left == 0 then  -- crafted (none wait there), or empty
       emptied[#emptied + 1] = bucket
     else  -- its next turn; written for all buckets at once below (score, member pairs)
       later[#later + 1] = string.format('%.17g', at)
@@ -290,12 +319,14 @@ local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out
   end
   call_chunked('ZADD', READY, later)  -- chunks of 1,000 values: whole pairs
   call_chunked('ZREM', READY, emptied)
-  if #logged > 0 then  -- pushed oldest first: the newest ends at the head
-    call_chunked('LPUSH', GATES .. 'log', logged)
+  -- pushed oldest first: the newest ends at the head; a log of another type: none
+  if #logged > 0 and not failed(redis.pcall('LPUSH', GATES .. 'log', logged[1])) then
+    local rest = {}
+    for i = 2, #logged do rest[i - 1] = logged[i] end
+    call_chunked('LPUSH', GATES .. 'log', rest)
     redis.call('LTRIM', GATES .. 'log', 0, log_size - 1)
   end
-  if gated > 0 then redis.call('HINCRBY', STATS, 'gated', gated) end
-  gated = 0
+  count_gated()
   if out.n > 0 then redis.call('HINCRBY', STATS, 'released', out.n) end
 end
 

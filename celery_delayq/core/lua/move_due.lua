@@ -124,12 +124,15 @@ end
 local now_us = nil  -- the time in us, read once flow control has work
 local release = next_release_ms()  -- the first bucket's release (ms), before this call's
 local done = {}  -- message keys leaving MSG
+local kept = {}  -- messages back to the schedule: waiting list and destination crafted
 for i = 1, found.n do
   local spec, bucket = gate_parts(found.gate[i])
-  if spec then
-    now_us = now_us or server_us()
-    enter_gate(found.key[i], spec, bucket, now_us, now)
-  else
+  if spec then now_us = now_us or server_us() end
+  local waits = spec and enter_gate(found.key[i], spec, bucket, now_us, now)
+  if not waits and spec and not deliverable(found.destination[i] or own_list) then
+    kept[#kept + 1] = i  -- its bucket's waiting list crafted, and its destination too
+    found.delay_key[i] = nil  -- it keeps its delay key
+  elseif not waits then  -- unlimited, or its bucket's waiting list crafted: unlimited
     push(found, i)
     done[#done + 1] = found.key[i]
     local late = now - found.due[i]
@@ -168,6 +171,9 @@ for i = 1, found.n do
   if found.delay_key[i] then release_key(found.delay_key[i], found.key[i]) end
 end
 drop_taken(taken_from)
+for _, i in ipairs(kept) do  -- due again, and taken again once its keys are fixed
+  add_entry(found.key[i], found.due[i])
+end
 lateness.write()
 
 local _, next_due = head()

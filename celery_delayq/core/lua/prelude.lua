@@ -175,19 +175,39 @@ local function extra_prefix(task_key)
   return #task_key .. ':' .. task_key
 end
 
--- Keep one message until it is due (schedule.lua; schedule_many.lua, per message): its
--- record (whole, due time first: the client builds it, as a concatenation here would cost
--- a copy of the payload, ~1 us a call) and page entry. A second message of the same task
--- id is kept as a duplicate, numbered from a queue-wide counter (so no duplicate's key is
--- ever used twice) and indexed in BY_TASK. Returns the message key it is kept under, and
--- true when it is now its queue's earliest.
-local function store_message(key, due, record)
+-- Keep a message's record (whole, due time first: the client builds it, as a
+-- concatenation here would cost a copy of the payload, ~1 us a call). A second message of
+-- the same task id is kept as a duplicate, numbered from a queue-wide counter (so no
+-- duplicate's key is ever used twice) and indexed in BY_TASK. Returns the message key it
+-- is kept under.
+local function keep_record(key, record)
   if redis.call('HSETNX', MSG, key, record) == 0 then
     local seq = redis.call('HINCRBY', STATS, 'dup_seq', 1)
     redis.call('ZADD', BY_TASK, 0, extra_prefix(key) .. seq)
     key = duplicate_key(key, seq)
     redis.call('HSET', MSG, key, record)
   end
+  return key
+end
+
+-- Keep one message until it is due (schedule.lua; schedule_many.lua, per message): its
+-- record and page entry. Returns the message key it is kept under, and true when it is
+-- now its queue's earliest.
+local function store_message(key, due, record)
+  key = keep_record(key, record)
   return key, add_entry(key, due)
+end
+
+-- Count a published message, and when it is its queue's earliest (`earliest`), list the
+-- queue for the movers (`registry`, nil on a Redis Cluster) and wake them for `due` (ms;
+-- nil: none to wake for) on `channel`. Returns 1 when they were woken, else 0
+-- (schedule.lua's reply).
+local function announce(earliest, due, registry, queue, channel)
+  redis.call('HINCRBY', STATS, 'scheduled', 1)
+  if not earliest then return 0 end
+  if registry then redis.call('SADD', registry, queue) end
+  if not due then return 0 end
+  redis.call('PUBLISH', channel, due)
+  return 1
 end
 

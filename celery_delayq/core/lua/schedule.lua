@@ -14,8 +14,4 @@
 -- Returns  1 when the message became the earliest of its queue (movers were woken), else 0.
 
 local _, earliest = store_message(ARGV[3], ARGV[4], ARGV[5])
-redis.call('HINCRBY', STATS, 'scheduled', 1)
-if not earliest then return 0 end
-if KEYS[5] then redis.call('SADD', KEYS[5], ARGV[6]) end
-redis.call('PUBLISH', ARGV[7], ARGV[4])
-return 1
+return announce(earliest, ARGV[4], KEYS[5], ARGV[6], ARGV[7])

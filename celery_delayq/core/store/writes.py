@@ -114,10 +114,26 @@ class Writes:
         return ScheduleCall(keys=[*keys.as_list(), *self.state.registry_in_scripts()], args=args)
 
     def schedule(self, message: Scheduled) -> bool:
-        """Store a message until it is due; True when it is now its queue's earliest."""
+        """Store a message until it is due; True when the movers were woken for it (it is
+        now its queue's earliest, or a flow-controlled one made its bucket ready)."""
         if message.gate is not None:
             self.register_off_shard(message.queue)
-        return bool(self._run_schedule(self.state.scripts.schedule, message))
+        self.register([message.queue])
+        script, keys, args = self.publish_call(message)
+        if self.state.wait_for is not None:
+            return bool(self._run_schedules([(script, keys, args)])[0])
+        return bool(self.state.call(script, keys, args))
+
+    def publish_call(self, message: Scheduled) -> ScriptCall:
+        """The script call that publishes one unkeyed message: ``schedule.lua``, or for
+        a flow-controlled one ``schedule_gated.lua``, which puts it straight into its
+        bucket when it is already due (its KEYS: ``schedule.lua``'s and the queue shard's
+        ready buckets)."""
+        call = self.schedule_call(message)
+        if message.gate is None:
+            return (self.state.scripts.schedule, call.keys, call.args)
+        ready = self.state.keys.shard_of(message.queue, gate_shard_key(message.gate)).gate_ready
+        return (self.state.scripts.schedule_gated, [*call.keys, ready], call.args)
 
     def schedule_keyed(self, message: Scheduled, delay_key: DelayKey) -> KeyedOutcome:
         """Store a keyed message, or replace, keep or refuse against the pending message
@@ -191,11 +207,7 @@ class Writes:
         if not messages:
             return 0
         self.register(message.queue for message in messages)
-        calls = []
-        for message in messages:
-            call = self.schedule_call(message)
-            calls.append((self.state.scripts.schedule, call.keys, call.args))
-        self._run_schedules(calls)
+        self._run_schedules([self.publish_call(message) for message in messages])
         return len(messages)
 
     def schedule_chunk(self, messages: Sequence[Scheduled]) -> None:
