@@ -33,7 +33,7 @@ local helpers_exports = {
 local gates_exports = {"server_us", "gate_parts", "gate_usable", "enter_gate",
                        "release_gates", "next_release_ms", "most_releases", "READY", "GATES",
                        "open_bucket",
-                       "allowed_at", "save_bucket", "count_gated"}
+                       "allowed_at", "save_bucket", "count_gated", "release_share"}
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
                           "unclaim", "dead_letter", "failed_once", "ungated"}
@@ -71,7 +71,7 @@ files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram",
                                        "release_key", "PAGES", "PAGE_PREFIX", "bury_unreadable",
                                        "server_us", "gate_parts", "gate_usable", "enter_gate",
                                        "release_gates", "next_release_ms", "GATES",
-                                       "most_releases", "add_entry"},
+                                       "most_releases", "add_entry", "release_share"},
                                      "prelude.lua, helpers.lua and gates.lua")
 files[lua .. "gate_hold.lua"] = reads({"READY", "server_us", "open_bucket", "allowed_at",
                                        "save_bucket"},
@@ -80,7 +80,7 @@ files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse", "call_chunked"}, "pr
 files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/gate_usable",
                                     "211/enter_gate", "211/release_gates",
                                     "211/next_release_ms", "211/most_releases",
-                                    "211/count_gated"}
+                                    "211/count_gated", "211/release_share"}
 files[lua .. "schedule_gated.lua"] = reads({"store_message", "keep_record", "add_entry",
                                             "announce", "parse", "server_us",
                                             "gate_parts", "gate_usable", "enter_gate",

@@ -24,6 +24,9 @@ class MoveResult:
     #: How much earlier (ms) than ``now_ms``'s look-ahead the next due instant is to be
     #: moved: a dense instant is moved further ahead (move_due.lua).
     next_lead_ms: int = 0
+    #: How much of its batch the call used, when not ``moved + missing``: a release from
+    #: a flow-control bucket counts as several messages (lua/gates.lua).
+    batch_used: int | None = None
 
     def seconds_until_next(self) -> float | None:
         """Until the next pass is due: the next due time, less its extra lead."""
@@ -49,6 +52,7 @@ class MoveResult:
             missing=self.missing + later.missing,
             max_lateness_ms=max(self.max_lateness_ms, later.max_lateness_ms),
             call_seconds=self.call_seconds + later.call_seconds,
+            batch_used=None,  # of one call only
         )
 
     @classmethod

@@ -57,3 +57,27 @@ def test_a_crafted_release_count_costs_only_the_count(make_app, redis_client) ->
         store.move_due("default")
     assert redis_client.llen("default") == 1
     assert redis_client.hget(state, "released") == b"1"
+
+
+@pytest.mark.promise("flow-enters-at-publish")
+def test_a_backlog_sent_without_countdown_holds_up_no_other_due_message(
+    make_app, redis_client
+) -> None:
+    """Limited messages sent without a countdown enter their buckets as they are
+    published: an unlimited message due after them goes in the very next move call of a
+    small batch, not after the movers have taken the backlog from the schedule."""
+    app = make_app(
+        delayq_rate_limits={TASK: "1/s"}, delayq_move_call_budget=0, delayq_move_batch_size=100
+    )
+    with app.producer_or_acquire() as producer:
+        for i in range(2_000):
+            app.send_task(TASK, headers={LIMIT_KEY_HEADER: f"k{i}"}, producer=producer)
+    with open_store(app) as store:
+        shard = store.keys.for_queue("default")
+        assert redis_client.zcard(shard.pages) == 0  # all in their buckets
+        due = store.server_time_ms()
+        store.schedule(Scheduled("default", "free", None, due, "default", b'{"free": 1}'))
+        store.move_due("default")  # one call, of a batch of 100
+
+    delivered = [json.loads(raw) for raw in redis_client.lrange("default", 0, -1)]
+    assert [message for message in delivered if message.get("free") == 1]

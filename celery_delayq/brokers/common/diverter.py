@@ -233,7 +233,10 @@ class Diverter:
             queue=message.queue,
             message_id=message.message_id or str(uuid.uuid4()),
             task_id=str(task_id) if task_id is not None else None,
-            due_ms=due_ms(eta_seconds),
+            # without an ETA (a limited task's), due now: rounded down, not up, so that
+            # the store's clock finds it due as it is written (it then enters its bucket
+            # in that call, schedule_gated.lua)
+            due_ms=due_ms(eta_seconds) if message.headers.get("eta") else int(eta_seconds * 1000),
             destination=destination,
             payload=payload,
             expires_ms=message.expires_ms,

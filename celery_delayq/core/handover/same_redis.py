@@ -71,7 +71,7 @@ class SameRedisMove:
     def deliver_due(self, queue: QueueKeys, limit: int, more_calls: bool = False) -> MoveResult:
         lists = self.queue_lists(queue.queue) if self.queue_lists else [queue.own_list]
         started = time.perf_counter()
-        moved, next_due, now, missing, max_late, further = self.scripts.move_due(
+        reply = self.scripts.move_due(
             keys=queue.move_keys(),
             args=[
                 *queue.page_args(),
@@ -89,8 +89,17 @@ class SameRedisMove:
             ],
         )
         seconds = time.perf_counter() - started
+        moved, next_due, now, missing, max_late, further = reply[:6]
         next_due_ms = None if next_due < 0 else int(next_due)
         log_unreadable(queue, int(missing))
+        used = int(reply[6]) if len(reply) > 6 else None  # none from a paused queue
         return MoveResult(
-            int(moved), next_due_ms, int(now), int(missing), int(max_late), seconds, int(further)
+            int(moved),
+            next_due_ms,
+            int(now),
+            int(missing),
+            int(max_late),
+            seconds,
+            int(further),
+            used,
         )

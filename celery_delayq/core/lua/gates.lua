@@ -341,6 +341,14 @@ local function most_releases(limit)
   return math.max(1, math.floor(limit / RELEASE_WEIGHT))
 end
 
+-- How much of a call's batch `n` releases used: the client sizes the next batch by the
+-- time per message of this one (core/batching.py), which a release's weight would
+-- otherwise count three times over, and a call of releases alone would never count as
+-- a full batch that lets the batch grow again.
+local function release_share(n)
+  return n * RELEASE_WEIGHT
+end
+
 -- When (ms) the first ready bucket may release, or nil.
 local function next_release_ms()
   local first = redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')[2]

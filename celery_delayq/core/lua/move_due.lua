@@ -40,7 +40,9 @@
 --           due entries whose record was missing or unreadable (dropped from the schedule;
 --           an unreadable record goes to the dead letters, KEYS[5] and KEYS[6]),
 --           greatest lateness (now - due, ms) among the moved messages,
---           how much further ahead (ms) than this call the next instant is to be moved}
+--           how much further ahead (ms) than this call the next instant is to be moved,
+--           how much of the batch the call used (a release counts as RELEASE_WEIGHT
+--           messages, gates.lua; left out when the queue is paused)}
 -- Errors   when a due message's destination holds something other than a list; then
 --          nothing at all was written, and the queue's messages wait for the key to be fixed
 
@@ -184,4 +186,5 @@ next_due = next_due and tonumber(next_due)
 if release then release = release + lead end
 if release and (not next_due or release < next_due) then next_due, further = release, 0 end
 return {found.n + released.n + #released.bad_key, next_due or -1, judged, missing,
-        lateness.max, further}
+        lateness.max, further,
+        found.n + missing + release_share(released.n + #released.bad_key)}

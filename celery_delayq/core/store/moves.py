@@ -105,7 +105,10 @@ class Moves:
         sizer = self.state.batch.of(shard)
         limit = sizer.size
         result = self.state.handover.deliver_due(shard, limit, more_calls)
-        sizer.observe(limit, result.moved + result.missing, result.call_seconds)
+        used = result.batch_used
+        sizer.observe(
+            limit, result.moved + result.missing if used is None else used, result.call_seconds
+        )
         return result
 
     def wakeup_subscription(self) -> PubSub:
