@@ -15,9 +15,11 @@ Two parts, on one private redis-server:
   move calls (the default, time-sized batches: ``delayq_move_call_budget``).
 - **Cost**, calls made one by one at a fixed batch size (``delayq_move_batch_size``, no
   time sizing), each call's Redis time read from ``INFO commandstats`` (the only client):
-  calls that take due gated messages into their buckets and release, calls that only
-  release (a full batch, one message from each of that many keys), and unlimited moves of
-  the same batch size.
+  calls that take due gated messages into their buckets (stored through the schedule, as
+  one published ahead of its due time is), calls that only release (a full batch, one
+  message from each of that many keys), and unlimited moves of the same batch size; and
+  the Redis time per publish of a due limited message (it enters its bucket there) and
+  of an unlimited one.
 
 Writes benchmarks/RESULTS-flow-keys.md on a full run.
 """
@@ -128,6 +130,8 @@ class LivePass:
             if bytes(entry["command"]).startswith(b"EVALSHA " + sha)
         ]
         stats = self.client.info("commandstats").get("cmdstat_evalsha", {})
+        # the movers' passes, as their last heartbeats (a second apart at most) counted them
+        passes = sum(int(beat.get("passes", 0)) for beat in make_store(self.url).movers.all())
         entries = [json.loads(raw) for raw in self.client.lrange(self.config.results_key, 0, -1)]
         late = [e["late"] for e in entries if e["late"] is not None]
         starts = sorted(e["at"] for e in entries if e["late"] is None)
@@ -143,6 +147,7 @@ class LivePass:
             "move_calls_over_5ms": sum(us > 5000 for us in slow),
             "evalsha_calls": int(stats.get("calls", 0)),
             "evalsha_usec_per_call": float(stats.get("usec_per_call", 0)),
+            "mover_passes": passes,
             **move_lateness(self.url, self.config.queue),
         }
         if self.limited:
@@ -441,6 +446,7 @@ def render(
             row("longest move call (µs)", plain, limited, "move_call_max_us", "{:,}"),
             row("EVALSHA calls", plain, limited, "evalsha_calls", "{:,}"),
             row("EVALSHA µs per call", plain, limited, "evalsha_usec_per_call", "{:.1f}"),
+            row("mover passes (heartbeats)", plain, limited, "mover_passes", "{:,}"),
         ]
     lines.append("")
     return "\n".join(lines)
