@@ -321,9 +321,9 @@ def test_chaos_a_worker_killed_every_few_seconds_never_lets_more_than_the_limit_
 ) -> None:
     """Limit 3 on one limit key, tasks of 2 s (acks_late: a killed one is delivered
     again), six prefork workers, one SIGKILLed (its whole process group; one running a
-    task) every 3 s and started again, for a minute: never more than three running at once, each killed
-    task's slot back within the lease (6 s) of the kill or held by its redelivery, and
-    every task done."""
+    task) every 3 s and started again, for a minute: never more than three running at
+    once, each killed task's slot back within the lease (6 s) of the kill or held by its
+    redelivery, and every task done."""
     lease = 6.0
     restore = {
         "visibility_timeout": 5,
