@@ -189,7 +189,7 @@ def mark_slot(headers: Mapping[str, Any], queue: str, gate: bytes | None) -> Non
     if not isinstance(headers, MutableMapping):
         return
     spec, _, bucket = (gate or b"").partition(b" ")
-    # the spec read as the release reads it (lua/gates.lua), which takes the slot
+    # the spec read as the release reads it (core/lua/gates.lua), which takes the slot
     limits = None if gate is None else GateSpec.decode(spec.decode("ascii", "replace"))
     if limits is not None and limits.concurrency is not None:
         headers[SLOT_HEADER] = [queue, bucket.decode("utf-8", "surrogatepass")]
