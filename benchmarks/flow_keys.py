@@ -117,12 +117,14 @@ class LivePass:
         self.run.start_workers(workers)
         self.publish_stream(stream, seconds)
         total = backlog + stream
-        wait_until(
-            lambda: self.run.execution_count() >= total,
-            timeout=600,
-            interval=0.2,
-            what=f"{total} executions",
-        )
+        movers = make_store(self.url).movers
+        batches: list[int] = []  # the movers' batch sizes, as their heartbeats say them
+
+        def done() -> bool:
+            batches.extend(int(beat.get("batch", 0)) for beat in movers.all())
+            return self.run.execution_count() >= total
+
+        wait_until(done, timeout=600, interval=0.2, what=f"{total} executions")
         sha = make_store(self.url).state.scripts.move_due.sha.encode()
         slow = [
             int(entry["duration"])
@@ -131,7 +133,7 @@ class LivePass:
         ]
         stats = self.client.info("commandstats").get("cmdstat_evalsha", {})
         # the movers' passes, as their last heartbeats (a second apart at most) counted them
-        passes = sum(int(beat.get("passes", 0)) for beat in make_store(self.url).movers.all())
+        passes = sum(int(beat.get("passes", 0)) for beat in movers.all())
         entries = [json.loads(raw) for raw in self.client.lrange(self.config.results_key, 0, -1)]
         late = [e["late"] for e in entries if e["late"] is not None]
         starts = sorted(e["at"] for e in entries if e["late"] is None)
@@ -148,6 +150,7 @@ class LivePass:
             "evalsha_calls": int(stats.get("calls", 0)),
             "evalsha_usec_per_call": float(stats.get("usec_per_call", 0)),
             "mover_passes": passes,
+            "mover_batch_median": statistics.median(batches) if batches else None,
             **move_lateness(self.url, self.config.queue),
         }
         if self.limited:
@@ -447,6 +450,13 @@ def render(
             row("EVALSHA calls", plain, limited, "evalsha_calls", "{:,}"),
             row("EVALSHA µs per call", plain, limited, "evalsha_usec_per_call", "{:.1f}"),
             row("mover passes (heartbeats)", plain, limited, "mover_passes", "{:,}"),
+            row(
+                "move batch size, median of samples (heartbeats)",
+                plain,
+                limited,
+                "mover_batch_median",
+                "{:,.0f}",
+            ),
         ]
     lines.append("")
     return "\n".join(lines)
