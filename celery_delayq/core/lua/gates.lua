@@ -19,6 +19,16 @@
 --          P:{Q}:fc:r:<b>  zset  message key -> end (ms) of the lease on its running slot
 --          P:{Q}:fc:log    list  "<us> <bucket>" per release, newest first, kept to the
 --                                length the caller asks (0: no log)
+--          P:{Q}:fc:index  zset  bucket -> when (ms) its state stops mattering (+inf:
+--                                paused): its state's expiry, or a running slot's
+--                                lease end if later (slot_take.lua); written with the
+--                                state, so the reader (store/flow.py) finds buckets
+--                                with nothing waiting here, not in the keyspace. A
+--                                call that writes a state drops at most INDEX_PRUNE
+--                                members whose time is past
+--          P:{Q}:fc:released hash  task -> its messages released, ever (a count that
+--                                never goes back, for Prometheus: a state's count
+--                                goes when the state expires); one write a call
 --
 -- A gate is "<spec> <bucket>"; spec is comma-separated "r<interval us>/<catch-up us>"
 -- per rate and "c<most>/<lease ms>" for a concurrency limit. Rates are GCRA without a
@@ -148,9 +158,61 @@ local function allowed_at(b, now, now_ms)
   return at
 end
 
+-- The bucket index and the released counts (see above); either holding another type
+-- (crafted) is left alone, looked at once a call.
+local BUCKET_INDEX, RELEASED_COUNTS = GATES .. 'index', GATES .. 'released'
+local INDEX_PRUNE = 100
+local index_usable, released_by_task, tasks_released = nil, {}, {}
+
+-- Index a bucket until `until_ms` (+inf: never). The first of a call also drops at
+-- most INDEX_PRUNE members whose time is past `now_ms`: each call adds few, so it
+-- keeps up, and no call loops over the index.
+local function index_bucket(bucket, until_ms, now_ms)
+  if index_usable == nil then
+    index_usable = holds(BUCKET_INDEX, 'zset')
+    local past = index_usable and redis.call('ZRANGEBYSCORE', BUCKET_INDEX, '-inf',
+                                             string.format('(%d', now_ms), 'LIMIT', 0,
+                                             INDEX_PRUNE)
+    if past and #past > 0 then redis.call('ZREM', BUCKET_INDEX, unpack(past)) end
+  end
+  if index_usable then redis.call('ZADD', BUCKET_INDEX, until_ms, bucket) end
+end
+
+-- Count `count` releases of a bucket against its task (written by write_released).
+local function tally_released(bucket, count)
+  local cut = string.find(bucket, '\0', 1, true)
+  local task = cut and string.sub(bucket, 1, cut - 1) or bucket
+  if not released_by_task[task] then
+    released_by_task[task] = 0
+    tasks_released[#tasks_released + 1] = task
+  end
+  released_by_task[task] = released_by_task[task] + count
+end
+
+-- Add this call's releases to each task's count: one read and one write per 500 tasks.
+-- A crafted count (not a whole number, negative, huge) starts again from 0.
+local function write_released()
+  if #tasks_released > 0 and holds(RELEASED_COUNTS, 'hash') then
+    for first = 1, #tasks_released, 500 do
+      local last = math.min(first + 499, #tasks_released)
+      local old = redis.call('HMGET', RELEASED_COUNTS, unpack(tasks_released, first, last))
+      local fields = {}
+      for i = first, last do
+        local task, count = tasks_released[i], tonumber(old[i - first + 1]) or 0
+        if not (count >= 0 and count < MOST_TIME) or count % 1 ~= 0 then count = 0 end
+        fields[#fields + 1] = task
+        fields[#fields + 1] = string.format('%d', count + released_by_task[task])
+      end
+      redis.call('HSET', RELEASED_COUNTS, unpack(fields))
+    end
+  end
+  released_by_task, tasks_released = {}, {}
+end
+
 -- Keep the bucket's state: its arrival times, and an expiry a day after the last of
--- them (a paused bucket's never expires).
+-- them (a paused bucket's never expires); index it until then.
 local function save_bucket(b, now, released)
+  if released > 0 then tally_released(b.name, released) end
   if b.unlimited then return end
   local fields, last = {}, now
   for i = 1, #b.rates do
@@ -163,11 +225,17 @@ local function save_bucket(b, now, released)
     fields[#fields + 1] = string.format('%d', b.released + released)
   end
   if #fields > 0 then redis.call('HSET', b.state, unpack(fields)) end
+  local now_ms = math.floor(now / 1000)
   if b.hold == math.huge then
     redis.call('PERSIST', b.state)
+    index_bucket(b.name, '+inf', now_ms)
   else
     if b.hold > last then last = b.hold end
-    redis.call('PEXPIRE', b.state, math.floor((last - now + DAY_US) / 1000))
+    local ttl = math.floor((last - now + DAY_US) / 1000)
+    redis.call('PEXPIRE', b.state, ttl)
+    -- a slot taken now runs until its lease's end, which may be later
+    local until_ms = math.max(now_ms + ttl, now_ms + (b.most and b.lease or 0))
+    index_bucket(b.name, string.format('%d', until_ms), now_ms)
   end
 end
 
@@ -294,6 +362,7 @@ local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out
     call_chunked('LPUSH', GATES .. 'log', logged)
     redis.call('LTRIM', GATES .. 'log', 0, log_size - 1)
   end
+  write_released()
   if gated > 0 then redis.call('HINCRBY', STATS, 'gated', gated) end
   gated = 0
   if out.n > 0 then redis.call('HINCRBY', STATS, 'released', out.n) end

@@ -23,8 +23,8 @@ TASK = "tests.send"
 
 
 def test_queue_names_with_glob_characters_read_only_their_own_buckets(make_app: Any) -> None:
-    """A bucket with nothing waiting is found by its state key's pattern: ``a*``'s
-    pattern must not match ``ab``'s keys, nor ``a[b]``'s ``ab``'s."""
+    """A bucket with nothing waiting is found by its queue shard's index: ``a*``'s
+    buckets are not ``ab``'s, nor ``a[b]``'s ``ab``'s."""
     app = make_app(delayq_rate_limits={TASK: "1/m"})
     queues = {"a*": "star", "ab": "plain", "a[b]": "brackets", "a\\": "backslash", "a?": "what"}
     for queue, key in queues.items():
@@ -104,11 +104,11 @@ def test_more_buckets_than_one_step_reads_are_all_read(make_app: Any) -> None:
     with open_store(app) as store:
         with store.client.pipeline(transaction=False) as pipe:
             for i in range(many):
-                pipe.hset(f"delayq:{{default}}:fc:s:{TASK}\x00k{i}", "spec", "c1/1000")
-                pipe.hset(f"delayq:{{elsewhere}}:fc:s:{TASK}\x00k{i}", "spec", "c1/1000")
+                for queue in ("default", "elsewhere"):
+                    pipe.hset(f"delayq:{{{queue}}}:fc:s:{TASK}\x00k{i}", "spec", "c1/1000")
+                    pipe.zadd(f"delayq:{{{queue}}}:fc:index", {f"{TASK}\x00k{i}": "+inf"})
             for i in range(0, many, 3):
                 pipe.rpush(f"delayq:{{default}}:fc:w:{TASK}\x00k{i}", "m")
-            pipe.hincrby("delayq:{default}:stats", "gated", 1)  # as a bucket's first entry
             pipe.execute()
         found = store.buckets("default")
     assert len(found) == many
