@@ -198,10 +198,13 @@ class _ReleaseLog:
 
 
 def _number(value: bytes | None) -> int:
+    """A count or time as this store writes one; 0 for anything else (a crafted value:
+    not a number, negative, or past what Redis counts to)."""
     try:
-        return int(value) if value else 0
+        number = int(value) if value else 0
     except ValueError:
         return 0
+    return number if 0 <= number < 2**63 else 0
 
 
 def _hold(value: bytes | None, now_us: int) -> float | None:

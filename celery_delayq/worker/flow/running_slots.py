@@ -259,8 +259,7 @@ class Renewer:
                 store = STORES.of(app)
                 take = store.scripts.slot_take
                 calls = [
-                    (take, slot.take_keys, [slot.member, "renew", slot.bucket])
-                    for slot in slots
+                    (take, slot.take_keys, [slot.member, "renew", slot.bucket]) for slot in slots
                 ]
                 replies = run_pipelined(store.client, calls)
             except Exception as exc:  # tried again at the next renewal

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.core.results import BucketState, TaskFlow
+from celery_delayq.core.results import BucketState
 from celery_delayq.core.store import DelayedStore
 from celery_delayq.ops.buckets import read_limits, state_text
 from celery_delayq.testing import wait_until

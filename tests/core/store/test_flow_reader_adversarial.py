@@ -98,6 +98,28 @@ def test_keys_of_another_type_read_as_absent(make_app: Any) -> None:
     assert (found.key, found.waiting, found.running, found.limits) == ("wrong", 0, 0, None)
 
 
+def test_sets_of_another_type_read_as_empty(make_app: Any) -> None:
+    """The ready set, the bucket index and the released counts, each written by hand as
+    a string: no bucket, no count, and nothing raised to the page or the exporter."""
+    app = make_app()
+    with open_store(app) as store:
+        for name in ("ready", "index", "released"):
+            store.client.set(f"delayq:{{default}}:fc:{name}", "x")
+        store.client.sadd("delayq:queues", "default")
+        assert store.buckets("default", 100) == []
+        assert store.task_flows() == []
+
+
+def test_crafted_released_counts_read_as_harmless_numbers(make_app: Any) -> None:
+    app = make_app()
+    with open_store(app) as store:
+        counts = {b"t\xff\x1b[31m": b"7", b"nan": b"nan", b"big": b"9" * 400, b"neg": b"-3"}
+        store.client.hset("delayq:{default}:fc:released", mapping=counts)
+        store.client.sadd("delayq:queues", "default")
+        flows = {f.task: f.released for f in store.task_flows()}
+    assert flows == {"t\\xff\x1b[31m": 7, "nan": 0, "big": 0, "neg": 0}
+
+
 def test_more_buckets_than_one_step_reads_are_all_read(make_app: Any) -> None:
     app = make_app()
     many = 2 * max(READ_CHUNK, SCAN_COUNT) + 7
