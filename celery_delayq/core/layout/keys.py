@@ -71,16 +71,18 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
                                 messages may be released; a bucket is one rate- or
                                 concurrency-limited task, or one limit key of it
     P:{Q}:fc:w:<B>      LIST   message keys waiting in bucket B, in due order
-    P:{Q}:fc:s:<B>      HASH   bucket B's limits (spec), arrival times (t<i>), hold, count
+    P:{Q}:fc:s:<B>      HASH   bucket B's limits (spec), arrival times (t<i>), hold, count,
+                                its time in the index (indexed)
     P:{Q}:fc:r:<B>      ZSET   message key -> lease end (ms) of each of B's running slots:
                                 taken at release, renewed by the worker holding the
                                 task, given back as it ends (worker/flow/running_slots.py)
     P:{Q}:fc:log        LIST   "<us> <bucket>" per release, newest first, capped
                                 (``delayq_release_log``); see lua/gates.lua
-    P:{Q}:fc:index      ZSET   bucket -> when (ms) its state stops mattering (+inf:
-                                paused): how the reader finds buckets with nothing
-                                waiting (store/flow.py); expired members are dropped a
-                                few at a time by the scripts that write bucket states
+    P:{Q}:fc:index      ZSET   bucket -> when (ms) its state stops mattering, or up to
+                                an hour later (+inf: paused): how the reader finds
+                                buckets with nothing waiting (store/flow.py); members
+                                past their time are dropped a few at a time by the
+                                scripts that write it
     P:{Q}:fc:released   HASH   task -> its messages released by flow control, ever (a
                                 count that never goes back: Prometheus)
     P:{Q}:fc:paused     STRING while it exists, the queue (shard) is paused: its moves
@@ -225,8 +227,8 @@ class QueueKeys(NamedTuple):
 
     @property
     def gate_index(self) -> str:
-        """Flow control's bucket index: bucket -> when (ms) its state stops mattering
-        (lua/gates.lua)."""
+        """Flow control's bucket index: bucket -> when (ms) its state stops mattering,
+        or a little later (lua/gates.lua)."""
         return f"{self.gates}index"
 
     @property

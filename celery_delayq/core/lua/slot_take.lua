@@ -14,8 +14,8 @@
 -- KEYS[1]  P:{Q}:fc:r:<bucket>  zset  message key -> end (ms) of its slot's lease
 -- KEYS[2]  P:{Q}:fc:s:<bucket>  hash  the bucket's state: 'spec' holds c<most>/<lease ms>
 -- KEYS[3]  P:{Q}:fc:index       zset  bucket -> when (ms) its state stops mattering
---                                     (gates.lua): raised to the slot's lease end
---                                     (a key of another type is left alone)
+--                                     (gates.lua): raised to the slot's lease end if
+--                                     lower (a key of another type is left alone)
 -- ARGV[1]  the message key
 -- ARGV[2]  "take" or "renew"
 -- ARGV[3]  the bucket
