@@ -12,6 +12,7 @@ import pytest
 
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.cli.flow_limits import limits_human
+from celery_delayq.core.layout.gates import MOST_READ_CONCURRENCY
 from celery_delayq.core.store.flow import READ_CHUNK, SCAN_COUNT
 from celery_delayq.ops.buckets import bucket_json, read_limits, state_text
 
@@ -72,7 +73,8 @@ def test_crafted_state_and_log_read_as_harmless_values(make_app: Any) -> None:
     assert all(b.waiting == 1 and b.running == 1 and b.released == 0 for b in found.values())
     first = found[crafted[0]]
     assert first.task == "t" and first.key is not None and "\\xff" in first.key
-    assert first.limits is not None and first.limits.concurrency is None  # digits too many
+    assert first.limits is not None  # so many digits: a limit nothing reaches, as Lua reads it
+    assert first.limits.concurrency == MOST_READ_CONCURRENCY
     assert first.in_window is not None and len(first.in_window) == len(first.limits.rates)
     assert found[b"\x00"].held_until == float("inf")  # a hold no date can hold: never
     assert (found[b"\x00"].task, found[b"\x00"].key) == ("", "")
