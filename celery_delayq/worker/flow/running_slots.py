@@ -69,6 +69,7 @@ class Slot(NamedTuple):
     keys: list[str]  # KEYS of slot_end.lua: running, state, waiting, ready
     member: bytes  # the message's key (its task id, packed)
     bucket: str
+    take_keys: list[str]  # KEYS of slot_take.lua: running, state, the bucket index
 
 
 def slot_of(keys: KeySpace, value: Any, task_id: Any) -> Slot | None:
@@ -85,7 +86,8 @@ def slot_of(keys: KeySpace, value: Any, task_id: Any) -> Slot | None:
         shard_key, member = bucket_shard_key(bucket), task_key(task_id)
     except UnicodeError:
         return None
-    return Slot(keys.shard_of(queue, shard_key).slot_keys(bucket), member, bucket)
+    shard = keys.shard_of(queue, shard_key)
+    return Slot(shard.slot_keys(bucket), member, bucket, shard.slot_take_keys(bucket))
 
 
 def _store_failed(app: Celery, what: str, exc: Exception) -> None:
@@ -113,7 +115,9 @@ def slot_taken(task: Any) -> bool:
             logger.warning("celery-delayq: task %r names no slot it can hold", task_id)
             return True
         _TAKEN[task_id] = slot  # given back as it ends, whatever the take's fate
-        outcome, _lease = store.scripts.slot_take(keys=slot.keys[:2], args=[slot.member, "take"])
+        outcome, _lease = store.scripts.slot_take(
+            keys=slot.take_keys, args=[slot.member, "take", slot.bucket]
+        )
     except Exception as exc:  # the task runs
         _store_failed(app, "taken", exc)
         return True
@@ -254,7 +258,9 @@ class Renewer:
             try:
                 store = STORES.of(app)
                 take = store.scripts.slot_take
-                calls = [(take, slot.keys[:2], [slot.member, "renew"]) for slot in slots]
+                calls = [
+                    (take, slot.take_keys, [slot.member, "renew", slot.bucket]) for slot in slots
+                ]
                 replies = run_pipelined(store.client, calls)
             except Exception as exc:  # tried again at the next renewal
                 _store_failed(app, "renewed", exc)
