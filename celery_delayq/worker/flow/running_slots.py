@@ -300,10 +300,10 @@ class Renewer:
 
     def _run(self) -> None:
         while True:
-            holding = self._holding()
-            if holding is None:
-                return
             try:
+                holding = self._holding()
+                if holding is None:
+                    return
                 pause = self.renew(holding) if holding else ENDED_GRACE
             except Exception:  # a bug here must not end the renewals
                 logger.exception("celery-delayq: renewing running slots failed")
@@ -332,10 +332,9 @@ class Renewer:
 
 
 def _celery_holds(request: Any) -> bool:
-    return (
-        worker_state.requests.get(request.id) is request
-        or request in worker_state.scheduled_requests
-    )
+    # Celery 5.5 has no set of the requests waiting for their ETA (its timer holds them)
+    scheduled = getattr(worker_state, "scheduled_requests", ())
+    return worker_state.requests.get(request.id) is request or request in scheduled
 
 
 def _still_held(held: Held, now: float) -> bool:
