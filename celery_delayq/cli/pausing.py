@@ -3,6 +3,7 @@ releases (or one limit key's, or a whole queue's) across every worker (ops/pause
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -22,11 +23,6 @@ queue_option = click.option(
 )
 
 
-def _target(task: str | None, queue: str | None) -> None:
-    if (task is None) == (queue is None):
-        raise click.UsageError("give a task name or --queue (not both)")
-
-
 def _warn_unlimited(app: Celery, task: str) -> None:
     """A task this app knows no limit of: its messages may not wait in the store."""
     if not limits_of(app, config_of(app)).spec_of(task):
@@ -35,15 +31,6 @@ def _warn_unlimited(app: Celery, task: str) -> None:
             "messages that wait in the store (a limited task's) are held",
             err=True,
         )
-
-
-def _held(change: Callable[[], BucketHold]) -> BucketHold:
-    """The hold ``change`` leaves; what it refuses (a task name, key or length) as a
-    usage error."""
-    try:
-        return change()
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
 
 
 def _report(as_json: bool, task: str, key: str | None, hold: BucketHold) -> None:
@@ -60,53 +47,80 @@ def _report(as_json: bool, task: str, key: str | None, hold: BucketHold) -> None
     emit(as_json, data, f"{label}: {state}, {hold.waiting} message(s) waiting")
 
 
-@click.command()
-@json_option
-@click.argument("task", required=False)
-@key_option
-@queue_option
-def pause(as_json: bool, task: str | None, key: str | None, queue: str | None) -> None:
+QueueChange = Callable[[Celery, str, bool], None]  # (app, queue, as_json): it reports
+BucketChange = Callable[..., BucketHold]  # (app, task, key, the command's own values)
+
+
+def hold_command(
+    *arguments: Callable[[Any], Any], on_queue: QueueChange | None = None, warn: bool = False
+) -> Callable[[BucketChange], click.Command]:
+    """A command on the hold of TASK's bucket (or --key's): the decorated function makes
+    the change, given the app, TASK, --key and the values of ``arguments`` (click
+    arguments after TASK), and the command reports the hold it leaves. With ``on_queue``
+    it takes --queue instead of TASK, for which ``on_queue`` acts and reports; with
+    ``warn`` it warns of a task without limits first."""
+
+    def decorate(change: BucketChange) -> click.Command:
+        @functools.wraps(change)  # its name, and its docstring as the command's help
+        def run(as_json: bool, task: str | None, key: str | None, **values: Any) -> None:
+            queue = values.pop("queue", None)
+            if on_queue is not None and (task is None) == (queue is None):
+                raise click.UsageError("give a task name or --queue (not both)")
+            app = current_app()
+            if on_queue is not None and queue is not None:
+                on_queue(app, queue, as_json)
+                return
+            assert task is not None
+            if warn:
+                _warn_unlimited(app, task)
+            try:  # what the change refuses (a task name, key or length) is a usage error
+                hold = change(app, task, key, **values)
+            except ValueError as exc:
+                raise click.UsageError(str(exc)) from None
+            _report(as_json, task, key, hold)
+
+        options = [key_option] if on_queue is None else [key_option, queue_option]
+        command: Any = run
+        for decorator in reversed(
+            [json_option, click.argument("task", required=on_queue is None), *arguments, *options]
+        ):
+            command = decorator(command)
+        return click.command()(command)
+
+    return decorate
+
+
+def _pause_queue(app: Celery, queue: str, as_json: bool) -> None:
+    ops_pause.pause_queue(app, queue)
+    emit(as_json, {"queue": queue, "paused": True}, f"queue {queue}: paused")
+
+
+def _resume_queue(app: Celery, queue: str, as_json: bool) -> None:
+    was = ops_pause.resume_queue(app, queue)
+    human = f"queue {queue}: resumed" if was else f"queue {queue}: was not paused"
+    emit(as_json, {"queue": queue, "paused": False, "was_paused": was}, human)
+
+
+@hold_command(on_queue=_pause_queue, warn=True)
+def pause(app: Celery, task: str, key: str | None) -> BucketHold:
     """Release none of TASK's messages (or --key's, or --queue's) until `resume`; they
     wait in Redis, on every worker. A queue's messages sent without a countdown to tasks
     without limits still go straight to the broker."""
-    _target(task, queue)
-    app = current_app()
-    if queue is not None:
-        ops_pause.pause_queue(app, queue)
-        emit(as_json, {"queue": queue, "paused": True}, f"queue {queue}: paused")
-        return
-    assert task is not None
-    _warn_unlimited(app, task)
-    _report(as_json, task, key, _held(lambda: ops_pause.pause(app, task, key)))
+    return ops_pause.pause(app, task, key)
 
 
-@click.command()
-@json_option
-@click.argument("task", required=False)
-@key_option
-@queue_option
-def resume(as_json: bool, task: str | None, key: str | None, queue: str | None) -> None:
+@hold_command(on_queue=_resume_queue)
+def resume(app: Celery, task: str, key: str | None) -> BucketHold:
     """End a pause or a throttle of TASK (or --key's, or --queue's): its messages are
     released again, within its limits."""
-    _target(task, queue)
-    app = current_app()
-    if queue is not None:
-        was = ops_pause.resume_queue(app, queue)
-        human = f"queue {queue}: resumed" if was else f"queue {queue}: was not paused"
-        emit(as_json, {"queue": queue, "paused": False, "was_paused": was}, human)
-        return
-    assert task is not None
-    _report(as_json, task, key, _held(lambda: ops_pause.resume(app, task, key)))
+    return ops_pause.resume(app, task, key)
 
 
-@click.command()
-@json_option
-@click.argument("task")
-@click.argument("seconds", type=click.FloatRange(0, ops_pause.MOST_THROTTLE_SECONDS))
-@key_option
-def throttle(as_json: bool, task: str, seconds: float, key: str | None) -> None:
+@hold_command(
+    click.argument("seconds", type=click.FloatRange(0, ops_pause.MOST_THROTTLE_SECONDS)),
+    warn=True,
+)
+def throttle(app: Celery, task: str, key: str | None, seconds: float) -> BucketHold:
     """Release none of TASK's messages (or --key's) for SECONDS, on every worker. It
     never shortens a longer throttle or a pause."""
-    app = current_app()
-    _warn_unlimited(app, task)
-    _report(as_json, task, key, _held(lambda: ops_pause.throttle(app, task, seconds, key)))
+    return ops_pause.throttle(app, task, seconds, key)

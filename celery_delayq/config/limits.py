@@ -23,7 +23,6 @@ from ..core.layout.gates import (
     Rate,
     bucket_of,
     gate_field,
-    limits_concurrency,
 )
 from .errors import ConfigurationError
 
@@ -189,9 +188,11 @@ def mark_slot(headers: Mapping[str, Any], queue: str, gate: bytes | None) -> Non
     one dict lookup."""
     if not isinstance(headers, MutableMapping):
         return
-    if gate is not None and limits_concurrency(gate):
-        bucket = gate.partition(b" ")[2].decode("utf-8", "surrogatepass")
-        headers[SLOT_HEADER] = [queue, bucket]
+    spec, _, bucket = (gate or b"").partition(b" ")
+    # the spec read as the release reads it (core/lua/gates.lua), which takes the slot
+    limits = None if gate is None else GateSpec.decode(spec.decode("ascii", "replace"))
+    if limits is not None and limits.concurrency is not None:
+        headers[SLOT_HEADER] = [queue, bucket.decode("utf-8", "surrogatepass")]
     elif SLOT_HEADER in headers:
         del headers[SLOT_HEADER]
 

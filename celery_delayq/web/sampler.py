@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -43,7 +44,9 @@ def interval(before: tuple[float, Totals], after: tuple[float, Totals]) -> Inter
 
 class CounterSampler:
     """Reads the counters every ``every`` seconds in a daemon thread, keeping ``keep``
-    seconds of samples. A failed read (Redis down) leaves a gap, not an error."""
+    seconds of samples. A failed read (Redis down) leaves a gap, not an error. The thread
+    ends once the sampler is dropped (its web app gone), so a process that builds and
+    drops dashboards keeps no thread per dashboard reading Redis."""
 
     def __init__(self, read: Callable[[], Totals], every: float = 15.0, keep: float = 3600.0):
         self.read, self.every = read, every
@@ -57,12 +60,9 @@ class CounterSampler:
             if self._started:
                 return
             self._started = True
-        threading.Thread(target=self._run, name="delayq-web-sampler", daemon=True).start()
-
-    def _run(self) -> None:
-        while True:
-            self.sample()
-            time.sleep(self.every)
+        threading.Thread(
+            target=_sample_while_kept, args=(weakref.ref(self),), name=THREAD, daemon=True
+        ).start()
 
     def sample(self) -> None:
         try:
@@ -74,3 +74,19 @@ class CounterSampler:
     def intervals(self) -> list[Interval]:
         samples = list(self.samples)
         return [interval(a, b) for a, b in zip(samples, samples[1:])]
+
+
+#: The sampling thread's name.
+THREAD = "delayq-web-sampler"
+
+
+def _sample_while_kept(ref: weakref.ref[CounterSampler]) -> None:
+    """Sample until the sampler is gone; held only weakly between samples."""
+    while True:
+        sampler = ref()
+        if sampler is None:
+            return
+        sampler.sample()
+        every = sampler.every
+        del sampler
+        time.sleep(every)

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 import redis
-from celery import Celery
 
 from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.testing import publish, wait_until
@@ -25,17 +24,6 @@ PACED = "tests.worker_app.paced"
 DEFAULT = KeySpace().for_queue("default")
 
 
-def paced_app(make_app: Any, **settings: Any) -> Celery:
-    """A publisher that knows ``paced`` as the workers do: ``rate_limit="2/s"``."""
-    app = make_app(**settings)
-
-    @app.task(name=PACED, rate_limit="2/s", shared=False)
-    def paced(label: str = "") -> None:
-        """The workers' task."""
-
-    return app
-
-
 def starts_by_worker(client: redis.Redis) -> dict[str, list[float]]:
     found: dict[str, list[float]] = defaultdict(list)
     for run in runs(client):
@@ -43,20 +31,28 @@ def starts_by_worker(client: redis.Redis) -> dict[str, list[float]]:
     return {worker: sorted(times) for worker, times in found.items()}
 
 
-def two_workers(url: str, settings: dict[str, Any]) -> Any:
+def run_paced(
+    make_app: Any, url: str, client: redis.Redis, settings: dict[str, Any], count: int
+) -> None:
+    """``count`` messages of ``paced`` sent under ``settings`` by a publisher that knows it
+    as the workers do (``rate_limit="2/s"``), and run by two workers."""
+    app = make_app(**settings)
+
+    @app.task(name=PACED, rate_limit="2/s", shared=False)
+    def paced(label: str = "") -> None:
+        """The workers' task."""
+
     args = ("worker", url, settings, "-P", "solo")
-    return celery_process(*args, "-n", "w1@%h"), celery_process(*args, "-n", "w2@%h")
+    with celery_process(*args, "-n", "w1@%h"), celery_process(*args, "-n", "w2@%h"):
+        for number in range(count):
+            publish(app, PACED, str(number))
+        wait_until(lambda: len(runs(client)) == count, timeout=40, what=f"{count} runs")
 
 
 @pytest.mark.promise("flow-global-rate-limit", "flow-rate-never-more")
 def test_a_tasks_rate_limit_holds_across_two_workers(make_app, redis_server, redis_client):
     settings = {"delayq_global_rate_limits": True}
-    app = paced_app(make_app, **settings)
-    first, second = two_workers(redis_server.url, settings)
-    with first, second:
-        for number in range(10):
-            publish(app, PACED, str(number))
-        wait_until(lambda: len(runs(redis_client)) == 10, timeout=40, what="10 runs")
+    run_paced(make_app, redis_server.url, redis_client, settings, 10)
 
     releases = release_log(redis_client, DEFAULT)[PACED]
     assert len(releases) == 10
@@ -73,12 +69,7 @@ def test_a_tasks_rate_limit_holds_across_two_workers(make_app, redis_server, red
 def test_without_the_setting_each_worker_limits_itself(make_app, redis_server, redis_client):
     """Celery's own behaviour, the control: about 2/s per worker, so more than 2/s in all."""
     settings = {"delayq_global_rate_limits": False}
-    app = paced_app(make_app, **settings)
-    first, second = two_workers(redis_server.url, settings)
-    with first, second:
-        for number in range(16):
-            publish(app, PACED, str(number))
-        wait_until(lambda: len(runs(redis_client)) == 16, timeout=40, what="16 runs")
+    run_paced(make_app, redis_server.url, redis_client, settings, 16)
 
     assert redis_client.llen(DEFAULT.gate_log) == 0, "nothing is held in the store"
     workers = starts_by_worker(redis_client)
@@ -93,12 +84,7 @@ def test_the_workers_own_rate_limit_is_off_under_the_setting(make_app, redis_ser
     """The task's own 2/s, overridden by a global 10/s: were each worker still limiting
     itself to 2/s, no worker could start two of them less than half a second apart."""
     settings = {"delayq_global_rate_limits": True, "delayq_rate_limits": {PACED: "10/s"}}
-    app = paced_app(make_app, **settings)
-    first, second = two_workers(redis_server.url, settings)
-    with first, second:
-        for number in range(20):
-            publish(app, PACED, str(number))
-        wait_until(lambda: len(runs(redis_client)) == 20, timeout=40, what="20 runs")
+    run_paced(make_app, redis_server.url, redis_client, settings, 20)
 
     gaps = [
         later - earlier

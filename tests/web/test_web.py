@@ -6,7 +6,9 @@ tests/web/test_web_browser.py."""
 from __future__ import annotations
 
 import base64
+import gc
 import re
+import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -20,6 +22,7 @@ from celery_delayq.brokers.connect import open_store
 from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.web import create_app, views
 from celery_delayq.web.guard.access import Access, AddressRefused, access_of, check_address
+from celery_delayq.web.sampler import THREAD
 
 from ..brokers.amqp.test_amqp_operations import dead_lettered, orphans
 from ..helpers import invoke, noop_task
@@ -471,3 +474,15 @@ def test_dead_letters_are_listed_then_dropped_or_sent_again(make_amqp_app) -> No
         message = connection.default_channel.basic_get(target.name, no_ack=True)
     assert message is not None and message.headers["id"] == resent.id
     assert celery_delayq.backlog(app)[0].dead == 0
+
+
+def test_a_dropped_dashboard_stops_reading_redis(app) -> None:
+    """The sampler's thread ends once its dashboard is gone: a process that builds and
+    drops dashboards (a test suite, an app factory) keeps none reading Redis."""
+    before = set(threading.enumerate())
+    web = create_app(app, access=Access(), sample_every=0.05)
+    assert web.test_client().get("/").status_code == 200
+    (thread,) = [t for t in set(threading.enumerate()) - before if t.name == THREAD]
+    del web
+    gc.collect()  # the Flask app holds reference cycles
+    wait_until(lambda: not thread.is_alive(), timeout=10, what="the sampler's thread ended")

@@ -33,14 +33,19 @@ _RATE = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(?:/\s*([smhd]))?\s*\Z")
 KEY_SEPARATOR = "\x00"
 #: Most rates one bucket holds (lua/gates.lua reads no more).
 MOST_RATES = 8
-#: One token of an encoded spec (lua/gates.lua's pattern; digits bounded, as Redis may
-#: hold anything).
-_TOKEN = re.compile(r"([rc])(\d{1,18})/(\d{1,18})\Z")
+#: One token of an encoded spec, as lua/gates.lua's read_spec matches it: ASCII digits,
+#: any number of them (a spec is read from Redis, and may be crafted).
+_TOKEN = re.compile(r"([rc])([0-9]+)/([0-9]+)\Z")
 #: Longest limit key, in bytes (it is part of several Redis key names).
 MOST_KEY_BYTES = 512
 #: Longest interval between releases (us) a rate may ask for, and so slowest rate: one in
 #: 366 days (lua/gates.lua ignores a longer one, as a crafted spec's).
 MOST_INTERVAL_US = 366 * 86400 * 1_000_000
+#: Longest slot lease (ms) a spec may ask for (lua/gates.lua ignores a longer one).
+MOST_LEASE_MS = MOST_INTERVAL_US // 1000
+#: The concurrency read from a spec asking for more: no count of running slots reaches
+#: either, so the bucket never waits for a slot, though its releases take one (as Lua's).
+MOST_READ_CONCURRENCY = 2**53
 
 
 class InvalidLimit(ValueError):
@@ -126,19 +131,21 @@ class GateSpec:
 
     @classmethod
     def decode(cls, spec: str) -> GateSpec:
-        """The limits an encoded spec holds, as lua/gates.lua reads them: at most
-        MOST_RATES rates, and any other token ignored (a spec is read from Redis)."""
+        """The limits an encoded spec holds, exactly as lua/gates.lua's read_spec reads
+        them (a spec is read from Redis): numbers as Lua's (doubles), at most MOST_RATES
+        rates, and any other token ignored, a rate or lease too long among them."""
         rates: list[Rate] = []
         concurrency, lease_ms = None, cls.lease_ms
         for token in spec.split(","):
             found = _TOKEN.match(token)
             if found is None:
                 continue
-            kind, a, b = found.group(1), int(found.group(2)), int(found.group(3))
-            if kind == "r" and len(rates) < MOST_RATES:
-                rates.append(Rate.decode(a, b))
-            elif kind == "c":
-                concurrency, lease_ms = a, b
+            # float, as Lua's tonumber: any number of digits, and no int() of thousands
+            kind, a, b = found.group(1), float(found.group(2)), float(found.group(3))
+            if kind == "r" and len(rates) < MOST_RATES and max(a, b) <= MOST_INTERVAL_US:
+                rates.append(Rate.decode(int(a), int(b)))
+            elif kind == "c" and b <= MOST_LEASE_MS:
+                concurrency, lease_ms = int(min(a, MOST_READ_CONCURRENCY)), int(b)
         return cls(tuple(rates), concurrency, lease_ms)
 
     def __str__(self) -> str:
@@ -175,8 +182,3 @@ def bucket_shard_key(bucket: str) -> bytes:
     """``shard_key`` of any gate of ``bucket``: where a hold on the
     bucket goes, and its running slots are (worker/flow/running_slots.py)."""
     return shard_key(gate_field("", bucket))
-
-
-def limits_concurrency(gate: bytes) -> bool:
-    """Whether a gate's spec holds a concurrency limit (its tasks take slots)."""
-    return b",c" in b"," + gate.partition(b" ")[0]
