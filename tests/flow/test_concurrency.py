@@ -179,6 +179,7 @@ def test_a_worker_renews_slots_after_one_of_its_tasks_ended(
         app.send_task(STAMPED, (0.5,), {"label": "short"})
         wait_until(lambda: ended(redis_client) == 1, timeout=30, what="the short one done")
         app.send_task(STAMPED, (8.0,), {"label": "long"})
+        wait_until(lambda: len(runs_of(redis_client)) == 2, timeout=30, what="long started")
         app.send_task(STAMPED, (0.5,), {"label": "next"})
         wait_until(lambda: ended(redis_client) == 3, timeout=45, what="all done")
     _, long, after = sorted(runs_of(redis_client), key=lambda run: run["start"])
