@@ -160,6 +160,7 @@ def test_a_task_running_for_several_leases_keeps_its_slot(
     app = make_app(**settings)
     with workers(redis_server.url, settings, 2, "-c", "2"):
         app.send_task(STAMPED, (8.0,), {"label": "long"})
+        wait_until(lambda: runs_of(redis_client), timeout=30, what="long started")
         app.send_task(STAMPED, (0.5,), {"label": "next"})
         wait_until(lambda: ended(redis_client) == 2, timeout=45, what="both done")
     long, after = sorted(runs_of(redis_client), key=lambda run: run["start"])
