@@ -175,27 +175,19 @@ def end_slot(sender: Any = None, task_id: Any = None, task: Any = None, **_: Any
         give_back(task.app, slot)
 
 
-def named_slot(app: Celery, value: Any, task_id: Any) -> Slot | None:
-    """The slot a ``delayq_slot`` header value names (None: no header), in ``app``'s
-    store."""
-    if value is None:
+def request_slot(request: Any) -> tuple[Celery, Slot] | None:
+    """The app and slot of a request in the worker's main process (``celery.worker.
+    request.Request``), if it names one."""
+    headers = getattr(request, "request_dict", None)
+    if not isinstance(headers, Mapping) or headers.get(SLOT_HEADER) is None:
         return None
+    app = request.task.app
     try:
         keys = STORES.of(app).keys
     except Exception as exc:
         _store_failed(app, "found", exc)
         return None
-    return slot_of(keys, value, task_id)
-
-
-def request_slot(request: Any) -> tuple[Celery, Slot] | None:
-    """The app and slot of a request in the worker's main process (``celery.worker.
-    request.Request``), if it names one."""
-    headers = getattr(request, "request_dict", None)
-    if not isinstance(headers, Mapping):
-        return None
-    app = request.task.app
-    slot = named_slot(app, headers.get(SLOT_HEADER), request.id)
+    slot = slot_of(keys, headers.get(SLOT_HEADER), request.id)
     return None if slot is None else (app, slot)
 
 
