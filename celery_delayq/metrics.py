@@ -232,8 +232,7 @@ def _flow_control(store: DelayedStore) -> list[Metric]:
     ]
     released = CounterMetricFamily(
         "celery_delayq_flow_released",
-        "Messages of a flow-controlled task released to its queue (a limit key's count is "
-        "forgotten a day after the key was last used).",
+        "Messages of a flow-controlled task released to its queue, its limit keys' added up.",
         labels=labels,
     )
     for flow in store.task_flows():

@@ -202,11 +202,26 @@ def limited_429(self: Any, retry_after: float, meets_429: bool = False) -> None:
     raise self.retry(countdown=retry_after)
 
 
+def first_run(task_id: str) -> bool:
+    """Whether this is the first run of the message ``task_id`` (not one delivered again)."""
+    with redis.Redis.from_url(os.environ.get("RECORD_URL") or app.conf.broker_url) as client:
+        return bool(client.sadd("test:stamped", task_id))
+
+
 @app.task(bind=True, acks_late=True, max_retries=1)
-def stamped(self: Any, seconds: float = 1.0, outcome: str = "return", label: str = "") -> None:
+def stamped(
+    self: Any,
+    seconds: float = 1.0,
+    outcome: str = "return",
+    label: str = "",
+    again: float | None = None,
+) -> None:
     """Record its start, run for ``seconds``, record its end, then return, or fail
     (``outcome`` "fail"), or retry once at once ("retry"). Delivered again (its worker
-    killed), it runs in full: a flow-control test counts it running."""
+    killed), it runs in full (for ``again`` seconds instead, when given): a flow-control
+    test counts it running."""
+    if again is not None and not first_run(self.request.id):
+        seconds = again
     facts = {
         "label": label,
         "pid": os.getpid(),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from .layout.gates import GateSpec, split_bucket
@@ -227,21 +227,24 @@ class TaskFlow:
     buckets: int = 0
     keyed: int = 0  # buckets of a limit key
     waiting: int = 0
-    released: int = 0
+    released: int = 0  # ever, a count that never goes back (not the buckets' own)
     running: int = 0
     held: int = 0  # buckets paused or held until a time to come
     throttled: int = 0  # buckets with messages waiting for their limits
 
     @classmethod
-    def per_task(cls, buckets: Sequence[BucketState]) -> list[TaskFlow]:
-        """The buckets added up per queue and task, sorted by queue and task."""
-        flows: dict[tuple[str, str], TaskFlow] = {}
+    def per_task(
+        cls, buckets: Sequence[BucketState], released: Mapping[tuple[str, str], int]
+    ) -> list[TaskFlow]:
+        """The buckets added up per queue and task, with each (queue, task)'s
+        ``released`` count (a task counted but with no bucket left is listed too),
+        sorted by queue and task."""
+        flows = {name: cls(*name, released=count) for name, count in released.items()}
         for each in buckets:
             flow = flows.setdefault((each.queue, each.task), cls(each.queue, each.task))
             flow.buckets += 1
             flow.keyed += each.key is not None
             flow.waiting += each.waiting
-            flow.released += each.released
             flow.running += each.running
             flow.held += each.held
             flow.throttled += each.throttled

@@ -27,7 +27,7 @@ def on_worker_init(sender: Any, **_: Any) -> None:
     from .bootstep import WorkerMover
     from .due_timers import DueTimers
     from .flow.global_rates import GlobalRateLimits
-    from .flow.running_slots import RENEWER, end_slot, revoked
+    from .flow.running_slots import RENEWER, child_lost, end_slot, revoked
     from .inspect import list_delayed_in_scheduled
     from .periodic_runs import end_periodic_run, guard_tasks
     from .poison import PoisonGuard
@@ -44,12 +44,13 @@ def on_worker_init(sender: Any, **_: Any) -> None:
             end_periodic_run, weak=False, dispatch_uid="celery_delayq.periodic_runs"
         )
         # running slots of concurrency-limited tasks (flow/running_slots.py): taken (by guard_tasks'
-        # wrapper) and given back in the process that runs the task, renewed and
-        # revoked in the main process
+        # wrapper) and given back in the process that runs the task, renewed, revoked
+        # and given back for a pool process lost mid-task in the main process
         for signal, receiver in (
             (signals.task_postrun, end_slot),
             (signals.task_received, RENEWER.received),
             (signals.task_revoked, revoked),
+            (signals.task_failure, child_lost),
         ):
             signal.connect(receiver, weak=False, dispatch_uid=f"celery_delayq.slots.{signal.name}")
     list_delayed_in_scheduled(sender.app)

@@ -299,6 +299,7 @@ def keyspace_keys() -> set[str]:
     names |= {queue.periodic_marks, queue.periodic_ahead, queue.periodic_gone}
     names |= {space.off_shard_queues, queue.by_task, queue.deliveries("<M>")}
     names |= {*queue.slot_keys("<B>"), queue.gate_log, queue.paused}
+    names |= {*queue.slot_take_keys("<B>"), queue.gate_released}
     return names
 
 

@@ -34,9 +34,13 @@ def test_with_a_master_down_cancel_succeeds_for_tasks_on_healthy_masters_and_fai
         app = make_amqp_app(
             delayq_store_url=f"redis+cluster://{nodes}/0", delayq_store_shards=SHARDS
         )
-        queues = [app.conf.task_default_queue, "other"]
+        # fixed queue names and task ids, so where each task lives is the same every run:
+        # with a random queue name, once in a while every task had a shard on the victim
+        queues = ["cancel-a", "cancel-b"]
         sent = [
-            app.send_task("tests.remember", (i,), countdown=3600, queue=queues[i % 2]).id
+            app.send_task(
+                "tests.remember", (i,), countdown=3600, queue=queues[i % 2], task_id=f"t-{i}"
+            ).id
             for i in range(TASKS)
         ]
         with open_store(app) as store:

@@ -160,9 +160,30 @@ def test_a_task_running_for_several_leases_keeps_its_slot(
     app = make_app(**settings)
     with workers(redis_server.url, settings, 2, "-c", "2"):
         app.send_task(STAMPED, (8.0,), {"label": "long"})
+        wait_until(lambda: runs_of(redis_client), timeout=30, what="long started")
         app.send_task(STAMPED, (0.5,), {"label": "next"})
         wait_until(lambda: ended(redis_client) == 2, timeout=45, what="both done")
     long, after = sorted(runs_of(redis_client), key=lambda run: run["start"])
+    assert (long["label"], after["label"]) == ("long", "next")
+    assert after["start"] >= long["end"]
+
+
+@pytest.mark.promise("concurrency-renewed")
+def test_a_worker_renews_slots_after_one_of_its_tasks_ended(
+    make_app, redis_server, redis_client
+) -> None:
+    """Limit 1, a lease of 2 s, one worker: a short task runs and ends first (the worker
+    stops renewing its slot), then a task of 8 s still holds its slot throughout."""
+    settings = settings_of(1, 2.0)
+    app = make_app(**settings)
+    with workers(redis_server.url, settings, 1, "-c", "2"):
+        app.send_task(STAMPED, (0.5,), {"label": "short"})
+        wait_until(lambda: ended(redis_client) == 1, timeout=30, what="the short one done")
+        app.send_task(STAMPED, (8.0,), {"label": "long"})
+        wait_until(lambda: len(runs_of(redis_client)) == 2, timeout=30, what="long started")
+        app.send_task(STAMPED, (0.5,), {"label": "next"})
+        wait_until(lambda: ended(redis_client) == 3, timeout=45, what="all done")
+    _, long, after = sorted(runs_of(redis_client), key=lambda run: run["start"])
     assert (long["label"], after["label"]) == ("long", "next")
     assert after["start"] >= long["end"]
 

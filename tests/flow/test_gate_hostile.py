@@ -94,6 +94,11 @@ CRAFTED: dict[str, Callable[[redis.Redis, QueueKeys], object]] = {
     "hold garbage": state(hold="soon"),
     "released garbage": state(released="many"),
     "released at its most": state(released=2**63 - 1),
+    "index is a string": lambda c, k: c.set(k.gate_index, "x"),
+    "released counts are a string": lambda c, k: c.set(k.gate_released, "x"),
+    "released count garbage": lambda c, k: c.hset(k.gate_released, BUCKET, "many"),
+    "released count nan": lambda c, k: c.hset(k.gate_released, BUCKET, "nan"),
+    "released count at its most": lambda c, k: c.hset(k.gate_released, BUCKET, 2**63 - 1),
 }
 
 

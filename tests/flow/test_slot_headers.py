@@ -37,7 +37,7 @@ def test_a_crafted_slot_header_names_no_key_outside_the_flow_control_keys(app, v
     with open_store(app) as store:
         slot = slot_of(store.keys, value, "task-1")
     if slot is not None:
-        for key in slot.keys:
+        for key in [*slot.keys, *slot.take_keys]:
             assert key.startswith("delayq:{"), key
             assert ":fc:" in key
 
@@ -46,11 +46,12 @@ def test_the_slot_scripts_on_keys_of_another_type_do_nothing(app, redis_client) 
     """Every key a slot names made a string first (as a crafted name could hit another
     key): taking, renewing and giving back write nothing and raise nothing."""
     with open_store(app) as store:
-        keys = store.keys.for_queue("default").slot_keys("t")
-        for key in keys:
+        shard = store.keys.for_queue("default")
+        keys, take_keys = shard.slot_keys("t"), shard.slot_take_keys("t")
+        for key in {*keys, *take_keys}:
             redis_client.set(key, "not mine")
         take, end = store.scripts.slot_take, store.scripts.slot_end
-        assert take(keys=keys[:2], args=[b"m", "take"]) == [0, 0]
-        assert take(keys=keys[:2], args=[b"m", "renew"]) == [0, 0]
+        assert take(keys=take_keys, args=[b"m", "take", "t"]) == [0, 0]
+        assert take(keys=take_keys, args=[b"m", "renew", "t"]) == [0, 0]
         assert end(keys=keys, args=[b"m", "t", store.keys.wakeup_channel]) == [0, 0]
-    assert [redis_client.get(key) for key in keys] == [b"not mine"] * 4
+    assert [redis_client.get(key) for key in {*keys, *take_keys}] == [b"not mine"] * 5

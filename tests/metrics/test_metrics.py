@@ -201,6 +201,37 @@ def test_flow_control_per_queue_and_task_adds_its_limit_keys_up(make_app: Any) -
     assert samples["celery_delayq_flow_released_total"] == {send: 50, run: 2, other: 1}
 
 
+@pytest.mark.promise("flow-released-never-goes-back")
+def test_flow_released_never_goes_back_when_bucket_states_expire(make_app: Any) -> None:
+    """A limit key's state (and its own count) expires a day after it stops mattering;
+    the released counter, kept per task apart from the states, does not drop."""
+    app = make_app(delayq_rate_limits={"t.send": "1/m"})
+    for key in range(5):
+        publish_limited(app, "t.send", 1, key=f"customer-{key}")
+    with open_store(app) as store:
+        store.move_all_due()  # each released at once: the buckets idle, found by the index
+        send = q("default", task="t.send")
+        _, before = parse_metrics(scrape(app))
+        assert before["celery_delayq_flow_buckets"] == {send: 5}
+        assert before["celery_delayq_flow_released_total"] == {send: 5}
+
+        # every state expires in Redis itself, as it would a day after its last release
+        states = [b"delayq:{default}:fc:s:t.send\x00customer-%d" % key for key in range(5)]
+        assert store.client.exists(*states) == 5
+        for state in states:
+            store.client.pexpire(state, 1)
+        wait_until(lambda: store.client.exists(*states) == 0, what="the states expired")
+        _, expired = parse_metrics(scrape(app))
+        assert expired["celery_delayq_flow_buckets"] == {send: 0}  # the states are gone
+        assert expired["celery_delayq_flow_released_total"] == {send: 5}
+
+        publish_limited(app, "t.send", 1, key="customer-0")  # a fresh state, counting from 0
+        store.move_all_due()
+        assert store.client.hget(states[0], "released") == b"1"
+    _, after = parse_metrics(scrape(app))
+    assert after["celery_delayq_flow_released_total"] == {send: 6}
+
+
 def test_keyed_messages_are_counted_as_replaced_dropped_and_refused(app: Celery) -> None:
     task = noop_task(app)
     for n in range(3):

@@ -71,12 +71,20 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
                                 messages may be released; a bucket is one rate- or
                                 concurrency-limited task, or one limit key of it
     P:{Q}:fc:w:<B>      LIST   message keys waiting in bucket B, in due order
-    P:{Q}:fc:s:<B>      HASH   bucket B's limits (spec), arrival times (t<i>), hold, count
+    P:{Q}:fc:s:<B>      HASH   bucket B's limits (spec), arrival times (t<i>), hold, count,
+                                its time in the index (indexed)
     P:{Q}:fc:r:<B>      ZSET   message key -> lease end (ms) of each of B's running slots:
                                 taken at release, renewed by the worker holding the
                                 task, given back as it ends (worker/flow/running_slots.py)
     P:{Q}:fc:log        LIST   "<us> <bucket>" per release, newest first, capped
                                 (``delayq_release_log``); see lua/gates.lua
+    P:{Q}:fc:index      ZSET   bucket -> when (ms) its state stops mattering, or up to
+                                an hour later (+inf: paused): how the reader finds
+                                buckets with nothing waiting (store/flow.py); members
+                                past their time are dropped a few at a time by the
+                                scripts that write it
+    P:{Q}:fc:released   HASH   task -> its messages released by flow control, ever (a
+                                count that never goes back: Prometheus)
     P:{Q}:fc:paused     STRING while it exists, the queue (shard) is paused: its moves
                                 and hand-overs release nothing (ops/pause.py,
                                 lua/move_due.lua, lua/claim_due.lua)
@@ -217,9 +225,25 @@ class QueueKeys(NamedTuple):
         """Flow control's release log (lua/gates.lua)."""
         return f"{self.gates}log"
 
+    @property
+    def gate_index(self) -> str:
+        """Flow control's bucket index: bucket -> when (ms) its state stops mattering,
+        or a little later (lua/gates.lua)."""
+        return f"{self.gates}index"
+
+    @property
+    def gate_released(self) -> str:
+        """Flow control's released count per task, never going back (lua/gates.lua)."""
+        return f"{self.gates}released"
+
+    def slot_take_keys(self, bucket: str) -> list[str]:
+        """KEYS of ``lua/slot_take.lua``: one bucket's running slots and state, and the
+        queue shard's bucket index."""
+        return [self.gate("r", bucket), self.gate("s", bucket), self.gate_index]
+
     def slot_keys(self, bucket: str) -> list[str]:
-        """KEYS of ``lua/slot_end.lua`` (the first two: ``lua/slot_take.lua``): one
-        bucket's running slots, state, waiting list, and the queue shard's ready buckets."""
+        """KEYS of ``lua/slot_end.lua``: one bucket's running slots, state, waiting list,
+        and the queue shard's ready buckets."""
         return [*(self.gate(kind, bucket) for kind in "rsw"), self.gate_ready]
 
     def move_keys(self) -> list[str]:

@@ -14,11 +14,23 @@
 --                                t<i> (the theoretical arrival time of the spec's rate i,
 --                                us; a changed spec carries each rate's over), hold
 --                                (no release before this, us; "paused": none until
---                                resumed), released (count); expires a day after it
---                                stops mattering
+--                                resumed), released (count), indexed (the bucket's
+--                                time in the index, ms); expires a day after it stops
+--                                mattering
 --          P:{Q}:fc:r:<b>  zset  message key -> end (ms) of the lease on its running slot
 --          P:{Q}:fc:log    list  "<us> <bucket>" per release, newest first, kept to the
 --                                length the caller asks (0: no log)
+--          P:{Q}:fc:index  zset  bucket -> when (ms) it stops mattering (+inf: paused):
+--                                its state's expiry, or a running slot's lease end if
+--                                later (slot_take.lua), plus up to INDEX_SLACK; written
+--                                again only when the state would outlast it (its
+--                                indexed), so the reader (store/flow.py) finds buckets
+--                                with nothing waiting here, not in the keyspace. A call
+--                                that writes it drops at most INDEX_PRUNE members whose
+--                                time is past
+--          P:{Q}:fc:released hash  task -> its messages released, ever (a count that
+--                                never goes back, for Prometheus: a state's count
+--                                goes when the state expires); one write a call
 --
 -- A gate is "<spec> <bucket>"; spec is comma-separated "r<interval us>/<catch-up us>"
 -- per rate and "c<most>/<lease ms>" for a concurrency limit. Rates are GCRA without a
@@ -73,10 +85,11 @@ local function server_us()
 end
 
 -- Most rates a bucket keeps (a spec's further rates are ignored), and the state fields
--- one HMGET reads: spec, hold, released and every rate's arrival time.
+-- one HMGET reads: spec, hold, released, every rate's arrival time, and indexed.
 local MOST_RATES = 8
 local STATE_FIELDS = {'spec', 'hold', 'released'}
 for i = 1, MOST_RATES do STATE_FIELDS[3 + i] = 't' .. i end
+STATE_FIELDS[4 + MOST_RATES] = 'indexed'
 
 -- Each bucket's state as that HMGET read it (false for an absent field), read once a call
 -- and kept as this file's writes leave it; false for a state key of another type.
@@ -130,6 +143,7 @@ local function open_bucket(bucket)
   -- a crafted count (not a number, negative, huge) starts again from 0
   b.released = (released >= 0 and released < MOST_TIME) and released or 0
   for i = 1, #b.rates do b.tats[i] = time_us(state[3 + i]) end
+  b.indexed = tonumber(state[4 + MOST_RATES])
   return b
 end
 
@@ -155,9 +169,72 @@ local function allowed_at(b, now, now_ms)
   return at
 end
 
+-- The bucket index and the released counts (see above); either holding another type
+-- (crafted) is left alone, looked at once a call.
+local BUCKET_INDEX, RELEASED_COUNTS = GATES .. 'index', GATES .. 'released'
+local INDEX_PRUNE = 100
+-- How much longer (ms) than its state a bucket is indexed: its state is saved at every
+-- release, and its index member is written again only once the state outlasts it.
+local INDEX_SLACK = 3600 * 1000
+local index_usable, released_by_task, tasks_released = nil, {}, {}
+
+-- Index bucket b until its state's end `until_ms` (+inf: never), unless its index
+-- member already lasts that long and not much longer; the state's fields to write get
+-- the time written. The first write of a call also drops at most INDEX_PRUNE members
+-- whose time is past `now_ms`: a new member comes with a write, so it keeps up, and no
+-- call loops over the index.
+local function index_bucket(b, until_ms, now_ms, fields)
+  local indexed = b.indexed
+  if indexed and indexed >= until_ms and indexed <= until_ms + INDEX_SLACK then return end
+  if index_usable == nil then  -- of another type: the read's error reply says so
+    local past = redis.pcall('ZRANGEBYSCORE', BUCKET_INDEX, '-inf',
+                             string.format('(%d', now_ms), 'LIMIT', 0, INDEX_PRUNE)
+    index_usable = not failed(past)
+    if index_usable and #past > 0 then redis.call('ZREM', BUCKET_INDEX, unpack(past)) end
+  end
+  if not index_usable then return end  -- crafted: nothing written, nothing said written
+  local score = until_ms == math.huge and '+inf' or string.format('%d', until_ms + INDEX_SLACK)
+  redis.call('ZADD', BUCKET_INDEX, score, b.name)
+  fields[#fields + 1] = 'indexed'
+  fields[#fields + 1] = score
+  states[b.name][4 + MOST_RATES] = score  -- as bucket_state keeps it
+end
+
+-- Count `count` releases of a bucket against its task (written by write_released).
+local function tally_released(bucket, count)
+  local cut = string.find(bucket, '\0', 1, true)
+  local task = cut and string.sub(bucket, 1, cut - 1) or bucket
+  if not released_by_task[task] then
+    released_by_task[task] = 0
+    tasks_released[#tasks_released + 1] = task
+  end
+  released_by_task[task] = released_by_task[task] + count
+end
+
+-- Add this call's releases to each task's count: one read and one write per 500 tasks.
+-- A crafted count (not a whole number, negative, huge) starts again from 0.
+local function write_released()
+  for first = 1, #tasks_released, 500 do
+    local last = math.min(first + 499, #tasks_released)
+    -- of another type (crafted): the read's error reply says so, and nothing is written
+    local old = redis.pcall('HMGET', RELEASED_COUNTS, unpack(tasks_released, first, last))
+    if failed(old) then break end
+    local fields = {}
+    for i = first, last do
+      local task, count = tasks_released[i], tonumber(old[i - first + 1]) or 0
+      if not (count >= 0 and count < MOST_TIME) or count % 1 ~= 0 then count = 0 end
+      fields[#fields + 1] = task
+      fields[#fields + 1] = string.format('%d', count + released_by_task[task])
+    end
+    redis.call('HSET', RELEASED_COUNTS, unpack(fields))
+  end
+  released_by_task, tasks_released = {}, {}
+end
+
 -- Keep the bucket's state: its arrival times, and an expiry a day after the last of
--- them (a paused bucket's never expires).
+-- them (a paused bucket's never expires); index it until then.
 local function save_bucket(b, now, released)
+  if released > 0 then tally_released(b.name, released) end
   if b.unlimited then return end
   local fields, last, kept = {}, now, states[b.name]
   for i = 1, #b.rates do
@@ -172,13 +249,18 @@ local function save_bucket(b, now, released)
     fields[#fields + 1] = string.format('%d', b.released)
     kept[3] = fields[#fields]
   end
-  if #fields > 0 then redis.call('HSET', b.state, unpack(fields)) end
+  local now_ms, ttl = math.floor(now / 1000), nil
   if b.hold == math.huge then
-    redis.call('PERSIST', b.state)
+    index_bucket(b, math.huge, now_ms, fields)
   else
     if b.hold > last then last = b.hold end
-    redis.call('PEXPIRE', b.state, math.floor((last - now + DAY_US) / 1000))
+    ttl = math.floor((last - now + DAY_US) / 1000)
+    -- a slot taken now runs until its lease's end, which may be later
+    index_bucket(b, math.max(now_ms + ttl, now_ms + (b.most and b.lease or 0)), now_ms,
+                 fields)
   end
+  if #fields > 0 then redis.call('HSET', b.state, unpack(fields)) end
+  if ttl then redis.call('PEXPIRE', b.state, ttl) else redis.call('PERSIST', b.state) end
 end
 
 -- A record's gate as spec and bucket; nil for one this store did not write (its
@@ -326,6 +408,7 @@ local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out
     call_chunked('LPUSH', GATES .. 'log', rest)
     redis.call('LTRIM', GATES .. 'log', 0, log_size - 1)
   end
+  write_released()
   count_gated()
   if out.n > 0 then redis.call('HINCRBY', STATS, 'released', out.n) end
 end

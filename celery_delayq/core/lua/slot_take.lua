@@ -13,13 +13,18 @@
 --
 -- KEYS[1]  P:{Q}:fc:r:<bucket>  zset  message key -> end (ms) of its slot's lease
 -- KEYS[2]  P:{Q}:fc:s:<bucket>  hash  the bucket's state: 'spec' holds c<most>/<lease ms>
+-- KEYS[3]  P:{Q}:fc:index       zset  bucket -> when (ms) its state stops mattering
+--                                     (gates.lua): raised to the slot's lease end if
+--                                     lower (a key of another type is left alone)
 -- ARGV[1]  the message key
 -- ARGV[2]  "take" or "renew"
+-- ARGV[3]  the bucket
 -- Returns  {what happened, the lease (ms; 0: the bucket has no concurrency limit)}:
 --          0 nothing (no limit, no slot held to renew, or keys of another type),
 --          1 the slot was held and is renewed, 2 a free one taken, 3 none free: none taken
 
-local RUNNING, STATE, member, take = KEYS[1], KEYS[2], ARGV[1], ARGV[2] == 'take'
+local RUNNING, STATE, INDEX = KEYS[1], KEYS[2], KEYS[3]
+local member, take = ARGV[1], ARGV[2] == 'take'
 local DAY_MS = 86400 * 1000
 
 if redis.call('TYPE', STATE).ok ~= 'hash' then return {0, 0} end
@@ -47,4 +52,9 @@ if not held then
 end
 redis.call('ZADD', RUNNING, ends, member)
 redis.call('PEXPIRE', RUNNING, lease + DAY_MS)  -- a crafted bucket's slots do not stay
+kind = redis.call('TYPE', INDEX).ok
+if ARGV[3] and (kind == 'zset' or kind == 'none') then  -- the reader finds it while it runs
+  local indexed = tonumber(redis.call('ZSCORE', INDEX, ARGV[3]))
+  if not indexed or indexed < now + lease then redis.call('ZADD', INDEX, ends, ARGV[3]) end
+end
 return {outcome, lease}

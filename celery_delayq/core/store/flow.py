@@ -2,15 +2,17 @@
 what waits, what was released of late, what runs, and what holds it back.
 
 Read-only, and in bounded steps however many buckets (limit keys) a queue has: the
-buckets are found by ZSCAN of the ready set (buckets with messages waiting) and SCAN of
-their state hashes (those with none waiting, still remembered), ``SCAN_COUNT`` keys a
-step, and read ``READ_CHUNK`` buckets per pipelined round trip. The SCAN runs only in a
-shard whose stats count a message that entered a bucket (``gated``): a queue without
-flow control costs one HEXISTS. A bucket's running slots are counted as the release
-would count them (leases not run out), without dropping the run-out ones. Releases in a
-limit's current window are counted from the release log, at most its newest ``LOG_READ``
-entries in one read: a window reaching past them is reported as counted short
-(``BucketState.window_short``).
+buckets are found by ZSCAN of the ready set (buckets with messages waiting) and of the
+bucket index (those with none waiting whose state still matters: paused, throttled,
+running, or counting releases), ``SCAN_COUNT`` members a step, never by a SCAN of the
+keyspace; ``READ_CHUNK`` buckets are read per pipelined round trip. An index member whose
+time is past, or whose keys hold nothing (crafted, or expired a moment ago), is left out.
+A bucket's running slots are counted as the release would count them (leases not run
+out), without dropping the run-out ones. Releases in a limit's current window are counted
+from the release log, at most its newest ``LOG_READ`` entries in one read: a window
+reaching past them is reported as counted short (``BucketState.window_short``). Each
+task's released count comes from the shard's count per task, which never goes back
+(a bucket's own count goes with its state).
 """
 
 from __future__ import annotations
@@ -20,13 +22,15 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
+from redis.exceptions import ResponseError
+
 from ..layout.gates import GateSpec
 from ..layout.keys import QueueKeys
 from ..redis_replies import list_reply
 from ..results import BucketState, TaskFlow
 from .state import StoreState
 
-#: Keys one SCAN or ZSCAN step asks Redis to look at.
+#: Members one ZSCAN or HSCAN step asks Redis to look at.
 SCAN_COUNT = 1000
 #: Buckets read per pipelined round trip.
 READ_CHUNK = 500
@@ -34,7 +38,6 @@ READ_CHUNK = 500
 LOG_READ = 10_000
 #: A log entry: "<us> <bucket>" (lua/gates.lua).
 _LOG_ENTRY = re.compile(rb"(\d{1,19}) (.+)\Z", re.DOTALL)
-_GLOB_SPECIAL = re.compile(rb"([\\*?\[\]])")
 INF = float("inf")
 #: The latest moment a date can hold (9999-12-31, epoch seconds): a later time read from
 #: Redis (a crafted one) reads as never.
@@ -56,7 +59,7 @@ class FlowReader:
         now_us = int(seconds) * 1_000_000 + int(micros)
         found = []
         for keys in self.state.keys.shards_of(queue):
-            ready = self._names(keys)
+            ready = self._names(keys, now_us // 1000)
             log = _ReleaseLog.read(self.state.client, keys, min(log_entries, LOG_READ))
             names = sorted(ready)
             for start in range(0, len(names), READ_CHUNK):
@@ -65,33 +68,41 @@ class FlowReader:
         return found
 
     def task_flows(self) -> list[TaskFlow]:
-        """Every queue's buckets added up per queue and task (no release log read)."""
-        return TaskFlow.per_task([b for q in self.state.queues() for b in self.buckets(q, 0)])
+        """Every queue's buckets added up per queue and task (no release log read), with
+        each task's released count."""
+        queues = self.state.queues()
+        buckets = [b for q in queues for b in self.buckets(q, 0)]
+        return TaskFlow.per_task(buckets, self.released(queues))
 
-    def _names(self, keys: QueueKeys) -> dict[bytes, float | None]:
+    def released(self, queues: list[str]) -> dict[tuple[str, str], int]:
+        """(queue, task) -> its messages released by flow control, ever (every shard's
+        count added up; a crafted count reads as 0)."""
+        counts: dict[tuple[str, str], int] = {}
+        for queue in queues:
+            for keys in self.state.keys.shards_of(queue):
+                for task, count in self._pairs("hscan_iter", keys.gate_released):
+                    name = (queue, bytes(task).decode("utf-8", "backslashreplace"))
+                    counts[name] = counts.get(name, 0) + _number(count)
+        return counts
+
+    def _names(self, keys: QueueKeys, now_ms: int) -> dict[bytes, float | None]:
         """The shard's buckets -> when the next of its waiting messages may go (us;
         None: nothing waits)."""
-        client = self.state.client
         ready: dict[bytes, float | None] = {
-            bytes(name): float(at)
-            for name, at in client.zscan_iter(keys.gate_ready, count=SCAN_COUNT)
+            bytes(name): float(at) for name, at in self._pairs("zscan_iter", keys.gate_ready)
         }
-        if not ready and not client.hexists(keys.stats, "gated"):
-            return ready  # no message ever entered a bucket here: no SCAN of the keyspace
-        prefix = keys.gate("s", "").encode("utf-8", "surrogatepass")
-        for key in self._scan(prefix, keys):
-            ready.setdefault(bytes(key)[len(prefix) :], None)
+        for name, until in self._pairs("zscan_iter", keys.gate_index):
+            if float(until) >= now_ms:
+                ready.setdefault(bytes(name), None)
         return ready
 
-    def _scan(self, prefix: bytes, keys: QueueKeys) -> Iterator[bytes]:
-        """The keys that start with ``prefix``, ``SCAN_COUNT`` looked at a step (on a
-        cluster, on the node holding the queue shard's slot)."""
-        pattern = _GLOB_SPECIAL.sub(rb"\\\1", prefix) + b"*"
-        client: Any = self.state.client
-        if self.state.cluster:
-            node = client.get_node_from_key(keys.gate_ready)
-            return client.scan_iter(match=pattern, count=SCAN_COUNT, target_nodes=node)
-        return client.scan_iter(match=pattern, count=SCAN_COUNT)
+    def _pairs(self, scan: str, key: str) -> Iterator[tuple[Any, Any]]:
+        """Each (member, score) or (field, value) of a zset or hash, ``SCAN_COUNT`` a
+        step; none when the key holds another type (written by hand)."""
+        try:
+            yield from getattr(self.state.client, scan)(key, count=SCAN_COUNT)
+        except ResponseError:
+            return
 
     def _read(
         self,
@@ -117,6 +128,8 @@ class FlowReader:
         for name in names:
             waiting, fields, running = next(replies), next(replies), next(replies)
             spec, hold, released = fields or (None, None, None)
+            if not (waiting or spec or hold or released or running) and ready[name] is None:
+                continue  # an index member with nothing (left): no bucket
             limits = GateSpec.decode(spec.decode("ascii", "replace")) if spec else None
             windows = [rate.seconds * 1_000_000 for rate in limits.rates] if limits else []
             in_window, short = log.counts(name, windows, now_us)
@@ -185,10 +198,13 @@ class _ReleaseLog:
 
 
 def _number(value: bytes | None) -> int:
+    """A count or time as this store writes one; 0 for anything else (a crafted value:
+    not a number, negative, or past what Redis counts to)."""
     try:
-        return int(value) if value else 0
+        number = int(value) if value else 0
     except ValueError:
         return 0
+    return number if 0 <= number < 2**63 else 0
 
 
 def _hold(value: bytes | None, now_us: int) -> float | None:

@@ -18,6 +18,13 @@ it in its ``delayq_slot`` header (config/limits.py ``mark_slot``). Here, in ever
   terminated), the slot is given back and its bucket made ready at once
   (core/lua/slot_end.lua), so the movers release the next message without waiting for
   the lease to end;
+- when the pool process running it dies while the worker lives on (SIGKILL of that
+  process alone, the OOM killer, ``os._exit``: no ``task_postrun``), the worker's main
+  process gives the slot back as Celery reports the task failed with ``WorkerLostError``
+  (``task_failure``, sent once the message is acknowledged or rejected for good). When
+  Celery requeues it instead (``task_reject_on_worker_lost``) it sends no signal, and the
+  slot is left to the message delivered again, which keeps it as it starts (above):
+  given back then, it could be taken from the new run;
 - while the worker holds the message, reserved (prefetched, or waiting for its ETA) or
   running, a thread of the worker's main process renews its lease every third of it
   (``Renewer``), only while the slot is held: a slot ended or run out stays so. A worker
@@ -30,8 +37,10 @@ may start in its place. A slot is the message's: one message running twice at on
 (the broker delivered it again while its first worker still ran it, after
 ``visibility_timeout``) runs twice in one slot. With Redis out of reach, or a crafted
 header, the task runs and a warning is logged; the header can name only flow-control
-keys of this store. A task whose pool process dies under it (a hard time limit, the
-OOM killer) has no ``task_postrun``: its slot comes back as its lease ends.
+keys of this store. A task stopped by its hard time limit (its pool process is killed
+after Celery reports the failure), or lost with no ``task_failure`` (its backend could
+not store the failure, or the task had stored its success), has its slot back as its
+lease ends.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from celery import Celery
+from celery.exceptions import WorkerLostError
 from celery.worker import state as worker_state
 
 from ...config.limits import LIMIT_KEY_HEADER, SLOT_HEADER
@@ -61,6 +71,9 @@ MOST_NAME_LENGTH = 1024 + MOST_KEY_BYTES
 #: How long a request may be held unseen by the worker's state (seconds): Celery notes a
 #: received request as reserved or scheduled just after ``task_received``.
 UNSEEN_GRACE = 5.0
+#: How long the slot of a request Celery is done with is remembered (seconds): Celery
+#: sends ``task_failure`` for a lost pool process after its backend stored the failure.
+ENDED_GRACE = 30.0
 
 
 class Slot(NamedTuple):
@@ -69,6 +82,7 @@ class Slot(NamedTuple):
     keys: list[str]  # KEYS of slot_end.lua: running, state, waiting, ready
     member: bytes  # the message's key (its task id, packed)
     bucket: str
+    take_keys: list[str]  # KEYS of slot_take.lua: running, state, the bucket index
 
 
 def slot_of(keys: KeySpace, value: Any, task_id: Any) -> Slot | None:
@@ -85,7 +99,8 @@ def slot_of(keys: KeySpace, value: Any, task_id: Any) -> Slot | None:
         shard_key, member = bucket_shard_key(bucket), task_key(task_id)
     except UnicodeError:
         return None
-    return Slot(keys.shard_of(queue, shard_key).slot_keys(bucket), member, bucket)
+    shard = keys.shard_of(queue, shard_key)
+    return Slot(shard.slot_keys(bucket), member, bucket, shard.slot_take_keys(bucket))
 
 
 def _store_failed(app: Celery, what: str, exc: Exception) -> None:
@@ -113,7 +128,9 @@ def slot_taken(task: Any) -> bool:
             logger.warning("celery-delayq: task %r names no slot it can hold", task_id)
             return True
         _TAKEN[task_id] = slot  # given back as it ends, whatever the take's fate
-        outcome, _lease = store.scripts.slot_take(keys=slot.keys[:2], args=[slot.member, "take"])
+        outcome, _lease = store.scripts.slot_take(
+            keys=slot.take_keys, args=[slot.member, "take", slot.bucket]
+        )
     except Exception as exc:  # the task runs
         _store_failed(app, "taken", exc)
         return True
@@ -187,6 +204,20 @@ def revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
         give_back(*found)
 
 
+def child_lost(sender: Any = None, task_id: Any = None, exception: Any = None, **_: Any) -> None:
+    """``task_failure`` with ``WorkerLostError`` (main process): the pool process running
+    the task died under it (SIGKILL, the OOM killer, ``os._exit``), so its
+    ``task_postrun`` never comes. Celery sends it once the message is acknowledged or
+    rejected for good, never when it requeues it (``task_reject_on_worker_lost``): a
+    message delivered again keeps its slot (slot_take.lua), and giving it back then could
+    end the slot of the new run."""
+    if not isinstance(exception, WorkerLostError) or not isinstance(task_id, str):
+        return
+    found = RENEWER.ended(task_id)
+    if found is not None:
+        give_back(*found)
+
+
 class Held(NamedTuple):
     app: Celery
     slot: Slot
@@ -194,14 +225,24 @@ class Held(NamedTuple):
     since: float  # monotonic
 
 
+class Ended(NamedTuple):
+    app: Celery
+    slot: Slot
+    at: float  # monotonic: when the renewer found Celery done with the request
+
+
 class Renewer:
     """Renews the leases of the slots of the requests the worker holds, from a thread of
-    its main process that runs while there are any."""
+    its main process that runs while there are any; remembers the slots of the requests
+    Celery is done with for ``ENDED_GRACE``, for ``child_lost``: Celery drops a request
+    from its state before it sends ``task_failure``."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._held: dict[str, Held] = {}
+        self._ended: dict[str, Ended] = {}
         self._thread: threading.Thread | None = None
+        self._wake = threading.Event()  # a first request held: renewals to pace again
 
     def received(self, sender: Any = None, request: Any = None, **_: Any) -> None:
         """``task_received``: hold the request's slot until Celery is done with it."""
@@ -210,6 +251,8 @@ class Renewer:
             return
         with self._lock:
             self._held[request.id] = Held(*found, request, time.monotonic())
+            if len(self._held) == 1:
+                self._wake.set()
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._run, name="celery-delayq slot renewer", daemon=True
@@ -219,29 +262,50 @@ class Renewer:
     def forget(self, task_id: str) -> None:
         with self._lock:
             self._held.pop(task_id, None)
+            self._ended.pop(task_id, None)
 
-    def _holding(self) -> list[Held]:
-        """The requests still held (reserved, scheduled or running); forgets the rest."""
+    def ended(self, task_id: str) -> tuple[Celery, Slot] | None:
+        """The app and slot of the request ``task_id`` that Celery is done with, forgotten
+        here; None when none is known, or when Celery holds one of that id again."""
+        with self._lock:
+            held = self._held.get(task_id)
+            if held is not None and _celery_holds(held.request):
+                return None
+            self._held.pop(task_id, None)
+            ended = self._ended.pop(task_id, None)
+            if held is not None:
+                return held.app, held.slot
+            return None if ended is None else (ended.app, ended.slot)
+
+    def _holding(self) -> list[Held] | None:
+        """The requests still held (reserved, scheduled or running); moves the rest to
+        the ended, and forgets those ended long ago. None when nothing is left."""
         now = time.monotonic()
         with self._lock:
             for task_id, held in list(self._held.items()):
                 if not _still_held(held, now):
                     del self._held[task_id]
-            if not self._held:
+                    self._ended[task_id] = Ended(held.app, held.slot, now)
+            for task_id, ended in list(self._ended.items()):
+                if now - ended.at >= ENDED_GRACE:
+                    del self._ended[task_id]
+            if not self._held and not self._ended:
                 self._thread = None
+                return None
             return list(self._held.values())
 
     def _run(self) -> None:
         while True:
-            holding = self._holding()
-            if not holding:
-                return
             try:
-                pause = self.renew(holding)
+                holding = self._holding()
+                if holding is None:
+                    return
+                pause = self.renew(holding) if holding else ENDED_GRACE
             except Exception:  # a bug here must not end the renewals
                 logger.exception("celery-delayq: renewing running slots failed")
                 pause = 1.0
-            time.sleep(pause)
+            self._wake.wait(pause)
+            self._wake.clear()
 
     def renew(self, holding: list[Held]) -> float:
         """Renew these slots' leases; seconds until the next renewal."""
@@ -254,7 +318,9 @@ class Renewer:
             try:
                 store = STORES.of(app)
                 take = store.scripts.slot_take
-                calls = [(take, slot.keys[:2], [slot.member, "renew"]) for slot in slots]
+                calls = [
+                    (take, slot.take_keys, [slot.member, "renew", slot.bucket]) for slot in slots
+                ]
                 replies = run_pipelined(store.client, calls)
             except Exception as exc:  # tried again at the next renewal
                 _store_failed(app, "renewed", exc)
@@ -263,13 +329,14 @@ class Renewer:
         return max(0.1, min(leases_ms) / 3000)
 
 
+def _celery_holds(request: Any) -> bool:
+    # Celery 5.5 has no set of the requests waiting for their ETA (its timer holds them)
+    scheduled = getattr(worker_state, "scheduled_requests", ())
+    return worker_state.requests.get(request.id) is request or request in scheduled
+
+
 def _still_held(held: Held, now: float) -> bool:
-    request = held.request
-    return (
-        worker_state.requests.get(request.id) is request
-        or request in worker_state.scheduled_requests
-        or now - held.since < UNSEEN_GRACE
-    )
+    return _celery_holds(held.request) or now - held.since < UNSEEN_GRACE
 
 
 RENEWER = Renewer()

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.core.results import BucketState, TaskFlow
+from celery_delayq.core.results import BucketState
 from celery_delayq.core.store import DelayedStore
 from celery_delayq.ops.buckets import read_limits, state_text
 from celery_delayq.testing import wait_until
@@ -100,7 +100,7 @@ def test_rates_per_limit_key_count_releases_in_each_window(make_app: Any) -> Non
         # no log counted: no window counts rather than made-up ones
         assert all(b.in_window is None for b in store.buckets("default"))
 
-        flows = TaskFlow.per_task(store.buckets("default"))
+        flows = store.task_flows()  # released: the count per task, not the states'
         assert [(f.task, f.buckets, f.keyed, f.waiting, f.released) for f in flows] == [
             (SEND, 3, 2, 0, 11)
         ]
@@ -139,18 +139,20 @@ def _ready(store: DelayedStore) -> dict[bytes, float]:
     return dict(store.client.zrange("delayq:{default}:fc:ready", 0, -1, withscores=True))
 
 
-def test_a_queue_without_flow_control_costs_no_scan_of_the_keyspace(make_app: Any) -> None:
+def test_idle_buckets_are_found_by_the_index_with_no_scan_of_the_keyspace(
+    make_app: Any,
+) -> None:
     app = make_app(delayq_rate_limits={SEND: "1/m"})
     publish_limited(app, SEND, 1, queue="limited")
     app.send_task("tests.plain", countdown=60, queue="plain")
     with open_store(app) as store:
         store.move_all_due()  # the limited message released: its bucket idle, no ready set
+        assert not store.client.exists("delayq:{limited}:fc:ready")
 
         def scans() -> int:
             return int(store.client.info("commandstats").get("cmdstat_scan", {}).get("calls", 0))
 
         before = scans()
         assert store.buckets("plain") == []
+        assert [b.released for b in store.buckets("limited")] == [1]  # found by the index
         assert scans() == before
-        assert [b.released for b in store.buckets("limited")] == [1]  # found by its state
-        assert scans() > before

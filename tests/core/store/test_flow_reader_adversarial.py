@@ -12,6 +12,7 @@ import pytest
 
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.cli.flow_limits import limits_human
+from celery_delayq.core.layout.gates import MOST_READ_CONCURRENCY
 from celery_delayq.core.store.flow import READ_CHUNK, SCAN_COUNT
 from celery_delayq.ops.buckets import bucket_json, read_limits, state_text
 
@@ -23,8 +24,8 @@ TASK = "tests.send"
 
 
 def test_queue_names_with_glob_characters_read_only_their_own_buckets(make_app: Any) -> None:
-    """A bucket with nothing waiting is found by its state key's pattern: ``a*``'s
-    pattern must not match ``ab``'s keys, nor ``a[b]``'s ``ab``'s."""
+    """A bucket with nothing waiting is found by its queue shard's index: ``a*``'s
+    buckets are not ``ab``'s, nor ``a[b]``'s ``ab``'s."""
     app = make_app(delayq_rate_limits={TASK: "1/m"})
     queues = {"a*": "star", "ab": "plain", "a[b]": "brackets", "a\\": "backslash", "a?": "what"}
     for queue, key in queues.items():
@@ -72,7 +73,8 @@ def test_crafted_state_and_log_read_as_harmless_values(make_app: Any) -> None:
     assert all(b.waiting == 1 and b.running == 1 and b.released == 0 for b in found.values())
     first = found[crafted[0]]
     assert first.task == "t" and first.key is not None and "\\xff" in first.key
-    assert first.limits is not None and first.limits.concurrency is None  # digits too many
+    assert first.limits is not None  # so many digits: a limit nothing reaches, as Lua reads it
+    assert first.limits.concurrency == MOST_READ_CONCURRENCY
     assert first.in_window is not None and len(first.in_window) == len(first.limits.rates)
     assert found[b"\x00"].held_until == float("inf")  # a hold no date can hold: never
     assert (found[b"\x00"].task, found[b"\x00"].key) == ("", "")
@@ -98,17 +100,39 @@ def test_keys_of_another_type_read_as_absent(make_app: Any) -> None:
     assert (found.key, found.waiting, found.running, found.limits) == ("wrong", 0, 0, None)
 
 
+def test_sets_of_another_type_read_as_empty(make_app: Any) -> None:
+    """The ready set, the bucket index and the released counts, each written by hand as
+    a string: no bucket, no count, and nothing raised to the page or the exporter."""
+    app = make_app()
+    with open_store(app) as store:
+        for name in ("ready", "index", "released"):
+            store.client.set(f"delayq:{{default}}:fc:{name}", "x")
+        store.client.sadd("delayq:queues", "default")
+        assert store.buckets("default", 100) == []
+        assert store.task_flows() == []
+
+
+def test_crafted_released_counts_read_as_harmless_numbers(make_app: Any) -> None:
+    app = make_app()
+    with open_store(app) as store:
+        counts = {b"t\xff\x1b[31m": b"7", b"nan": b"nan", b"big": b"9" * 400, b"neg": b"-3"}
+        store.client.hset("delayq:{default}:fc:released", mapping=counts)
+        store.client.sadd("delayq:queues", "default")
+        flows = {f.task: f.released for f in store.task_flows()}
+    assert flows == {"t\\xff\x1b[31m": 7, "nan": 0, "big": 0, "neg": 0}
+
+
 def test_more_buckets_than_one_step_reads_are_all_read(make_app: Any) -> None:
     app = make_app()
     many = 2 * max(READ_CHUNK, SCAN_COUNT) + 7
     with open_store(app) as store:
         with store.client.pipeline(transaction=False) as pipe:
             for i in range(many):
-                pipe.hset(f"delayq:{{default}}:fc:s:{TASK}\x00k{i}", "spec", "c1/1000")
-                pipe.hset(f"delayq:{{elsewhere}}:fc:s:{TASK}\x00k{i}", "spec", "c1/1000")
+                for queue in ("default", "elsewhere"):
+                    pipe.hset(f"delayq:{{{queue}}}:fc:s:{TASK}\x00k{i}", "spec", "c1/1000")
+                    pipe.zadd(f"delayq:{{{queue}}}:fc:index", {f"{TASK}\x00k{i}": "+inf"})
             for i in range(0, many, 3):
                 pipe.rpush(f"delayq:{{default}}:fc:w:{TASK}\x00k{i}", "m")
-            pipe.hincrby("delayq:{default}:stats", "gated", 1)  # as a bucket's first entry
             pipe.execute()
         found = store.buckets("default")
     assert len(found) == many
