@@ -13,7 +13,6 @@ from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import redis
-from redis.commands.core import Script
 
 from ..layout.gates import shard_key as gate_shard_key
 from ..layout.keys import QueueKeys
@@ -118,11 +117,7 @@ class Writes:
         now its queue's earliest, or a flow-controlled one made its bucket ready)."""
         if message.gate is not None:
             self.register_off_shard(message.queue)
-        self.register([message.queue])
-        script, keys, args = self.publish_call(message)
-        if self.state.wait_for is not None:
-            return bool(self._run_schedules([(script, keys, args)])[0])
-        return bool(self.state.call(script, keys, args))
+        return bool(self._run_schedule(message.queue, self.publish_call(message)))
 
     def publish_call(self, message: Scheduled) -> ScriptCall:
         """The script call that publishes one unkeyed message: ``schedule.lua``, or for
@@ -139,21 +134,21 @@ class Writes:
         """Store a keyed message, or replace, keep or refuse against the pending message
         holding its key (layout/delay_keys.py)."""
         self.register_off_shard(message.queue)
-        reply = self._run_schedule(self.state.scripts.schedule_keyed, message, delay_key)
+        call = self.schedule_call(message, delay_key)
+        keyed = (self.state.scripts.schedule_keyed, call.keys, call.args)
+        reply = self._run_schedule(message.queue, keyed)
         from ..layout.delay_keys import KeyedOutcome  # keyed publishes only
 
         return KeyedOutcome.from_reply(reply, message.task_id or "")
 
-    def _run_schedule(
-        self, script: Script, message: Scheduled, delay_key: DelayKey | None = None
-    ) -> Any:
-        self.register([message.queue])
-        call = self.schedule_call(message, delay_key)
+    def _run_schedule(self, queue: str, call: ScriptCall) -> Any:
+        """Run one publish's script call, its queue registered first."""
+        self.register([queue])
         if self.state.wait_for is not None:
-            return self._run_schedules([(script, call.keys, call.args)])[0]
+            return self._run_schedules([call])[0]
         # EVALSHA, and EVAL after NOSCRIPT: one round trip more on a Redis that has not
         # seen the script yet, where Script would take two (SCRIPT LOAD, EVALSHA again).
-        return self.state.call(script, call.keys, call.args)
+        return self.state.call(*call)
 
     def _run_schedules(self, calls: Sequence[ScriptCall]) -> list[Any]:
         """Run schedule calls pipelined, waiting for replicas when configured."""
