@@ -32,11 +32,12 @@ calls, 2026-11-29, load average 4) Redis's own time was a median 384 µs a call 
 movers' wall time 2,736 µs (878 µs at the 10th percentile). Divided by 10, that part made
 each message look so dear that the batch sat at ``LEAST`` the whole drain (16,277 calls for
 50,000 releases), the more so as 3 releases use 9 of 10, which did not count as full. So a
-call's time per message is taken after subtracting that part, estimated as the least wall
-time of the last ``HISTORY`` calls that took at most half as many messages (0 without any:
-a burst of full batches is sized as before). Calls of the same size would make the work
-look free (the least of them, less itself), hence the half. The estimate can still be too
-high for one call, whose waits happened to be shorter than the small calls' least; its
+call's time per message is the time of each message beyond the quickest of the last
+``HISTORY`` calls that took at most half as many: its time less that call's, over the
+messages it took more (none such: all of its time over all of its messages, as before; so a
+burst of full batches is sized as before). Calls of the same size would make the work look
+free (the least of them, less itself), hence the half. The quickest smaller call can still
+have been slower than this one's fixed part, whose waits happened to be shorter; its
 messages would look nearly free, and the batch would double for as long as the window
 remembers it. So at most ``1 - AIM`` of a call's time is subtracted: the next batch is at
 most the size that, at this call's whole time per message, takes the whole budget. Redis's
@@ -96,19 +97,22 @@ class BatchSizer:
         self.longest = max(self.longest, seconds)
         if self.budget <= 0:
             return
-        fixed = self.fixed_part(taken)
+        smaller, fixed = self.least_smaller(taken)
         self._history.append((taken, seconds))
         if taken == 0 or (taken + RELEASE_WEIGHT <= limit and seconds <= self.budget):
             return  # not a full batch and quick: no evidence about bigger ones
-        self._per_message.append(max(seconds - fixed, seconds * AIM) / taken)
+        beyond = (seconds - fixed) / (taken - smaller)  # the time of each message more
+        self._per_message.append(max(beyond, seconds * AIM / taken))
         wanted = self.budget * AIM / min(self._per_message)
         bounded = min(limit * STEP, max(limit / STEP, wanted))
         self.size = min(self.most, max(LEAST, round(bounded)))
 
-    def fixed_part(self, taken: int) -> float:
-        """The part of a call of ``taken`` messages that does not grow with them: the least
-        time of the recent calls that took at most half as many (0 without any)."""
-        return min((s for n, s in self._history if 2 * n <= taken), default=0.0)
+    def least_smaller(self, taken: int) -> tuple[int, float]:
+        """Of the recent calls that took at most half of ``taken``, the quickest: how many
+        it took and how long (0 and 0 without any)."""
+        smaller = [(s, n) for n, s in self._history if 2 * n <= taken]
+        seconds, count = min(smaller, default=(0.0, 0))
+        return count, seconds
 
 
 class ShardBatches:
