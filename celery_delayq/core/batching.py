@@ -34,18 +34,19 @@ each message look so dear that the batch sat at ``LEAST`` the whole drain (16,27
 50,000 releases), the more so as 3 releases use 9 of 10, which did not count as full. So a
 call's time per message is the time of each message beyond the quickest of the last
 ``HISTORY`` calls that took at most half as many: its time less that call's, over the
-messages it took more (none such: all of its time over all of its messages, as before; so a
-burst of full batches is sized as before). Calls of the same size would make the work look
+messages it took more (none such: all of its time over all of its messages, as before).
+Calls of the same size would make the work look
 free (the least of them, less itself), hence the half. The quickest smaller call can still
 have been slower than this one's fixed part, whose waits happened to be shorter; its
 messages would look nearly free, and the batch would double for as long as the window
-remembers it. So at most ``1 - AIM`` of a call's time is subtracted: the next batch is at
-most the size that, at this call's whole time per message, takes the whole budget. Redis's
+remembers it. So a message's time is never taken as less than ``AIM`` of its call's whole
+time per message: the next batch is at most the size that, at this call's whole time per
+message, takes the whole budget. Redis's
 part of a call is at most its whole time and grows with the batch, so at that call's speed
 Redis's time of the next call stays within the budget whatever the estimate, for any cost
-per message. Waits that keep even the least of ``WINDOW`` calls over the budget (a machine
-at twice its cores' load) still keep the batch at ``LEAST``: then no call shows that
-Redis's part fits the budget.
+per message. Waits that keep even the quickest of ``WINDOW`` calls over the budget still
+keep the batch at ``LEAST`` (in the same drain at a load average of 8 on the 2 cores, 3 of
+4 calls were at it): then no call shows that Redis's part fits the budget.
 """
 
 from __future__ import annotations
