@@ -36,7 +36,11 @@ call's time per message is the time of each message beyond the quickest of the l
 ``HISTORY`` calls that took at most half as many: its time less that call's, over the
 messages it took more (none such: all of its time over all of its messages, as before).
 Calls of the same size would make the work look
-free (the least of them, less itself), hence the half. The quickest smaller call can still
+free (the least of them, less itself), hence the half. Of the quickest smaller call's time,
+up to ``FIXED_CHARGED`` of the aim is still spread over the messages: Redis's own setup of
+a call must fit the budget too, and so a call whose fixed part is a mere round trip (a
+burst's, 0.1 to 0.4 ms) is sized as before; a longer one is taken to be waits outside
+Redis. The quickest smaller call can still
 have been slower than this one's fixed part, whose waits happened to be shorter; its
 messages would look nearly free, and the batch would double for as long as the window
 remembers it. So a message's time is never taken as less than ``AIM`` of its call's whole
@@ -67,6 +71,10 @@ AIM = 0.5
 WINDOW = 8
 #: How many of the latest calls the fixed part of a call's time is the least of.
 HISTORY = 128
+#: The fixed part of a call, up to this share of the aim, is still charged to its messages:
+#: Redis's own share of it (the script's setup, about 0.2 ms for a call of releases) must
+#: fit the budget too; a longer one is taken to be waits outside Redis.
+FIXED_CHARGED = 0.25
 #: How much of a call's batch one flow-control release uses (``RELEASE_WEIGHT`` in
 #: lua/gates.lua): a call of releases is full when short of its batch by less than this.
 RELEASE_WEIGHT = 3
@@ -103,7 +111,8 @@ class BatchSizer:
         if taken == 0 or (taken + RELEASE_WEIGHT <= limit and seconds <= self.budget):
             return  # not a full batch and quick: no evidence about bigger ones
         beyond = (seconds - fixed) / (taken - smaller)  # the time of each message more
-        self._per_message.append(max(beyond, seconds * AIM / taken))
+        own = min(fixed, self.budget * AIM * FIXED_CHARGED)  # Redis's setup of the call
+        self._per_message.append(max(beyond + own / taken, seconds * AIM / taken))
         wanted = self.budget * AIM / min(self._per_message)
         bounded = min(limit * STEP, max(limit / STEP, wanted))
         self.size = min(self.most, max(LEAST, round(bounded)))
