@@ -80,10 +80,11 @@ def test_a_slot_comes_back_at_once_when_its_task_hits_its_hard_time_limit(
         wait_until(
             lambda: ended(redis_client) == 1, timeout=SOON, abort=worker.exited, what="next done"
         )
+        killed = f"pid:{first['pid']} exited with 'signal 9 (SIGKILL)'"  # no task_postrun
+        wait_until(lambda: killed in worker.output, timeout=SOON, what="the kill logged")
         assert worker.popen.poll() is None
         output = worker.output
     assert "Hard time limit (2s) exceeded" in output
-    assert f"pid:{first['pid']} exited with 'signal 9 (SIGKILL)'" in output
     after = next_after(first, redis_client)
     assert first["end"] is None  # killed: no end stamp
     assert most_at_once([with_end(first, first["start"] + LIMIT - 1), after]) == 1
