@@ -20,7 +20,7 @@ from celery_delayq.testing import wait_until
 
 from ..helpers import WatchedProcess, celery_process
 from .test_concurrency import STAMPED, Run, ended, held_slots, most_at_once, runs_of, settings_of
-from .test_pool_child_lost import LEASE, SOON, with_end
+from .test_pool_child_lost import LEASE, SOON, again_and_next, with_end
 
 pytestmark = [pytest.mark.system, pytest.mark.timeout(180)]
 
@@ -122,11 +122,7 @@ def test_a_task_requeued_after_its_hard_time_limit_runs_again_in_a_slot(
         wait_until(
             lambda: ended(redis_client) == 2, timeout=SOON, abort=worker.exited, what="both done"
         )
-    done = runs_of(redis_client)
-    again = [run for run in done if run["id"] == first["id"] and run["pid"] != first["pid"]]
-    assert len(again) == 1 and again[0]["end"] is not None
-    (after,) = [run for run in done if run["label"] == "next"]
-    assert len(done) == 3
-    for run in (again[0], after):
+    again, after = again_and_next(redis_client, first)
+    for run in (again, after):
         assert first["start"] + LIMIT - 1 < run["start"] < first["start"] + LIMIT + SOON
-    assert most_at_once([with_end(first, first["start"] + LIMIT - 1), again[0], after]) == 1
+    assert most_at_once([with_end(first, first["start"] + LIMIT - 1), again, after]) == 1
