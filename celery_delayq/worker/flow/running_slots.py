@@ -55,7 +55,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from celery import Celery
@@ -229,7 +229,7 @@ def child_stopped(sender: Any = None, task_id: Any = None, exception: Any = None
         at_next_turn(give_back, *found)
 
 
-def at_next_turn(callback: Any, *args: Any) -> None:
+def at_next_turn(callback: Callable[..., None], *args: Any) -> None:
     """Call ``callback`` at the next turn of the worker's event loop, at once without
     one: Celery reports a task past its hard time limit failed just before the pool kills
     its process, from the loop, and the next task must not start before that kill."""
