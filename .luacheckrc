@@ -82,7 +82,7 @@ files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/gate
                                     "211/next_release_ms", "211/most_releases",
                                     "211/count_gated", "211/release_share"}
 files[lua .. "schedule_gated.lua"] = reads({"store_message", "keep_record", "add_entry",
-                                            "announce", "parse", "server_us",
+                                            "announce", "parse", "with_due", "server_us",
                                             "gate_parts", "gate_usable", "enter_gate",
                                             "count_gated"},
                                            "prelude.lua, helpers.lua and gates.lua")

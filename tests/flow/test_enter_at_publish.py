@@ -14,13 +14,14 @@ import redis
 
 from celery_delayq.brokers.common import diverter
 from celery_delayq.brokers.connect import open_store
-from celery_delayq.config.limits import LIMIT_KEY_HEADER, limits_of
-from celery_delayq.config.settings import config_of
+from celery_delayq.config.limits import LIMIT_KEY_HEADER
 from celery_delayq.core.layout.gates import bucket_of
 from celery_delayq.core.layout.keys import KeySpace
 from celery_delayq.core.layout.record import Record
 from celery_delayq.core.store import DelayedStore, Scheduled
 from tests.flow.harness import gate_of
+
+pytestmark = pytest.mark.integration
 
 TASK = "flow.ahead"
 #: How far ahead of the store's clock the producer's runs (ms): far beyond any move's
@@ -38,7 +39,6 @@ def scheduled_keys(client: redis.Redis, store: DelayedStore, queue: str) -> list
     ]
 
 
-@pytest.mark.integration
 @pytest.mark.promise("flow-enters-at-publish")
 def test_a_message_without_eta_from_a_producer_whose_clock_runs_ahead_enters_at_publish(
     make_app, redis_client, monkeypatch
@@ -69,7 +69,6 @@ def test_a_message_without_eta_from_a_producer_whose_clock_runs_ahead_enters_at_
     assert redis_client.llen(shard.gate("w", bucket_of(TASK, "k"))) == 1
 
 
-@pytest.mark.adversarial
 def test_only_a_message_without_eta_is_taken_back_to_the_stores_now(redis_client) -> None:
     """Two limited messages a minute ahead of the store's clock: the one with an ETA
     waits in the schedule until then; the one without enters its bucket, due now, and
@@ -90,7 +89,7 @@ def test_only_a_message_without_eta_is_taken_back_to_the_stores_now(redis_client
     assert scheduled_keys(redis_client, store, "q") == [with_eta.key]
 
 
-@pytest.mark.adversarial
+@pytest.mark.promise("flow-cluster-one-shard")
 def test_a_chunks_limited_messages_wait_in_their_buckets_shard(redis_client) -> None:
     """A bulk chunk (schedule_chunk) of one bucket's messages, under different task ids,
     on a store of four shards: all are kept in the bucket's shard, so its limit holds
