@@ -1,7 +1,7 @@
-"""Which limited messages enter their buckets at publish (schedule_gated.lua), on a real
-Redis: one sent without an ETA, even by a producer whose clock runs ahead of the store's;
-and where a bulk chunk keeps its limited messages (their bucket's shard, so that one
-limit holds across the shards)."""
+"""Which limited messages enter their buckets at publish, on a real Redis: one sent
+without an ETA, even by a producer whose clock runs ahead of the store's
+(schedule_gated.lua); a bulk chunk's due ones (schedule_many_gated.lua), kept in their
+bucket's shard, so that one limit holds across the shards."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from types import SimpleNamespace
 import pytest
 import redis
 
+import celery_delayq
 from celery_delayq.brokers.common import diverter
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.config.limits import LIMIT_KEY_HEADER
@@ -92,18 +93,101 @@ def test_only_a_message_without_eta_is_taken_back_to_the_stores_now(redis_client
 @pytest.mark.promise("flow-cluster-one-shard")
 def test_a_chunks_limited_messages_wait_in_their_buckets_shard(redis_client) -> None:
     """A bulk chunk (schedule_chunk) of one bucket's messages, under different task ids,
-    on a store of four shards: all are kept in the bucket's shard, so its limit holds
-    across the shards' movers (one a second: one released however many shards move)."""
+    on a store of four shards: the due ones in its bucket, the later ones in the schedule,
+    all of the bucket's shard, so its limit holds across the shards' movers (one a
+    second: one released however many shards move)."""
     store = DelayedStore(redis_client, KeySpace(shards=4), 500)
     gate = gate_of(("1/s",), task=TASK)
-    due = store.server_time_ms() - 10
-    chunk = [Scheduled("q", f"m{n}", f"id{n}", due, "q", b"%d" % n, gate=gate) for n in range(8)]
+    now = store.server_time_ms()
+    chunk = [
+        Scheduled("q", f"m{n}", f"id{n}", now - 10 if n < 8 else now + AHEAD_MS, "q", b"%d" % n,
+                  gate=gate)
+        for n in range(12)
+    ]  # fmt: skip
     store.schedule_chunk(chunk)
-    holding = [s for s in store.keys.shards_of("q") if redis_client.zcard(s.pages)]
-    assert len(scheduled_keys(redis_client, store, "q")) == 8 and len(holding) == 1
+    shards = store.keys.shards_of("q")
+    holding = [
+        s for s in shards if redis_client.zcard(s.pages) or redis_client.exists(s.gate("w", TASK))
+    ]
+    assert len(holding) == 1
+    assert redis_client.llen(holding[0].gate("w", TASK)) == 8
+    assert len(scheduled_keys(redis_client, store, "q")) == 4
 
     store.move_due("q")  # every shard once
     store.move_due("q")
     assert redis_client.llen("q") == 1
     assert redis_client.llen(holding[0].gate("w", TASK)) == 7
     assert redis_client.sismember(store.keys.off_shard_queues, "q")
+
+
+def test_a_chunks_due_limited_messages_enter_their_bucket_at_publish(redis_client) -> None:
+    """A bulk chunk (schedule_chunk, one atomic call) of due limited messages, an
+    unlimited one and a limited one due later: the due limited ones are in their bucket as
+    the call returns, the others in the schedule; the store's move releases one a second
+    from the bucket, and the unlimited one."""
+    store = DelayedStore(redis_client, KeySpace(), 500)
+    gate = gate_of(("1/s",), task=TASK)
+    now = store.server_time_ms()
+    due = [Scheduled("q", f"m{n}", f"id{n}", now - 10, "q", b"%d" % n, gate=gate) for n in range(3)]
+    later = Scheduled("q", "later", "later", now + AHEAD_MS, "q", b"later", gate=gate)
+    free = Scheduled("q", "free", "free", now - 10, "q", b"free")
+    store.schedule_chunk([*due, later, free])
+    keys = store.keys.for_queue("q")
+
+    assert redis_client.lrange(keys.gate("w", TASK), 0, -1) == [m.key for m in due]
+    assert sorted(scheduled_keys(redis_client, store, "q")) == sorted([later.key, free.key])
+    store.move_due("q")
+    store.move_due("q")
+    assert sorted(redis_client.lrange("q", 0, -1)) == [b"0", b"free"]
+    assert scheduled_keys(redis_client, store, "q") == [later.key]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    raises=TypeError,
+    reason="finding: schedule_many's template (scheduling/templates.py Template.of) of a "
+    "limited task's message sent without a countdown fails on its eta None",
+)
+def test_a_limited_task_bulk_sent_without_countdown_is_in_its_bucket_as_schedule_many_returns(
+    make_app, redis_client
+) -> None:
+    """``schedule_many`` of a limited task without a countdown: its chunk's messages are
+    in their bucket when it returns, none in the schedule, and released one a second."""
+    app = make_app(delayq_rate_limits={TASK: "1/s"}, delayq_move_call_budget=0)
+
+    @app.task(name=TASK, shared=False)
+    def limited(n: int) -> None:
+        """Limited to one a second."""
+
+    ids = celery_delayq.schedule_many(limited, [((n,), {}, {}) for n in range(20)])
+    with open_store(app) as store:
+        waiting = store.keys.for_queue("default").gate("w", TASK)
+        assert redis_client.llen(waiting) == 20
+        assert not scheduled_keys(redis_client, store, "default")
+        store.move_due("default")
+        store.move_due("default")
+    delivered = [json.loads(raw)["headers"]["id"] for raw in redis_client.lrange("default", 0, -1)]
+    assert delivered == ids[:1]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="finding: schedule_many's template copies (scheduling/templates.py "
+    "Template.fill) carry no gate: a limited task's calls after its first are stored "
+    "unlimited",
+)
+def test_every_message_of_a_limited_task_bulk_sent_with_countdown_keeps_its_limit(
+    make_app, redis_client
+) -> None:
+    app = make_app(delayq_rate_limits={TASK: "1/s"})
+
+    @app.task(name=TASK, shared=False)
+    def limited(n: int) -> None:
+        """Limited to one a second."""
+
+    celery_delayq.schedule_many(limited, [((n,), {}, {"countdown": 60}) for n in range(5)])
+    with open_store(app) as store:
+        shard = store.keys.for_queue("default")
+        records = redis_client.hvals(shard.messages)
+        gates = [Record.decode(raw, shard.own_list).gate for raw in records]
+    assert len(gates) == 5 and None not in gates

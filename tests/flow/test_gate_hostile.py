@@ -369,3 +369,25 @@ def test_a_crafted_bucket_fails_no_publish_and_loses_no_message(redis_client, cr
         store.state.handover.deliver_due(keys, 500)
     assert delivered(redis_client, "free") and delivered(redis_client, "limited0")
     check_nothing_lost(redis_client, keys, sent)
+
+
+@pytest.mark.promise("crafted-input-stops-nothing")
+@pytest.mark.parametrize("craft", CRAFTED.values(), ids=CRAFTED.keys())
+def test_a_crafted_bucket_fails_no_chunk_and_loses_no_message(redis_client, craft):
+    """Crafted before a bulk chunk (schedule_many_gated.lua) puts due messages of the
+    bucket straight into it: the chunk is stored whole, each message in its bucket or in
+    the schedule, and moves go on."""
+    store = make_store(redis_client)
+    keys = store.keys.for_queue("q")
+    craft(redis_client, keys)
+    now = store.server_time_ms()
+    sent = [
+        Scheduled("q", name, name, now - 2, "q", b'{"n": "%s"}' % name.encode(), gate=gate)
+        for name, gate in (("limited0", LIMITED), ("free", None), ("limited1", LIMITED))
+    ]
+    store.schedule_chunk(sent)
+    check_nothing_lost(redis_client, keys, sent)
+    for _ in range(2):
+        store.state.handover.deliver_due(keys, 500)
+    assert delivered(redis_client, "free") and delivered(redis_client, "limited0")
+    check_nothing_lost(redis_client, keys, sent)

@@ -214,28 +214,34 @@ class Writes:
         if not messages:
             return
         self.register(message.queue for message in messages)
-        for queue in {message.queue for message in messages if message.gate is not None}:
+        gated = {message.queue for message in messages if message.gate is not None}
+        for queue in gated:
             self.register_off_shard(queue)  # in its bucket's shard, not its task id's
-        parts = self._shard_chunks(messages)
+        parts = self._shard_chunks(messages, bool(gated))
+        # with flow control, schedule_many_gated.lua: a due limited message enters its
+        # bucket in the call, as with schedule_gated.lua; without, nothing more to pay
+        scripts = self.state.scripts
+        script = scripts.schedule_many_gated if gated else scripts.schedule_many
         if not self.state.cluster:
-            self._run_schedules([(self.state.scripts.schedule_many, *schedule_many_args(parts))])
+            self._run_schedules([(script, *schedule_many_args(parts))])
             return
         failed: list[int] = []
         error: Exception | None = None
         for part in parts:
             keys, args = schedule_many_args([part])
             try:
-                self._run_schedules([(self.state.scripts.schedule_many, keys, args)])
+                self._run_schedules([(script, keys, args)])
             except redis.RedisError as exc:
                 failed.extend(part.indices)
                 error = exc
         if error is not None:
             raise ChunkPartlyStored([messages[i] for i in sorted(failed)]) from error
 
-    def _shard_chunks(self, messages: Sequence[Scheduled]) -> list[ShardChunk]:
+    def _shard_chunks(self, messages: Sequence[Scheduled], gated: bool) -> list[ShardChunk]:
         """The messages grouped by queue shard, each as ``schedule.lua`` would store it
         (``schedule_call``'s arguments and shard, built without a call object per
-        message: a chunk is hundreds)."""
+        message: a chunk is hundreds); ``gated``: each shard's keys end with its ready
+        buckets (``schedule_many_gated.lua``)."""
         parts: dict[QueueKeys, ShardChunk] = {}
         registry = self.state.registry_in_scripts()
         for i, message in enumerate(messages):
@@ -244,7 +250,7 @@ class Writes:
             part = parts.get(keys)
             if part is None:
                 part = parts[keys] = ShardChunk(
-                    [*keys.as_list(), *registry],
+                    [*keys.as_list(), *registry, *([keys.gate_ready] if gated else [])],
                     keys.page_args(),
                     message.queue,
                     self.state.keys.wakeup_channel,
