@@ -47,10 +47,10 @@ def test_a_message_without_eta_from_a_producer_whose_clock_runs_ahead_enters_at_
     """The producer's host clock a minute ahead of Redis's: its due time for a message
     sent without a countdown is a minute after the store's now, yet the message is in
     its bucket as the publish returns (due now, by the store's clock), and released
-    within its limit: one a second, one per move call here."""
+    within its limit: one a minute, so one in two move calls."""
     ahead = SimpleNamespace(time=lambda: time.time() + AHEAD_MS / 1000)
     monkeypatch.setattr(diverter, "time", ahead)
-    app = make_app(delayq_rate_limits={TASK: "1/s"}, delayq_move_call_budget=0)
+    app = make_app(delayq_rate_limits={TASK: "1/m"}, delayq_move_call_budget=0)
     for n in range(2):
         app.send_task(TASK, args=[n], headers={LIMIT_KEY_HEADER: "k"})
     with open_store(app) as store:
@@ -66,7 +66,7 @@ def test_a_message_without_eta_from_a_producer_whose_clock_runs_ahead_enters_at_
         store.move_due("default")
 
     delivered = [json.loads(raw)["body"] for raw in redis_client.lrange("default", 0, -1)]
-    assert len(delivered) == 1  # the second waits a second behind the first
+    assert len(delivered) == 1  # the second waits a minute behind the first
     assert redis_client.llen(shard.gate("w", bucket_of(TASK, "k"))) == 1
 
 
@@ -75,7 +75,7 @@ def test_only_a_message_without_eta_is_taken_back_to_the_stores_now(redis_client
     waits in the schedule until then; the one without enters its bucket, due now, and
     the store's move releases it."""
     store = DelayedStore(redis_client, KeySpace(), 500)
-    gate = gate_of(("1/s",), task=TASK)
+    gate = gate_of(("1/m",), task=TASK)
     later = store.server_time_ms() + AHEAD_MS
     with_eta = Scheduled("q", "eta", "eta", later, "q", b'{"n": "eta"}', gate=gate)
     without = with_eta._replace(message_id="now", task_id="now", payload=b'{"n": "now"}')
@@ -95,9 +95,9 @@ def test_a_chunks_limited_messages_wait_in_their_buckets_shard(redis_client) -> 
     """A bulk chunk (schedule_chunk) of one bucket's messages, under different task ids,
     on a store of four shards: the due ones in its bucket, the later ones in the schedule,
     all of the bucket's shard, so its limit holds across the shards' movers (one a
-    second: one released however many shards move)."""
+    minute: one released however many shards move)."""
     store = DelayedStore(redis_client, KeySpace(shards=4), 500)
-    gate = gate_of(("1/s",), task=TASK)
+    gate = gate_of(("1/m",), task=TASK)
     now = store.server_time_ms()
     chunk = [
         Scheduled("q", f"m{n}", f"id{n}", now - 10 if n < 8 else now + AHEAD_MS, "q", b"%d" % n,
@@ -123,10 +123,10 @@ def test_a_chunks_limited_messages_wait_in_their_buckets_shard(redis_client) -> 
 def test_a_chunks_due_limited_messages_enter_their_bucket_at_publish(redis_client) -> None:
     """A bulk chunk (schedule_chunk, one atomic call) of due limited messages, an
     unlimited one and a limited one due later: the due limited ones are in their bucket as
-    the call returns, the others in the schedule; the store's move releases one a second
+    the call returns, the others in the schedule; the store's move releases one a minute
     from the bucket, and the unlimited one."""
     store = DelayedStore(redis_client, KeySpace(), 500)
-    gate = gate_of(("1/s",), task=TASK)
+    gate = gate_of(("1/m",), task=TASK)
     now = store.server_time_ms()
     due = [Scheduled("q", f"m{n}", f"id{n}", now - 10, "q", b"%d" % n, gate=gate) for n in range(3)]
     later = Scheduled("q", "later", "later", now + AHEAD_MS, "q", b"later", gate=gate)
@@ -152,12 +152,12 @@ def test_a_limited_task_bulk_sent_without_countdown_is_in_its_bucket_as_schedule
     make_app, redis_client
 ) -> None:
     """``schedule_many`` of a limited task without a countdown: its chunk's messages are
-    in their bucket when it returns, none in the schedule, and released one a second."""
-    app = make_app(delayq_rate_limits={TASK: "1/s"}, delayq_move_call_budget=0)
+    in their bucket when it returns, none in the schedule, and released one a minute."""
+    app = make_app(delayq_rate_limits={TASK: "1/m"}, delayq_move_call_budget=0)
 
     @app.task(name=TASK, shared=False)
     def limited(n: int) -> None:
-        """Limited to one a second."""
+        """Limited to one a minute."""
 
     ids = celery_delayq.schedule_many(limited, [((n,), {}, {}) for n in range(20)])
     with open_store(app) as store:
@@ -179,11 +179,11 @@ def test_a_limited_task_bulk_sent_without_countdown_is_in_its_bucket_as_schedule
 def test_every_message_of_a_limited_task_bulk_sent_with_countdown_keeps_its_limit(
     make_app, redis_client
 ) -> None:
-    app = make_app(delayq_rate_limits={TASK: "1/s"})
+    app = make_app(delayq_rate_limits={TASK: "1/m"})
 
     @app.task(name=TASK, shared=False)
     def limited(n: int) -> None:
-        """Limited to one a second."""
+        """Limited to one a minute."""
 
     celery_delayq.schedule_many(limited, [((n,), {}, {"countdown": 60}) for n in range(5)])
     with open_store(app) as store:
