@@ -467,7 +467,8 @@ def due_in_order(app: Celery, *results: Any) -> None:
     with open_store(app) as store:
         now_ms = store.server_time_ms()
     for position, result in enumerate(results):
-        eta = datetime.fromtimestamp((now_ms - 1000 * (len(results) - position)) / 1000, timezone.utc)
+        due_ms = now_ms - 1000 * (len(results) - position)
+        eta = datetime.fromtimestamp(due_ms / 1000, timezone.utc)
         assert celery_delayq.reschedule(app, result.id, eta=eta) == 1
 
 
