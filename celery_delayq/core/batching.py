@@ -31,26 +31,24 @@ drain (2 solo workers releasing at a batch of 10, SLOWLOG at 0 beside a log of t
 calls, 2026-11-29, load average 4) Redis's own time was a median 384 µs a call and the
 movers' wall time 2,736 µs (878 µs at the 10th percentile). Divided by 10, that part made
 each message look so dear that the batch sat at ``LEAST`` the whole drain (16,277 calls for
-50,000 releases), the more so as 3 releases use 9 of 10, which did not count as full. So a
-call's time per message is the time of each message beyond the quickest of the last
-``HISTORY`` calls that took at most half as many: its time less that call's, over the
-messages it took more (none such: all of its time over all of its messages, as before).
-Calls of the same size would make the work look
-free (the least of them, less itself), hence the half. Of the quickest smaller call's time,
-up to ``FIXED_CHARGED`` of the aim is still spread over the messages: Redis's own setup of
-a call must fit the budget too, and so a call whose fixed part is a mere round trip (a
-burst's, 0.1 to 0.4 ms) is sized as before; a longer one is taken to be waits outside
-Redis. The quickest smaller call can still
-have been slower than this one's fixed part, whose waits happened to be shorter; its
-messages would look nearly free, and the batch would double for as long as the window
-remembers it. So a message's time is never taken as less than ``AIM`` of its call's whole
-time per message: the next batch is at most the size that, at this call's whole time per
-message, takes the whole budget. Redis's
-part of a call is at most its whole time and grows with the batch, so at that call's speed
-Redis's time of the next call stays within the budget whatever the estimate, for any cost
-per message. Waits that keep even the quickest of ``WINDOW`` calls over the budget still
-keep the batch at ``LEAST`` (in the same drain at a load average of 8 on the 2 cores, 3 of
-4 calls were at it): then no call shows that Redis's part fits the budget.
+50,000 releases), the more so as 3 releases use 9 of 10, which did not count as full.
+
+So a call's fixed part is estimated, as where the line through the call and the quickest
+of the last ``HISTORY`` calls that took at most half as many meets zero messages (none
+such: no fixed part, as before; calls of the same size would make the work look free,
+hence the half). Up to ``FIXED_CHARGED`` of the aim of it still counts, as Redis's own
+setup of a call must fit the budget too: calls whose fixed part is a mere round trip (a
+burst's, 0.1 to 0.4 ms) are sized exactly as before. The rest is taken to be waits outside
+Redis and left out of the call's time per message, but never more than ``1 - AIM`` of the
+call's time: the quickest smaller call may have waited longer than this one did, and then
+the messages would look nearly free and the batch double for as long as the window
+remembers it. With that bound the next batch is at most the size that, at this call's
+whole time per message, takes the whole budget; Redis's part of a call is at most its
+whole time and grows with the batch, so at that call's speed Redis's time of the next call
+stays within the budget whatever the estimate, for any cost per message. Waits that keep
+even the quickest of ``WINDOW`` calls over the budget still keep the batch at ``LEAST`` (in
+the same drain at a load average of 8 on the 2 cores, 3 of 4 calls were at it, with a first
+form of this estimate): then no call shows that Redis's part fits the budget.
 """
 
 from __future__ import annotations
@@ -111,8 +109,9 @@ class BatchSizer:
         if taken == 0 or (taken + RELEASE_WEIGHT <= limit and seconds <= self.budget):
             return  # not a full batch and quick: no evidence about bigger ones
         beyond = (seconds - fixed) / (taken - smaller)  # the time of each message more
-        own = min(fixed, self.budget * AIM * FIXED_CHARGED)  # Redis's setup of the call
-        self._per_message.append(max(beyond + own / taken, seconds * AIM / taken))
+        setup = fixed - smaller * beyond  # of the call itself, with no message
+        waits = max(0.0, setup - self.budget * AIM * FIXED_CHARGED)
+        self._per_message.append(max(seconds - waits, seconds * AIM) / taken)
         wanted = self.budget * AIM / min(self._per_message)
         bounded = min(limit * STEP, max(limit / STEP, wanted))
         self.size = min(self.most, max(LEAST, round(bounded)))
