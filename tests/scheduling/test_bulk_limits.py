@@ -1,0 +1,160 @@
+"""``schedule_many`` of a flow-controlled task: every call keeps its limit, under its own
+limit key, whether it is a template (``apply_async``'s own message) or a copy, and is the
+message a single send of it stores."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import pytest
+import redis
+from celery import Celery
+
+import celery_delayq
+from celery_delayq.brokers.connect import open_store
+from celery_delayq.config.limits import LIMIT_KEY_HEADER
+from celery_delayq.core.layout.gates import bucket_of
+from celery_delayq.core.layout.keys import QueueKeys
+from celery_delayq.core.layout.record import Record, task_key
+from celery_delayq.testing import wait_until
+from celery_delayq.testing.releases import release_log
+
+from ..flow.test_enter_at_publish import scheduled_keys
+from ..helpers import celery_process, remember, runs
+
+pytestmark = pytest.mark.integration
+
+LIMITED = "tests.worker_app.limited"
+#: One a minute: a bucket that has released once releases nothing more during a test.
+SETTINGS: dict[str, Any] = {"delayq_rate_limits": {LIMITED: "1/m"}}
+
+
+def limited_task(app: Celery) -> Any:
+    """The worker app's limited task, on ``app`` for publishing."""
+
+    @app.task(name=LIMITED, shared=False)
+    def limited(label: str = "") -> None:
+        """Run by tests.worker_app."""
+
+    return limited
+
+
+def keyed(key: str, **options: Any) -> dict[str, Any]:
+    """A call's options with its limit key."""
+    return {"headers": {LIMIT_KEY_HEADER: key}, **options}
+
+
+def default_shard(app: Celery) -> QueueKeys:
+    with open_store(app) as store:
+        return store.keys.for_queue("default")
+
+
+def waiting(client: redis.Redis, app: Celery, key: str) -> list[bytes]:
+    """The message keys waiting in the key's bucket, in order."""
+    bucket = default_shard(app).gate("w", bucket_of(LIMITED, key))
+    return list(client.lrange(bucket, 0, -1))
+
+
+def envelope_as(client: redis.Redis, app: Celery, task_id: str, as_id: str) -> dict[str, Any]:
+    """A stored message's envelope with its own ids (task id, delivery tag) replaced."""
+    with open_store(app) as store:
+        (message,) = store.find(task_id)
+    envelope = json.loads(message.record.payload.decode().replace(task_id, as_id))
+    envelope["properties"].pop("delivery_tag")
+    return envelope
+
+
+def test_each_bulk_call_waits_under_its_own_limit_key(make_app, redis_client) -> None:
+    """Calls of a task limited to one a minute, under three limit keys, without a countdown,
+    with one, and with an ETA already past, in one ``schedule_many``: each one due is in
+    its own key's bucket as the call returns, in call order; each one with a countdown in
+    the schedule, its record's gate naming its key's bucket. A template without an ETA has
+    copies with one, and the other way round."""
+    app = make_app(**SETTINGS)
+    task = limited_task(app)
+    past = datetime.now(timezone.utc) - timedelta(seconds=5)
+    calls = [
+        *[((f"a{n}",), {}, keyed("a")) for n in range(4)],  # a's template: no ETA
+        (("a-later",), {}, keyed("a", countdown=60)),
+        (("b-later",), {}, keyed("b", countdown=60)),  # b's template: an ETA
+        *[((f"b{n}",), {}, keyed("b")) for n in range(3)],
+        (("b-past",), {}, keyed("b", eta=past)),
+        *[((f"c{n}",), {}, keyed("c")) for n in range(2)],
+    ]
+    ids = celery_delayq.schedule_many(task, calls)
+    by_label = {args[0]: task_id for (args, _, _), task_id in zip(calls, ids)}
+
+    def keys_of(*labels: str) -> list[bytes]:
+        return [task_key(by_label[label]) for label in labels]
+
+    assert waiting(redis_client, app, "a") == keys_of("a0", "a1", "a2", "a3")
+    assert waiting(redis_client, app, "b") == keys_of("b0", "b1", "b2", "b-past")
+    assert waiting(redis_client, app, "c") == keys_of("c0", "c1")
+    with open_store(app) as store:
+        shard = store.keys.for_queue("default")
+        later = keys_of("a-later", "b-later")
+        assert sorted(scheduled_keys(redis_client, store, "default")) == sorted(later)
+        for key, bucket in zip(later, ("a", "b")):
+            gate = Record.decode(redis_client.hget(shard.messages, key), shard.own_list).gate
+            assert gate is not None and gate.endswith(bucket_of(LIMITED, bucket).encode())
+    assert redis_client.llen("default") == 0  # nothing published unlimited
+
+
+def test_a_limited_copy_is_the_message_a_single_send_stores(make_app, redis_client) -> None:
+    """A copy of a limited task's template, without a countdown and with one, is the
+    message ``apply_async`` stores for the same call (ids aside): an ``eta`` of null, or
+    the call's own."""
+    app = make_app(**SETTINGS)
+    task = limited_task(app)
+    single = task.apply_async(("x",), headers={LIMIT_KEY_HEADER: "k"}, task_id="single").id
+    ids = celery_delayq.schedule_many(
+        task, [(("x",), {}, keyed("k")), (("x",), {}, keyed("k")), (("x",), {}, keyed("k"))]
+    )
+    expected = envelope_as(redis_client, app, single, "same")
+    assert expected["headers"]["eta"] is None
+    for task_id in ids:
+        assert envelope_as(redis_client, app, task_id, "same") == expected
+
+    eta = datetime(2031, 5, 17, 8, 30, tzinfo=timezone.utc)
+    single = task.apply_async(("x",), headers={LIMIT_KEY_HEADER: "k"}, eta=eta).id
+    (copy,) = celery_delayq.schedule_many(task, [(("x",), {}, keyed("k", eta=eta))])[-1:]
+    expected = envelope_as(redis_client, app, single, "same")
+    assert expected["headers"]["eta"] == eta.isoformat()
+    assert envelope_as(redis_client, app, copy, "same") == expected
+
+
+@pytest.mark.system
+@pytest.mark.timeout(120)
+def test_a_worker_runs_a_bulk_of_two_keys_each_within_its_limit(
+    make_app, redis_server, redis_client
+) -> None:
+    """Three calls under each of two keys, one a minute each, bulk-sent without a
+    countdown, and one more each with a short countdown: a real worker runs each key's
+    first call, and once a mover has passed after the short countdowns fell due (a task
+    sent after them, due later, has run), each key has released once, its other calls
+    waiting in its bucket."""
+    app = make_app(**SETTINGS)
+    task = limited_task(app)
+    calls = [((f"{key}{n}",), {}, keyed(key)) for key in "ab" for n in range(3)]
+    calls += [((f"{key}-soon",), {}, keyed(key, countdown=1)) for key in "ab"]
+    with celery_process("worker", redis_server.url, SETTINGS, "-P", "solo"):
+        celery_delayq.schedule_many(task, calls)
+        remember(app, "after", countdown=3)
+        wait_until(
+            lambda: [r for r in runs(redis_client) if r["label"] == "after"],
+            timeout=30,
+            what="the task due after the bulk",
+        )
+        wait_until(lambda: len(runs(redis_client)) >= 3, timeout=10, what="each key's first")
+
+    started = {run["label"]: run.get("key") for run in runs(redis_client)}
+    assert started == {"a0": "a", "b0": "b", "after": None}
+    releases = release_log(redis_client, default_shard(app))
+    assert {bucket: len(times) for bucket, times in releases.items()} == {
+        bucket_of(LIMITED, "a"): 1,
+        bucket_of(LIMITED, "b"): 1,
+    }
+    for key in "ab":
+        assert len(waiting(redis_client, app, key)) == 3  # two sent now, one a second later
