@@ -10,6 +10,7 @@ from datetime import datetime, timedelta, timezone
 from types import SimpleNamespace
 from typing import Any
 
+import kombu.pools
 import pytest
 import redis
 from celery import Celery
@@ -22,17 +23,19 @@ from celery_delayq.core.layout.gates import bucket_of
 from celery_delayq.core.layout.keys import QueueKeys
 from celery_delayq.core.layout.record import Record, task_key
 from celery_delayq.scheduling import templates
-from celery_delayq.testing import wait_until
+from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.testing.releases import release_log
 
 from ..flow.test_enter_at_publish import AHEAD_MS, scheduled_keys
-from ..helpers import celery_process, remember, runs
+from ..flow.test_unlimited_cost import monitored
+from ..helpers import celery_process, noop_task, remember, runs
 
 pytestmark = pytest.mark.integration
 
 LIMITED = "tests.worker_app.limited"
 #: One a minute: a bucket that has released once releases nothing more during a test.
 SETTINGS: dict[str, Any] = {"delayq_rate_limits": {LIMITED: "1/m"}}
+LATER = datetime(2031, 5, 17, 8, 30, tzinfo=timezone.utc)
 
 
 def limited_task(app: Celery) -> Any:
@@ -122,12 +125,37 @@ def test_a_limited_copy_is_the_message_a_single_send_stores(make_app, redis_clie
     for task_id in ids:
         assert envelope_as(redis_client, app, task_id, "same") == expected
 
-    eta = datetime(2031, 5, 17, 8, 30, tzinfo=timezone.utc)
-    single = task.apply_async(("x",), headers={LIMIT_KEY_HEADER: "k"}, eta=eta).id
-    (copy,) = celery_delayq.schedule_many(task, [(("x",), {}, keyed("k", eta=eta))])[-1:]
+    single = task.apply_async(("x",), headers={LIMIT_KEY_HEADER: "k"}, eta=LATER).id
+    (copy,) = celery_delayq.schedule_many(task, [(("x",), {}, keyed("k", eta=LATER))])[-1:]
     expected = envelope_as(redis_client, app, single, "same")
-    assert expected["headers"]["eta"] == eta.isoformat()
+    assert expected["headers"]["eta"] == LATER.isoformat()
     assert envelope_as(redis_client, app, copy, "same") == expected
+
+
+def test_an_unlimited_tasks_bulk_takes_the_same_redis_commands_with_limits_configured(
+    app_factory,
+) -> None:
+    """``schedule_many`` of a task without limits, calls with an ETA (stored in
+    chunks) and without (published at once), after the same done once (scripts loaded):
+    the same Redis commands, by name and count, whether another task is limited or no
+    limit is configured; one ``schedule_many.lua`` call a chunk."""
+    counts = []
+    for limits in ({}, SETTINGS):
+        with RedisServer() as server:  # private: MONITOR counts every client
+            kombu.pools.reset()  # a producer pool per URL: each app's channels its own
+            app = app_factory(server.url, **limits)
+            task = noop_task(app)
+            # one ETA: the schedule's pages take the same writes however long it takes
+            calls = [((n,), {}, {"eta": LATER} if n % 2 else {}) for n in range(500)]
+            celery_delayq.schedule_many(task, calls)
+            with monitored(server) as seen:
+                celery_delayq.schedule_many(task, calls)
+            counts.append(seen)
+            app.close()
+    plain, configured = counts
+    assert plain[("client", "EVALSHA")] == 2  # 250 delayed calls: chunks of 200 and 50
+    assert plain[("client", "LPUSH")] == 250  # the calls due now
+    assert configured == plain
 
 
 @pytest.mark.xfail(
