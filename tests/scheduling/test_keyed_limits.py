@@ -5,6 +5,7 @@ move, and the claim of a hand-over to RabbitMQ)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 
 import pytest
 from celery import Celery
@@ -32,8 +33,9 @@ def test_a_limited_tasks_delay_key_is_free_once_its_message_waits_in_its_bucket(
 ) -> None:
     task = limited_task(limited_app)
     task.apply_async(("first",))  # in the bucket at publish: the first move releases it
-    held = celery_delayq.schedule_keyed(task, ("held",), key="k", on_held="keep", countdown=0)
-    dropped = celery_delayq.schedule_keyed(task, ("x",), key="k", on_held="keep", countdown=0)
+    past = datetime.now(timezone.utc) - timedelta(seconds=1)  # due by any clock's move
+    held = celery_delayq.schedule_keyed(task, ("held",), key="k", on_held="keep", eta=past)
+    dropped = celery_delayq.schedule_keyed(task, ("x",), key="k", on_held="keep", eta=past)
     assert (held.outcome, dropped.outcome) == ("scheduled", "kept")  # in the schedule: held
 
     move_all(limited_app)  # releases "first"; "held" enters the bucket, a minute to wait
