@@ -33,7 +33,8 @@ local helpers_exports = {
 local gates_exports = {"server_us", "gate_parts", "gate_usable", "enter_gate",
                        "release_gates", "next_release_ms", "most_releases", "READY", "GATES",
                        "open_bucket",
-                       "allowed_at", "save_bucket", "count_gated", "release_share"}
+                       "allowed_at", "save_bucket", "count_gated", "release_share",
+                       "publish_gated"}
 -- The locals handover.lua defines for the claim -> publish -> ack scripts after it.
 local handover_exports = {"INFLIGHT", "CLAIMS", "TRIES", "DEAD", "DEAD_WHY", "CLAIMER",
                           "unclaim", "dead_letter", "failed_once", "ungated"}
@@ -76,15 +77,16 @@ files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram",
 files[lua .. "gate_hold.lua"] = reads({"READY", "server_us", "open_bucket", "allowed_at",
                                        "save_bucket"},
                                       "prelude.lua, helpers.lua and gates.lua")
-files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse", "call_chunked"}, "prelude.lua and helpers.lua")
+files[lua .. "gates.lua"] = reads({"MSG", "STATS", "parse", "call_chunked", "store_message",
+                                   "keep_record", "add_entry", "with_due"},
+                                  "prelude.lua and helpers.lua")
 files[lua .. "gates.lua"].ignore = {"211/server_us", "211/gate_parts", "211/gate_usable",
                                     "211/enter_gate", "211/release_gates",
                                     "211/next_release_ms", "211/most_releases",
-                                    "211/count_gated", "211/release_share"}
-files[lua .. "schedule_gated.lua"] = reads({"store_message", "keep_record", "add_entry",
-                                            "announce", "parse", "server_us",
-                                            "gate_parts", "gate_usable", "enter_gate",
-                                            "count_gated"},
+                                    "211/count_gated", "211/release_share",
+                                    "211/publish_gated"}
+files[lua .. "schedule_gated.lua"] = reads({"announce", "server_us", "count_gated",
+                                            "publish_gated"},
                                            "prelude.lua, helpers.lua and gates.lua")
 files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "forget_duplicate",
                                       "hold_key_again", "with_due"},
@@ -127,13 +129,19 @@ files[lua .. "schedule_keyed.lua"] = reads({"MSG", "DUP", "STATS", "parse", "sto
                                             "remove_message", "forget_duplicate", "with_due"},
                                            "prelude.lua and helpers.lua")
 -- The chunk and rescue scripts: schedule_many.lua includes schedule_shard.lua (prelude.lua
--- in a function); the rescue scripts include schedule_function.lua (prelude.lua and
+-- in a function), schedule_many_gated.lua schedule_shard_gated.lua (with flow control),
+-- then both schedule_chunk.lua; the rescue scripts include schedule_function.lua (prelude.lua and
 -- schedule.lua in a function), then schedule_all.lua.
 local rescue = "celery_delayq/ops/rescue/lua/"
 files[lua .. "schedule_shard.lua"] = reads({"store_message"}, "prelude.lua")
 files[lua .. "schedule_shard.lua"].ignore = {"211/schedule_shard", "212/KEYS", "212/ARGV"}
 files[lua .. "schedule_function.lua"] = {ignore = {"211/schedule", "212/KEYS", "212/ARGV"}}
-files[lua .. "schedule_many.lua"] = reads({"schedule_shard"}, "schedule_shard.lua")
+files[lua .. "schedule_shard_gated.lua"] = reads({"store_message", "publish_gated",
+                                                  "count_gated", "server_us"},
+                                                 "prelude.lua, helpers.lua and gates.lua")
+files[lua .. "schedule_shard_gated.lua"].ignore = {"211/schedule_shard", "212/KEYS", "212/ARGV"}
+files[lua .. "schedule_chunk.lua"] = reads({"schedule_shard"},
+                                           "schedule_shard.lua or schedule_shard_gated.lua")
 files[rescue .. "schedule_all.lua"] = reads({"schedule"}, "schedule_function.lua")
 files[rescue .. "rescue_list.lua"] = reads({"schedule_all"}, "schedule_all.lua")
 files[rescue .. "rescue_unacked.lua"] = reads({"schedule_all"}, "schedule_all.lua")

@@ -215,13 +215,18 @@ def stamped(
     outcome: str = "return",
     label: str = "",
     again: float | None = None,
+    deaf: bool = False,
 ) -> None:
     """Record its start, run for ``seconds``, record its end, then return, or fail
     (``outcome`` "fail"), or retry once at once ("retry"). Delivered again (its worker
     killed), it runs in full (for ``again`` seconds instead, when given): a flow-control
-    test counts it running."""
+    test counts it running. ``deaf``: the run (not one delivered again) ignores SIGTERM, as
+    a task stuck in C code does, so at its hard time limit only the pool's SIGKILL ends it
+    (for runs a limit stops: its pool process stays deaf)."""
     if again is not None and not first_run(self.request.id):
         seconds = again
+    elif deaf:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     facts = {
         "label": label,
         "pid": os.getpid(),

@@ -27,7 +27,7 @@ def on_worker_init(sender: Any, **_: Any) -> None:
     from .bootstep import WorkerMover
     from .due_timers import DueTimers
     from .flow.global_rates import GlobalRateLimits
-    from .flow.running_slots import RENEWER, child_lost, end_slot, revoked
+    from .flow.running_slots import RENEWER, child_stopped, end_slot, revoked
     from .inspect import list_delayed_in_scheduled
     from .periodic_runs import end_periodic_run, guard_tasks
     from .poison import PoisonGuard
@@ -45,12 +45,12 @@ def on_worker_init(sender: Any, **_: Any) -> None:
         )
         # running slots of concurrency-limited tasks (flow/running_slots.py): taken (by guard_tasks'
         # wrapper) and given back in the process that runs the task, renewed, revoked
-        # and given back for a pool process lost mid-task in the main process
+        # and given back for a pool process lost or killed mid-task in the main process
         for signal, receiver in (
             (signals.task_postrun, end_slot),
             (signals.task_received, RENEWER.received),
             (signals.task_revoked, revoked),
-            (signals.task_failure, child_lost),
+            (signals.task_failure, child_stopped),
         ):
             signal.connect(receiver, weak=False, dispatch_uid=f"celery_delayq.slots.{signal.name}")
     list_delayed_in_scheduled(sender.app)

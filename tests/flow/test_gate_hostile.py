@@ -117,6 +117,29 @@ def test_a_crafted_bucket_fails_no_move_and_loses_no_message(redis_client, craft
     check_nothing_lost(redis_client, keys, sent)
 
 
+@pytest.mark.promise("crafted-input-stops-nothing")
+@pytest.mark.parametrize("crafted", ["index", "released counts"])
+def test_a_crafted_index_or_released_counts_cost_only_themselves(redis_client, crafted):
+    """The bucket index or the released counts holding another type: found from the
+    first command's error reply, left as they are, and the bucket keeps its limit (one
+    release per call at 10/s) and the other of the two its writes."""
+    store = make_store(redis_client)
+    keys = store.keys.for_queue("q")
+    key = keys.gate_index if crafted == "index" else keys.gate_released
+    redis_client.set(key, "x")
+    sent = [due_message(store, f"limited{n}", LIMITED, ago_ms=2) for n in range(2)]
+
+    store.state.handover.deliver_due(keys, 500)
+
+    assert delivered(redis_client, "limited0") and not delivered(redis_client, "limited1")
+    assert waiting(redis_client, keys, BUCKET) == [sent[1].key]
+    assert redis_client.get(key) == b"x"
+    if crafted == "index":
+        assert redis_client.hget(keys.gate_released, BUCKET) == b"1"
+    else:
+        assert redis_client.zscore(keys.gate_index, BUCKET) is not None
+
+
 STATE_CRAFTS = {name: craft for name, craft in CRAFTED.items() if "waiting" not in name}
 
 
@@ -342,6 +365,28 @@ def test_a_crafted_bucket_fails_no_publish_and_loses_no_message(redis_client, cr
     sent = [due_message(store, f"limited{n}", LIMITED, ago_ms=2) for n in range(2)]
     check_nothing_lost(redis_client, keys, sent)
     sent.append(due_message(store, "free", None))
+    for _ in range(2):
+        store.state.handover.deliver_due(keys, 500)
+    assert delivered(redis_client, "free") and delivered(redis_client, "limited0")
+    check_nothing_lost(redis_client, keys, sent)
+
+
+@pytest.mark.promise("crafted-input-stops-nothing")
+@pytest.mark.parametrize("craft", CRAFTED.values(), ids=CRAFTED.keys())
+def test_a_crafted_bucket_fails_no_chunk_and_loses_no_message(redis_client, craft):
+    """Crafted before a bulk chunk (schedule_many_gated.lua) puts due messages of the
+    bucket straight into it: the chunk is stored whole, each message in its bucket or in
+    the schedule, and moves go on."""
+    store = make_store(redis_client)
+    keys = store.keys.for_queue("q")
+    craft(redis_client, keys)
+    now = store.server_time_ms()
+    sent = [
+        Scheduled("q", name, name, now - 2, "q", b'{"n": "%s"}' % name.encode(), gate=gate)
+        for name, gate in (("limited0", LIMITED), ("free", None), ("limited1", LIMITED))
+    ]
+    store.schedule_chunk(sent)
+    check_nothing_lost(redis_client, keys, sent)
     for _ in range(2):
         store.state.handover.deliver_due(keys, 500)
     assert delivered(redis_client, "free") and delivered(redis_client, "limited0")

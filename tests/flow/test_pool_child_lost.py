@@ -67,6 +67,17 @@ def with_end(run: Run, at: float) -> Run:
     return {**run, "end": at}
 
 
+def again_and_next(client: Any, lost: Run) -> tuple[Run, Run]:
+    """The run of the ``lost`` run's message delivered again (ended), and the next task's,
+    the only other runs."""
+    done = runs_of(client)
+    again = [run for run in done if run["id"] == lost["id"] and run["pid"] != lost["pid"]]
+    assert len(again) == 1 and again[0]["end"] is not None
+    (after,) = [run for run in done if run["label"] == "next"]
+    assert len(done) == 3
+    return again[0], after
+
+
 @pytest.mark.promise("concurrency-slot-back-child-lost")
 def test_a_slot_comes_back_at_once_when_the_pool_process_running_its_task_dies(
     make_app, redis_server, redis_client
@@ -108,12 +119,9 @@ def test_a_task_requeued_after_its_pool_process_died_runs_again_in_its_slot(
         wait_until(
             lambda: ended(redis_client) == 2, timeout=SOON, abort=worker.exited, what="both done"
         )
-    done = runs_of(redis_client)
-    again = [run for run in done if run["id"] == lost["id"] and run["pid"] != lost["pid"]]
-    assert len(again) == 1 and again[0]["end"] is not None
-    (after,) = [run for run in done if run["label"] == "next"]
+    again, after = again_and_next(redis_client, lost)
     # delivered again at once, not once the lease ended; the next one only after it
-    assert killed_at < again[0]["start"] < killed_at + SOON
-    assert after["start"] >= again[0]["end"]
-    assert most_at_once([with_end(lost, killed_at), again[0], after]) == 1
+    assert killed_at < again["start"] < killed_at + SOON
+    assert after["start"] >= again["end"]
+    assert most_at_once([with_end(lost, killed_at), again, after]) == 1
     assert held_slots(redis_client, app) == {}

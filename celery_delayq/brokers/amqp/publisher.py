@@ -9,6 +9,15 @@ not exist, a message above ``max_message_size``) closes the channel and says not
 of which message caused it, so the messages not yet confirmed are then published one
 by one, to refuse only the one that fails.
 
+RabbitMQ routes the messages published before the one that closes the channel, but
+sends no confirm for those not confirmed yet once it is closed: published again, they
+would arrive twice. So an exchange is looked up (a passive declare, on a channel of its
+own) before the first publish to it on a connection, and again after a channel error;
+a message to a missing one is refused without being published, and the channel stays
+open. A publish that fails only once sent (an exchange deleted after its look-up, a
+message over ``max_message_size``) still closes the channel: the messages published
+before it and not yet confirmed then go again, with the same stable id.
+
 ``send`` writes a batch in writes of about ``WRITE_BYTES``, each as soon as its frames
 are built, so the broker takes in the first messages while the rest are encoded, and
 returns; ``settle`` waits for the batch's confirms. Between the two the hand-over claims
@@ -21,10 +30,12 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import struct
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from amqp import spec
 from amqp.exceptions import ChannelError, RecoverableConnectionError
 from kombu.connection import Connection
 
@@ -61,6 +72,8 @@ class AMQPPublisher:
         self._connection: Connection | None = None
         self._channel: Any = None
         self._published = 0  # delivery tags the broker gave this channel's publishes
+        self._lookups: Any = None  # a channel of its own for the exchanges' look-ups
+        self._exchanges: set[str] = set()  # looked up: they existed (cleared on errors)
 
     def send(self, messages: Sequence[Outgoing]) -> Sent:
         sent = Sent(messages)
@@ -101,6 +114,7 @@ class AMQPPublisher:
 
     def close(self) -> None:
         self._drop_channel()
+        self._lookups = None  # closed with its connection
         if self._connection is not None:
             with contextlib.suppress(Exception):  # closing a broken connection
                 self._connection.release()
@@ -130,10 +144,15 @@ class AMQPPublisher:
         # and reads the socket before each. (Not this package's publish either: it would
         # delay again a message whose ETA is ahead by this host's clock.) Nothing is read
         # before the last write, so the delivery tags are known in time.
+        missing = self._missing_exchanges({exchange_of(m) for m in messages})
         sent: list[Outgoing] = []
         pending: list[bytes] = []
         size = 0
         for message in messages:
+            why = missing.get(exchange_of(message))
+            if why is not None:
+                report.refused[message.key] = why
+                continue
             command = encoded(frames, message, report)
             if command is None:
                 continue
@@ -149,6 +168,27 @@ class AMQPPublisher:
             connection.transport.write(b"".join(pending))
         connection.bytes_sent += 1  # what py-amqp's heartbeat check looks at
         return batch
+
+    def _missing_exchanges(self, exchanges: set[str]) -> dict[str, str]:
+        """Look up the exchanges not seen yet (the default one always exists); the
+        missing ones, each with the broker's reason. Another channel's close read
+        meanwhile is raised."""
+        missing: dict[str, str] = {}
+        for exchange in sorted(exchanges - self._exchanges - {""}):
+            if self._lookups is None or not self._lookups.is_open:
+                assert self._connection is not None
+                self._lookups = self._connection.channel()
+            try:
+                self._lookups.exchange_declare(exchange, "direct", passive=True)
+            except struct.error:  # a name over 255 bytes: its messages cannot be encoded
+                continue
+            except ChannelError as exc:
+                if exc.method_sig != spec.Exchange.Declare:
+                    raise  # the publishing channel's close, read while waiting
+                missing[exchange] = f"{type(exc).__name__}: {exc}"
+            else:
+                self._exchanges.add(exchange)
+        return missing
 
     def _await_confirms(self, batch: BatchConfirms) -> None:
         assert self._connection is not None
@@ -173,10 +213,15 @@ class AMQPPublisher:
         return self._channel
 
     def _drop_channel(self) -> None:
+        self._exchanges.clear()  # a channel error: an exchange may have gone
         if self._channel is not None:
             with contextlib.suppress(Exception):  # the broker may have closed it already
                 self._channel.close()
             self._channel = None
+
+
+def exchange_of(message: Outgoing) -> str:
+    return exchange_and_routing_key(message.destination)[0]
 
 
 def publish_command(frames: PublishFrames, message: Outgoing) -> bytes:

@@ -9,9 +9,10 @@ replaced by that file's text, itself assembled the same way (``script_source``).
 is looked for in the including file's own ``lua/`` folder, then in the store's
 (``core/lua``), where the shared code lives: ``prelude.lua`` (the page layout's keys, and
 adding a message), ``helpers.lua`` (the rest of the shared code), ``handover.lua`` (the
-claim -> publish -> ack scripts' start), and two wrappers that run shared code as a
-function (``schedule_shard.lua`` for ``schedule_many``, ``schedule_function.lua`` for the
-rescue scripts). The two schedule scripts include the prelude alone: every function the
+claim -> publish -> ack scripts' start), and wrappers that run shared code as a function
+(``schedule_shard.lua`` for ``schedule_many``, ``schedule_shard_gated.lua`` for
+``schedule_many_gated``, both then ``schedule_chunk.lua``; ``schedule_function.lua`` for
+the rescue scripts). The two schedule scripts include the prelude alone: every function the
 Lua defines costs Redis time on each call (helpers.lua would add ~1 us to ~12).
 
 redis-py's ``Script`` computes the SHA locally, runs EVALSHA and reloads the script
@@ -107,6 +108,7 @@ class StoreScripts:
     schedule_gated: Script
     schedule_keyed: Script
     schedule_many: Script
+    schedule_many_gated: Script
     move_due: Script
     gate_hold: Script
     cancel: Script

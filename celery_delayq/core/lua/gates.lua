@@ -1,7 +1,9 @@
 -- Flow control (after prelude.lua and helpers.lua): a due message whose record names a
 -- gate (layout/gates.py) waits in its bucket until every limit of the bucket allows its
 -- release; the scripts that take due messages (move_due.lua, and claim_due.lua for a
--- broker elsewhere) put it there and release from every bucket in the same call.
+-- broker elsewhere) put it there and release from every bucket in the same call, and the
+-- publish scripts (schedule_gated.lua, schedule_many_gated.lua) put one due at its
+-- publish there (publish_gated, at the end).
 --
 -- KEYS[n]  P:{Q}:fc:ready  zset  bucket -> when (us) its first waiting message may go; a
 --                                bucket is a member exactly while messages wait in it.
@@ -437,4 +439,39 @@ local function next_release_ms()
   local first = redis.call('ZRANGE', READY, 0, 0, 'WITHSCORES')[2]
   if not first or tonumber(first) == math.huge then return nil end
   return math.ceil(tonumber(first) / 1000)
+end
+
+-- Keep one published message with a gate (schedule_gated.lua for one,
+-- schedule_shard_gated.lua for each of a chunk's): one due by this server's clock
+-- (now_us) goes straight into its bucket, as a move would put it there, so no mover
+-- spends its calls entering it; one due later, or whose bucket's keys are crafted, is
+-- kept in the schedule as store_message keeps any message, and a move enters it once due.
+-- `no_eta`: sent without an ETA, so due now whatever the sender's clock wrote (one
+-- running ahead wrote a later due time, taken back to now in the record too). The
+-- caller calls count_gated after the last.
+-- Returns what the movers are to be woken for, as announce takes it: whether (the
+-- message became its queue's earliest, or its bucket became ready with it) and for when
+-- (ms; nil: no wake-up, its bucket paused).
+local function publish_gated(key, due, record, no_eta, now_us)
+  local now = math.floor(now_us / 1000)  -- ms, as server_now reads it
+  local record_due, _, _, _, _, gate = parse(record)
+  local spec, bucket = gate_parts(gate)
+  if no_eta and record_due and tonumber(due) > now then
+    due = string.format('%d', now)
+    record = with_due(record, record_due, due)
+  end
+  -- due by the server's clock, which the releases judge by too: a release drops a message
+  -- due after the time it judges by as rescheduled (release_gates)
+  if not spec or tonumber(due) > now or not gate_usable(bucket) then
+    local _, earliest = store_message(key, due, record)
+    return earliest, due
+  end
+  key = keep_record(key, record)
+  local ready_at = enter_gate(key, spec, bucket, now_us, now)
+  if not ready_at then return add_entry(key, due), due end  -- its waiting list crafted
+  -- a bucket that waits from now on: the movers woken for its release, which may be
+  -- sooner than they know (none while the bucket is paused)
+  if ready_at == true then return false, nil end
+  if ready_at == math.huge then return true, nil end
+  return true, string.format('%d', math.ceil(ready_at / 1000))
 end

@@ -53,6 +53,9 @@ class Scheduled(NamedTuple):
     eta_span: tuple[int, int] | None = None
     #: A flow-controlled message's gate (layout/gates.py): it waits in its bucket when due.
     gate: bytes | None = None
+    #: Sent without an ETA (a limited task's): due as it is stored, by the store's clock.
+    #: ``due_ms`` is the producer's clock's now, which may run ahead of the store's.
+    no_eta: bool = False
 
     @property
     def key(self) -> bytes:
@@ -91,10 +94,7 @@ class Writes:
         script sees every message of a key."""
         key = message.key
         encoded_key = delay_key.encoded if delay_key else None
-        shard_by = key if encoded_key is None else key_index_field(encoded_key)
-        if message.gate is not None:  # one bucket's messages wait in one shard
-            shard_by = gate_shard_key(message.gate)
-        keys = self.state.keys.shard_of(message.queue, shard_by)
+        keys = self.state.keys.shard_of(message.queue, _shard_by(message, encoded_key))
         encoded = message.record(keys.own_list, encoded_key)
         args = [
             *keys.page_args(),
@@ -122,13 +122,15 @@ class Writes:
     def publish_call(self, message: Scheduled) -> ScriptCall:
         """The script call that publishes one unkeyed message: ``schedule.lua``, or for
         a flow-controlled one ``schedule_gated.lua``, which puts it straight into its
-        bucket when it is already due (its KEYS: ``schedule.lua``'s and the queue shard's
-        ready buckets)."""
+        bucket when it is already due, or sent without an ETA (its KEYS:
+        ``schedule.lua``'s and the queue shard's ready buckets; its ARGV:
+        ``schedule.lua``'s and whether it has no ETA)."""
         call = self.schedule_call(message)
         if message.gate is None:
             return (self.state.scripts.schedule, call.keys, call.args)
         ready = self.state.keys.shard_of(message.queue, gate_shard_key(message.gate)).gate_ready
-        return (self.state.scripts.schedule_gated, [*call.keys, ready], call.args)
+        args = [*call.args, 1 if message.no_eta else 0]
+        return (self.state.scripts.schedule_gated, [*call.keys, ready], args)
 
     def schedule_keyed(self, message: Scheduled, delay_key: DelayKey) -> KeyedOutcome:
         """Store a keyed message, or replace, keep or refuse against the pending message
@@ -212,35 +214,43 @@ class Writes:
         if not messages:
             return
         self.register(message.queue for message in messages)
-        parts = self._shard_chunks(messages)
+        gated = {message.queue for message in messages if message.gate is not None}
+        for queue in gated:
+            self.register_off_shard(queue)  # in its bucket's shard, not its task id's
+        parts = self._shard_chunks(messages, bool(gated))
+        # with flow control, schedule_many_gated.lua: a due limited message enters its
+        # bucket in the call, as with schedule_gated.lua; without, nothing more to pay
+        scripts = self.state.scripts
+        script = scripts.schedule_many_gated if gated else scripts.schedule_many
         if not self.state.cluster:
-            self._run_schedules([(self.state.scripts.schedule_many, *schedule_many_args(parts))])
+            self._run_schedules([(script, *schedule_many_args(parts))])
             return
         failed: list[int] = []
         error: Exception | None = None
         for part in parts:
             keys, args = schedule_many_args([part])
             try:
-                self._run_schedules([(self.state.scripts.schedule_many, keys, args)])
+                self._run_schedules([(script, keys, args)])
             except redis.RedisError as exc:
                 failed.extend(part.indices)
                 error = exc
         if error is not None:
             raise ChunkPartlyStored([messages[i] for i in sorted(failed)]) from error
 
-    def _shard_chunks(self, messages: Sequence[Scheduled]) -> list[ShardChunk]:
+    def _shard_chunks(self, messages: Sequence[Scheduled], gated: bool) -> list[ShardChunk]:
         """The messages grouped by queue shard, each as ``schedule.lua`` would store it
-        (``schedule_call``'s arguments, built without a call object per message: a
-        chunk is hundreds)."""
+        (``schedule_call``'s arguments and shard, built without a call object per
+        message: a chunk is hundreds); ``gated``: each shard's keys end with its ready
+        buckets (``schedule_many_gated.lua``)."""
         parts: dict[QueueKeys, ShardChunk] = {}
         registry = self.state.registry_in_scripts()
         for i, message in enumerate(messages):
             key = message.key
-            keys = self.state.keys.shard_of(message.queue, key)
+            keys = self.state.keys.shard_of(message.queue, _shard_by(message))
             part = parts.get(keys)
             if part is None:
                 part = parts[keys] = ShardChunk(
-                    [*keys.as_list(), *registry],
+                    [*keys.as_list(), *registry, *([keys.gate_ready] if gated else [])],
                     keys.page_args(),
                     message.queue,
                     self.state.keys.wakeup_channel,
@@ -250,3 +260,12 @@ class Writes:
             part.triples.extend((key, message.due_ms, message.record(keys.own_list)))
             part.indices.append(i)
         return list(parts.values())
+
+
+def _shard_by(message: Scheduled, encoded_key: bytes | None = None) -> bytes:
+    """What a message's queue shard is chosen by: a flow-controlled one's bucket (one
+    bucket's messages wait in one shard, under one limit), a keyed one's delay key (one
+    script sees every message of a key), else its message key."""
+    if message.gate is not None:
+        return gate_shard_key(message.gate)
+    return message.key if encoded_key is None else key_index_field(encoded_key)

@@ -25,6 +25,15 @@ it in its ``delayq_slot`` header (config/limits.py ``mark_slot``). Here, in ever
   Celery requeues it instead (``task_reject_on_worker_lost``) it sends no signal, and the
   slot is left to the message delivered again, which keeps it as it starts (above):
   given back then, it could be taken from the new run;
+- at its hard time limit (prefork: the solo and threads pools enforce none) Celery
+  reports the task failed with ``TimeLimitExceeded`` (``task_failure`` in the main
+  process), then the pool kills the process running it (``SIGTERM``, whose ``SystemExit``
+  may still run ``task_postrun`` there, then ``SIGKILL`` after 0.1 s): the main process
+  gives the slot back at its event loop's next turn, after that kill. When Celery
+  requeues the message (``acks_late`` without ``acks_on_failure_or_timeout``), 5.5 sends
+  no signal, 5.7 does: the message delivered again keeps its slot, or takes a free one,
+  or waits in its bucket. A soft time limit raises in the task, which ends as any
+  failing task does;
 - while the worker holds the message, reserved (prefetched, or waiting for its ETA) or
   running, a thread of the worker's main process renews its lease every third of it
   (``Renewer``), only while the slot is held: a slot ended or run out stays so. A worker
@@ -37,10 +46,8 @@ may start in its place. A slot is the message's: one message running twice at on
 (the broker delivered it again while its first worker still ran it, after
 ``visibility_timeout``) runs twice in one slot. With Redis out of reach, or a crafted
 header, the task runs and a warning is logged; the header can name only flow-control
-keys of this store. A task stopped by its hard time limit (its pool process is killed
-after Celery reports the failure), or lost with no ``task_failure`` (its backend could
-not store the failure, or the task had stored its success), has its slot back as its
-lease ends.
+keys of this store. A task lost with no ``task_failure`` (its backend could not store
+the failure, or the task had stored its success) has its slot back as its lease ends.
 """
 
 from __future__ import annotations
@@ -48,12 +55,13 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
 from celery import Celery
-from celery.exceptions import WorkerLostError
+from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.worker import state as worker_state
+from kombu.asynchronous import get_event_loop
 
 from ...config.limits import LIMIT_KEY_HEADER, SLOT_HEADER
 from ...config.settings import config_of
@@ -204,18 +212,32 @@ def revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
         give_back(*found)
 
 
-def child_lost(sender: Any = None, task_id: Any = None, exception: Any = None, **_: Any) -> None:
-    """``task_failure`` with ``WorkerLostError`` (main process): the pool process running
-    the task died under it (SIGKILL, the OOM killer, ``os._exit``), so its
-    ``task_postrun`` never comes. Celery sends it once the message is acknowledged or
-    rejected for good, never when it requeues it (``task_reject_on_worker_lost``): a
-    message delivered again keeps its slot (slot_take.lua), and giving it back then could
-    end the slot of the new run."""
-    if not isinstance(exception, WorkerLostError) or not isinstance(task_id, str):
+def child_stopped(sender: Any = None, task_id: Any = None, exception: Any = None, **_: Any) -> None:
+    """``task_failure`` in the worker's main process with ``WorkerLostError`` (the pool
+    process running the task died under it: SIGKILL, the OOM killer, ``os._exit``) or
+    ``TimeLimitExceeded`` (its hard time limit: the pool kills that process next), so its
+    ``task_postrun`` may never come. Celery sends ``WorkerLostError``'s once the message
+    is acknowledged or rejected for good, never when it requeues it
+    (``task_reject_on_worker_lost``): a message delivered again keeps its slot
+    (slot_take.lua), and giving it back then could end the slot of the new run."""
+    if not isinstance(exception, (WorkerLostError, TimeLimitExceeded)):
+        return
+    if not isinstance(task_id, str) or task_id in _TAKEN:  # running here: task_postrun ends it
         return
     found = RENEWER.ended(task_id)
     if found is not None:
-        give_back(*found)
+        at_next_turn(give_back, *found)
+
+
+def at_next_turn(callback: Callable[..., None], *args: Any) -> None:
+    """Call ``callback`` at the next turn of the worker's event loop, at once without
+    one: Celery reports a task past its hard time limit failed just before the pool kills
+    its process, from the loop, and the next task must not start before that kill."""
+    hub = get_event_loop()
+    if hub is None:
+        callback(*args)
+    else:
+        hub.call_soon(callback, *args)
 
 
 class Held(NamedTuple):
@@ -234,7 +256,7 @@ class Ended(NamedTuple):
 class Renewer:
     """Renews the leases of the slots of the requests the worker holds, from a thread of
     its main process that runs while there are any; remembers the slots of the requests
-    Celery is done with for ``ENDED_GRACE``, for ``child_lost``: Celery drops a request
+    Celery is done with for ``ENDED_GRACE``, for ``child_stopped``: Celery drops a request
     from its state before it sends ``task_failure``."""
 
     def __init__(self) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 import kombu.exceptions
@@ -125,8 +125,8 @@ def test_a_message_nobody_can_route_is_retried_then_dead_lettered_with_the_reaso
 def test_an_exchange_that_does_not_exist_refuses_only_its_own_messages(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
-    """A publish to a missing exchange closes the channel (404) without saying which
-    message it was; the batch is published again one by one, so the others arrive."""
+    """A message to a missing exchange is refused by its look-up, before anything is
+    published to it (a publish would close the channel); the others arrive."""
     app = make_amqp_app(delayq_handover_tries=1)
     good = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(3)]
     bad = app.send_task("tests.remember", countdown=3600, exchange="nowhere", routing_key="x")
@@ -404,9 +404,10 @@ def test_closing_a_store_settles_its_pipelined_batch(
 def test_a_message_that_closes_the_channel_loses_nothing_of_the_batch_sent_after_it(
     make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
 ) -> None:
-    """A publish to a missing exchange makes RabbitMQ close the channel, and it drops
-    what followed on it: the batch sent ahead. That batch goes again on a new channel;
-    every good message arrives once, the bad one is refused."""
+    """A message to a missing exchange, in a queue of its own, between batches sent
+    ahead: published, it would close the channel under the batches not yet confirmed
+    (RabbitMQ sends no confirm once it is closed: they would arrive twice). Its exchange
+    is looked up first: every good message arrives once, the bad one is refused."""
     app = make_amqp_app(
         delayq_handover_tries=1, delayq_move_batch_size=2, delayq_move_call_budget=0
     )
@@ -457,4 +458,79 @@ def test_a_crafted_envelope_is_refused_alone_and_dead_lettered_with_the_reason(
     assert ids == sorted([before.id, after.id])
     (why,) = redis_client.hvals(redis_client.keys("*:dead:why")[0])
     assert "unreadable message" in why.decode()
+    assert redis_client.keys("*inflight*") == []
+
+
+def due_in_order(app: Celery, *results: Any) -> None:
+    """Make these delayed tasks due, one second apart in this order (by the store's clock):
+    the hand-over claims and publishes them in this order."""
+    with open_store(app) as store:
+        now_ms = store.server_time_ms()
+    for position, result in enumerate(results):
+        due_ms = now_ms - 1000 * (len(results) - position)
+        eta = datetime.fromtimestamp(due_ms / 1000, timezone.utc)
+        assert celery_delayq.reschedule(app, result.id, eta=eta) == 1
+
+
+@pytest.mark.promise("handover-refused-dead-lettered")
+def test_messages_published_before_one_to_a_missing_exchange_arrive_once(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """Good messages, then one to an exchange that does not exist, then another good one,
+    in one batch: RabbitMQ routes the messages published before a publish that closes the
+    channel and sends no confirm for them once it is closed. The missing exchange is
+    found before anything is published to it, so the channel stays open: each good
+    message arrives once, the bad one is refused."""
+    app = make_amqp_app(delayq_handover_tries=1)
+    queue = app.conf.task_default_queue
+    good = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(3)]
+    bad = app.send_task("tests.remember", countdown=3600, exchange="nowhere", routing_key=queue)
+    due_in_order(app, good[0], good[1], bad, good[2])
+
+    assert deliver_all_due(app) == 3
+
+    ids = Counter(m.headers["id"] for m in take_all(app, queue))
+    assert ids == Counter(r.id for r in good)
+    (why,) = redis_client.hvals(redis_client.keys("*:dead:why")[0])
+    assert "NOT_FOUND" in why.decode() and "nowhere" in why.decode()
+    assert redis_client.keys("*inflight*") == []
+
+
+@pytest.mark.promise("handover-channel-closed-republishes", "handover-stable-id")
+def test_an_exchange_deleted_after_its_look_up_duplicates_only_what_went_before_it(
+    make_amqp_app: Callable[..., Celery], redis_client: redis.Redis
+) -> None:
+    """An exchange looked up (a message went through it), then deleted: the next publish
+    to it closes the channel. The messages published before it may arrive twice (RabbitMQ
+    routed them, then sent no confirm), with one stable id; the one after it arrives
+    once; the culprit is refused; nothing is lost."""
+    app = make_amqp_app(delayq_handover_tries=1)
+    queue = app.conf.task_default_queue
+    gone = f"gone-{queue}"
+    first = app.send_task("tests.remember", countdown=3600, exchange=gone, routing_key=queue)
+    with app.connection_for_write() as connection:
+        channel = connection.default_channel
+        Exchange(gone, type="direct")(channel).declare()
+        channel.queue_bind(queue, gone, routing_key=queue)
+    overdue(app, first)
+    good = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(3)]
+    culprit = app.send_task("tests.remember", countdown=3600, exchange=gone, routing_key=queue)
+    due_later = [good[0], good[1], culprit, good[2]]
+
+    with open_store(app) as store:
+        assert store.move_all_due().moved == 1  # through the exchange: it was looked up
+        with app.connection_for_write() as connection:
+            connection.default_channel.exchange_delete(gone)
+        due_in_order(app, *due_later)
+        assert store.move_all_due().moved == 3
+
+    arrived = take_all(app, queue)
+    copies = Counter(m.headers["id"] for m in arrived)
+    assert set(copies) == {first.id, *(r.id for r in good)}  # nothing lost
+    assert copies[first.id] == copies[good[2].id] == 1
+    assert {copies[good[0].id], copies[good[1].id]} <= {1, 2}
+    stable = {(m.headers["id"], m.headers[STABLE_ID_HEADER]) for m in arrived}
+    assert len(stable) == len(copies)  # a copy has its original's stable id
+    (why,) = redis_client.hvals(redis_client.keys("*:dead:why")[0])
+    assert "NOT_FOUND" in why.decode() and gone in why.decode()
     assert redis_client.keys("*inflight*") == []

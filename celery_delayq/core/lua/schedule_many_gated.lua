@@ -1,0 +1,2 @@
+--! include schedule_shard_gated.lua
+--! include schedule_chunk.lua
