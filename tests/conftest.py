@@ -47,6 +47,16 @@ from .helpers import NOWHERE, PERIODIC_TASK
 SERVERS = {"redis_server", "store_server", "redis_cluster", "rabbitmq_url", "sqs_server"}
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests (marked ``slow``) first, everything else in collection order: under
+    pytest-xdist (``-n 2``) a long test dealt out near the end leaves the other process
+    idle until it ends. The sort is stable and reads only markers, so every xdist process
+    collects the same order. tryfirst: pytest-django's own sort (also tryfirst, registered
+    earlier, so it runs after this one) keeps its database tests first, in Django's order."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def pytest_runtest_setup(item: pytest.Item) -> None:
     """A unit test runs without any server: asking for one is a mistake in the test (its
     kind is integration), caught here before the server starts."""

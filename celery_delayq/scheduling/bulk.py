@@ -9,10 +9,12 @@ id, ``eta``, ``argsrepr``/``kwargsrepr``, the body, the delivery tag), so worker
 tell the messages apart. Messages are stored in chunks, each in one atomic script call,
 by a writer thread while the next chunk is built.
 
-Calls whose ETA is not ahead, calls with ``expires`` (counted from each call), and every
-call while ``before_task_publish`` or ``after_task_publish`` has receivers (they may
-change each message) or when messages are compressed, go through ``apply_async`` one by
-one (their store writes still chunked).
+Calls of a task without limits whose ETA is not ahead, calls with ``expires`` (counted
+from each call), and every call while ``before_task_publish`` or ``after_task_publish``
+has receivers (they may change each message) or when messages are compressed, go through
+``apply_async`` one by one (their store writes still chunked). A flow-controlled task's
+calls are all kept, as ``apply_async`` keeps them: copies carry their template's gate,
+and a due one enters its bucket as its chunk is stored (templates.py).
 """
 
 from __future__ import annotations

@@ -2,7 +2,15 @@
 runs ``apply_async`` itself (its store write captured), and every further call with the
 same options gets a copy with what differs from call to call put in, computed as Celery
 computes it (task id, ``eta``, ``argsrepr``/``kwargsrepr``, the body, the delivery tag),
-so workers cannot tell the messages apart (bulk.py)."""
+so workers cannot tell the messages apart (bulk.py).
+
+A flow-controlled task's copy carries its template's gate (core/layout/gates.py), which
+the diverter computed for the template from its headers (config/limits.py): the gate is
+made of the task name and the limit key header alone, and a copy's headers are its
+template's but for the per-call fields, so a call with another limit key (another
+``headers`` option) has another template. Like a single publish, a limited copy is kept
+even when due, and one without an ETA is due now (``no_eta``): it enters its bucket as
+its chunk is stored."""
 
 from __future__ import annotations
 
@@ -180,23 +188,26 @@ class Template:
         template = cls(
             scheduled, pieces, fields, embed, codec.encoder, header, conventions, _uuid4s()
         )
-        if template.payload(values) != scheduled.payload:
+        own = {field: _json(value) for field, value in values.items()}
+        if template.payload(own) != scheduled.payload:
             return None
         return template
 
     def payload(self, values: Mapping[str, str]) -> bytes:
+        """The JSON with these per-call values, each as JSON text (``_json``)."""
         parts = [self.pieces[0]]
         for field, piece in zip(self.fields, self.pieces[1:]):
-            parts += (encode_string(values[field]), piece)
+            parts += (values[field], piece)
         return "".join(parts).encode()
 
     def fill(
         self, args: Sequence[Any], kwargs: Mapping[str, Any], options: Mapping[str, Any]
     ) -> Scheduled | None:
-        """This template's message for one call; None when its ETA is not ahead (then it
-        is published at once, by ``apply_async``)."""
+        """This template's message for one call; None when it is unlimited and its ETA
+        is not ahead (then it is published at once, by ``apply_async``)."""
         eta = self.conventions.eta(options.get("countdown"), options.get("eta"))
-        if eta is None or eta[1] <= time.time():
+        gate = self.scheduled.gate
+        if gate is None and (eta is None or eta[1] <= time.time()):
             return None
         if self.header is not None:
             self.header(*args, **kwargs)  # raises TypeError as apply_async does
@@ -205,28 +216,29 @@ class Template:
         argsrepr, kwargsrepr = self.conventions.reprs(args, kwargs)
         body = self.encode((args, kwargs, self.embed))
         values = {
-            "body": base64.b64encode(_as_bytes(body)).decode("ascii"),
-            "id": task_id,
-            "eta": eta[0],
-            "argsrepr": argsrepr,
-            "kwargsrepr": kwargsrepr,
-            "message_id": message_id,
+            "body": encode_string(base64.b64encode(_as_bytes(body)).decode("ascii")),
+            "id": encode_string(task_id),
+            "eta": _json(eta[0] if eta else None),
+            "argsrepr": encode_string(argsrepr),
+            "kwargsrepr": encode_string(kwargsrepr),
+            "message_id": encode_string(message_id),
         }
         template = self.scheduled
+        due = due_ms(time.time(), no_eta=True) if eta is None else due_ms(eta[1])
+        payload = self.payload(values)
+        # positional: a NamedTuple takes keywords slower, and this runs once per copy
         return Scheduled(
-            template.queue,
-            message_id,
-            task_id,
-            due_ms(eta[1]),
-            template.destination,
-            self.payload(values),
-            template.expires_ms,
-        )
+            template.queue, message_id, task_id, due, template.destination, payload,
+            template.expires_ms, None, gate, eta is None,
+        )  # fmt: skip
 
 
-def _mark_fields(envelope: dict[str, Any], message_id: str) -> tuple[dict[str, str], list[str]]:
+def _mark_fields(
+    envelope: dict[str, Any], message_id: str
+) -> tuple[dict[str, str | None], list[str]]:
     """Put a mark where each per-call value is in the envelope (in place); the template's
-    own values, and which value each mark stands for, in order."""
+    own values (``eta`` None: a limited task's message sent without one), and which value
+    each mark stands for, in order."""
     headers, properties = envelope["headers"], envelope["properties"]
     task_id = headers["id"]
     values = {
@@ -255,6 +267,11 @@ def _mark_fields(envelope: dict[str, Any], message_id: str) -> tuple[dict[str, s
         holder[key] = _MARK.format(n)
         fields.append(field)
     return values, fields
+
+
+def _json(value: str | None) -> str:
+    """A per-call value as the template's JSON spells it (``eta`` None: null)."""
+    return "null" if value is None else encode_string(value)
 
 
 def _as_bytes(body: Any) -> bytes:

@@ -142,12 +142,6 @@ def test_a_chunks_due_limited_messages_enter_their_bucket_at_publish(redis_clien
     assert scheduled_keys(redis_client, store, "q") == [later.key]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=TypeError,
-    reason="finding: schedule_many's template (scheduling/templates.py Template.of) of a "
-    "limited task's message sent without a countdown fails on its eta None",
-)
 def test_a_limited_task_bulk_sent_without_countdown_is_in_its_bucket_as_schedule_many_returns(
     make_app, redis_client
 ) -> None:
@@ -170,12 +164,6 @@ def test_a_limited_task_bulk_sent_without_countdown_is_in_its_bucket_as_schedule
     assert delivered == ids[:1]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: schedule_many's template copies (scheduling/templates.py "
-    "Template.fill) carry no gate: a limited task's calls after its first are stored "
-    "unlimited",
-)
 def test_every_message_of_a_limited_task_bulk_sent_with_countdown_keeps_its_limit(
     make_app, redis_client
 ) -> None:

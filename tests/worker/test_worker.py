@@ -284,7 +284,9 @@ def test_forty_tasks_due_in_the_same_instant_all_start_at_once(
 ):
     """kombu's event loop fires ten due timer entries per turn and then polls for a second
     (due_timers.py): without the DueTimers step, the 11th to 40th of these wait up to 1,
-    2 and 3 s in an otherwise idle worker."""
+    2 and 3 s in an otherwise idle worker (0.5 s here, where another timer cut the poll
+    short). The check is that pause between two starts, not the total: forty starts in a
+    loaded machine's solo worker took 0.6 s in all, spread over all of them."""
     app = make_app()
     # handed over half a second early: by the ETA the worker has all 40 in its timer, and
     # nothing else to wake its loop
@@ -296,4 +298,5 @@ def test_forty_tasks_due_in_the_same_instant_all_start_at_once(
 
     late = sorted(run["at"] - eta.timestamp() for run in runs(redis_client))
     assert late[0] >= 0, "a task started before its ETA"
-    assert late[-1] < 0.5, f"started up to {late[-1]:.2f} s late: {[round(x, 2) for x in late]}"
+    gaps = [after - before for before, after in zip(late, late[1:])]
+    assert max(gaps) < 0.25, f"a pause between starts: {[round(x, 2) for x in late]}"

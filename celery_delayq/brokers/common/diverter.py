@@ -234,11 +234,10 @@ class Diverter:
             queue=message.queue,
             message_id=message.message_id or str(uuid.uuid4()),
             task_id=str(task_id) if task_id is not None else None,
-            # without an ETA (a limited task's), due now: rounded down, not up, so that
-            # the store's clock finds it due as it is written (it then enters its bucket
-            # in that call, schedule_gated.lua, which also takes a due time that this
+            # without an ETA (a limited task's), due now: it enters its bucket in the
+            # store's call (schedule_gated.lua, which also takes a due time that this
             # host's clock put after the store's back to the store's now: no_eta)
-            due_ms=int(eta_seconds * 1000) if no_eta else due_ms(eta_seconds),
+            due_ms=due_ms(eta_seconds, no_eta),
             destination=destination,
             payload=payload,
             expires_ms=message.expires_ms,

@@ -96,9 +96,11 @@ def eta_span(payload: bytes, eta: Any) -> tuple[int, int] | None:
     return found + len(b'"eta": "'), len(value)
 
 
-def due_ms(seconds: float) -> int:
-    """Due time in whole milliseconds, rounded up so nothing is delivered before its ETA."""
-    return math.ceil(seconds * 1000)
+def due_ms(seconds: float, no_eta: bool = False) -> int:
+    """Due time in whole milliseconds, rounded up so nothing is delivered before its ETA;
+    ``no_eta``: a message sent without an ETA (a limited task's), due now at ``seconds``,
+    rounded down so that the store's clock finds it due as it is written."""
+    return int(seconds * 1000) if no_eta else math.ceil(seconds * 1000)
 
 
 def with_eta(payload: bytes, eta: datetime) -> bytes:

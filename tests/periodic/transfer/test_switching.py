@@ -15,6 +15,7 @@ import pytest
 from amqp.exceptions import ChannelError
 
 from celery_delayq import periodic
+from celery_delayq.periodic.describe import BACKEND_CLEANUP
 from celery_delayq.periodic.writer import OccurrenceWriter
 from celery_delayq.testing import wait_until
 
@@ -68,7 +69,15 @@ def test_after_clear_nothing_of_ours_runs_past_the_settle_window_and_back_again(
     delayq_beat = ("beat", url, {}, "-S", "delayq", "--pidfile=")
     with celery_process("worker", url, {}, "-P", "solo") as worker:
         with celery_process(*delayq_beat, ready="beat: Starting"):
-            wait_until(lambda: len(ran(redis_client, "ours", "ours")) >= 3, timeout=60)
+            # the worker's mover runs what the upsert wrote ahead without any beat: wait
+            # for the beat's own first pass too, which adds Celery's cleanup entry
+            wait_until(
+                lambda: (
+                    len(ran(redis_client, "ours", "ours")) >= 3
+                    and BACKEND_CLEANUP in {info.entry.name for info in periodic.entries(app)}
+                ),
+                timeout=60,
+            )
         cleared = invoke(app, "periodic", "clear", "--yes")
         cleared_at, settle = datetime.now(timezone.utc), OccurrenceWriter(app).settle
         # ours and Celery's own cleanup, which the delayq beat added
