@@ -33,7 +33,7 @@ import time
 import uuid
 from bisect import bisect_left
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -59,9 +59,12 @@ DEFAULT_OUTPUT = Path(__file__).resolve().parent / "RESULTS-flow-keys.md"
 RATE = "1/s"
 #: SLOWLOG keeps commands at least this long (us) during the live passes.
 SLOW_US = 500
+#: A batch this small cannot keep Redis busy 2 ms by its own work (a release costs about
+#: 35 µs, RESULTS-flow-keys.md): a call of it over 2 ms waited for a CPU.
+SMALL_BATCH = 24
 
 
-def quantile(values: list[float], q: float) -> float:
+def quantile(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
 
@@ -114,6 +117,7 @@ class LivePass:
         self.client.config_set("slowlog-max-len", 100_000)
         self.client.slowlog_reset()
         self.client.config_resetstat()
+        gated_before = int(self.client.hget(self.keys.stats, "gated") or 0)
         self.run.start_workers(workers)
         self.publish_stream(stream, seconds)
         total = backlog + stream
@@ -126,11 +130,14 @@ class LivePass:
 
         wait_until(done, timeout=600, interval=0.2, what=f"{total} executions")
         sha = make_store(self.url).state.scripts.move_due.sha.encode()
-        slow = [
-            int(entry["duration"])
+        # (µs, batch asked for) of each move call in SLOWLOG
+        calls = [
+            (int(entry["duration"]), move_limit(bytes(entry["command"])))
             for entry in self.client.slowlog_get(100_000)
             if bytes(entry["command"]).startswith(b"EVALSHA " + sha)
         ]
+        slow = [us for us, _ in calls]
+        gated = int(self.client.hget(self.keys.stats, "gated") or 0) - gated_before
         stats = self.client.info("commandstats").get("cmdstat_evalsha", {})
         # the movers' passes, as their last heartbeats (a second apart at most) counted them
         passes = sum(int(beat.get("passes", 0)) for beat in movers.all())
@@ -151,6 +158,9 @@ class LivePass:
             "evalsha_usec_per_call": float(stats.get("usec_per_call", 0)),
             "mover_passes": passes,
             "mover_batch_median": statistics.median(batches) if batches else None,
+            "mover_batches": spread(batches),
+            "over_2ms": sorted(((us, limit) for us, limit in calls if us > 2000), reverse=True),
+            "entered_by_moves": gated,
             **move_lateness(self.url, self.config.queue),
         }
         if self.limited:
@@ -165,6 +175,9 @@ class LivePass:
         for line in raw:
             at, _, bucket = line.decode("utf-8", "surrogateescape").partition(" ")
             times[split_bucket(bucket)[1] or ""].append(int(at))
+        calls: dict[bytes, int] = defaultdict(int)  # a call's releases share its TIME
+        for line in raw:
+            calls[line.split(b" ", 1)[0]] += 1
         worst = max(most_in_window(sorted(ts), 1_000_000) for ts in times.values())
         every = sorted(t for ts in times.values() for t in ts)
         per_second = defaultdict(int)
@@ -176,10 +189,35 @@ class LivePass:
             "most_per_key_in_1s": worst,
             "release_rate": (len(every) - 1) / ((every[-1] - every[0]) / 1e6),
             "release_peak_1s": max(per_second.values()),
+            "release_calls": len(calls),
+            "releases_per_call": spread(list(calls.values())),
         }
 
     def close(self) -> None:
         self.run.close()
+
+
+def move_limit(command: bytes) -> int | None:
+    """The batch a move call was asked for, from its SLOWLOG entry (``EVALSHA sha
+    numkeys keys... args...``): ``ARGV[3]`` of move_due.lua."""
+    words = command.split(b" ")
+    try:
+        return int(words[3 + int(words[2]) + 2])
+    except (IndexError, ValueError):
+        return None
+
+
+def spread(values: list[int]) -> tuple[int, int, int, int, int] | None:
+    """Least, 10th percentile, median, 90th percentile and most of ``values``."""
+    if not values:
+        return None
+    return (
+        min(values),
+        int(quantile(values, 0.1)),
+        int(quantile(values, 0.5)),
+        int(quantile(values, 0.9)),
+        max(values),
+    )
 
 
 def most_in_window(times: list[int], width: int) -> int:
@@ -457,9 +495,47 @@ def render(
                 "mover_batch_median",
                 "{:,.0f}",
             ),
+            f"| move batch size, least / p10 / median / p90 / most of samples | "
+            f"{spread_text(plain['mover_batches'])} | {spread_text(limited['mover_batches'])} | |",
+            f"| calls that released (release log), releases a call: least / p10 / median / "
+            f"p90 / most | | {limited['release_calls']:,}: "
+            f"{spread_text(limited['releases_per_call'])} | |",
+            row("gated messages entered by move calls", plain, limited, "entered_by_moves", "{:,}"),
+            "",
+            "Move calls over 2 ms and over 5 ms (SLOWLOG, Redis's own time) by the batch they "
+            "were asked for (`ARGV[3]` of move_due.lua, in the entry's arguments): a few tens "
+            f"of messages (at most {SMALL_BATCH}) do not take 2 ms of Redis's work on their "
+            "own, so such a call's time is mostly Redis waiting for a CPU; a big batch's may be "
+            "its work. SLOWLOG keeps no reply, so a call's releases are not known: a call of "
+            "batch n releases at most n / 3, and the gated messages entered by move calls are "
+            "counted above.",
+            "",
+            "| pass | calls | batch asked: least / p10 / median / p90 / most "
+            f"| of a batch of at most {SMALL_BATCH} | longest: µs at batch |",
+            "|---|---:|---|---:|---|",
         ]
+        for name, one in (("unlimited backlog", plain), ("limited keys", limited)):
+            for over_us in (2000, 5000):
+                lines.append(slow_calls_row(f"{name}, over {over_us // 1000} ms", one, over_us))
     lines.append("")
     return "\n".join(lines)
+
+
+def slow_calls_row(name: str, one: dict[str, Any], over_us: int) -> str:
+    """The move calls of a pass over ``over_us``: how many, the batches they were asked
+    for, and the 5 longest."""
+    calls = [(us, limit) for us, limit in one["over_2ms"] if us > over_us]
+    limits = [limit for _, limit in calls if limit is not None]
+    small = sum(limit <= SMALL_BATCH for limit in limits)
+    longest = ", ".join(f"{us:,} at {limit}" for us, limit in calls[:5])
+    return (
+        f"| {name} | {len(calls):,} | {spread_text(spread(limits))} | {small:,} "
+        f"| {longest or '-'} |"
+    )
+
+
+def spread_text(values: tuple[int, ...] | None) -> str:
+    return "-" if values is None else " / ".join(f"{v:,}" for v in values)
 
 
 def row(name: str, plain: dict[str, Any], limited: dict[str, Any], field: str, form: str) -> str:
