@@ -301,6 +301,11 @@ def summary(name: str, calls: list[tuple[int, int, int]]) -> dict[str, float]:
     }
 
 
+#: How far ahead (ms) the entering part's messages are stored: longer than storing them
+#: takes, so that none is due (and enters its bucket) at its publish.
+ENTER_AHEAD_MS = 10_000
+
+
 def hold_all(client: redis.Redis, shard: Any, buckets: list[str]) -> None:
     """Hold every bucket (its state's "hold"), so that messages only enter them."""
     with client.pipeline(transaction=False) as pipe:
@@ -329,10 +334,15 @@ def cost(client: redis.Redis, keys: int, each: int, batch: int, seconds: float) 
     # all let go at once, as a resume would: full release calls.
     hold_all(client, shard, buckets)
     # entering by a move: through the schedule, as a gated message published ahead of
-    # its due time is (a chunk is stored in the schedule whatever its due times)
-    messages = list(gated(keys, keys * each, due))
+    # its due time is (a due one would enter at its publish): stored due a little later,
+    # and moved once due
+    later = server_time_ms(client) + ENTER_AHEAD_MS
+    messages = list(gated(keys, keys * each, later))
     for start in range(0, len(messages), 1_000):
         store.schedule_chunk(messages[start : start + 1_000])
+    if server_time_ms(client) >= later:
+        raise RuntimeError("storing the entering part took longer than ENTER_AHEAD_MS")
+    time.sleep((later - server_time_ms(client)) / 1000 + 0.01)
     entering, releasing = [], []
     while client.exists(shard.pages):
         entering.append(meter.call(store))
