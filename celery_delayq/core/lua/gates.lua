@@ -346,7 +346,8 @@ end
 -- looked at, and no more once `budget` payload bytes are released (as collect_due: big
 -- messages keep a call short). Appends the released to `out` (found-style arrays, as
 -- collect_due: n, key, record, due, destination, start, expires), and unreadable records
--- to its bad_* arrays.
+-- to its bad_* arrays. Returns how many messages it looked at (released, unreadable, or
+-- cancelled since they entered).
 -- `judged_ms`: a message due later than this was rescheduled after it entered (it waits
 -- in the schedule again): its stale place in the bucket is dropped. `deliverable(d)`:
 -- whether destination d (nil: the queue's own) can take it now; while not, the message
@@ -413,6 +414,7 @@ local function release_gates(now, now_ms, judged_ms, most, budget, log_size, out
   write_released()
   count_gated()
   if out.n > 0 then redis.call('HINCRBY', STATS, 'released', out.n) end
+  return work
 end
 
 -- How many due messages one release costs against a call's batch: a release reads and
@@ -426,12 +428,15 @@ local function most_releases(limit)
   return math.max(1, math.floor(limit / RELEASE_WEIGHT))
 end
 
--- How much of a call's batch `n` releases used: the client sizes the next batch by the
--- time per message of this one (core/batching.py), which a release's weight would
--- otherwise count three times over, and a call of releases alone would never count as
--- a full batch that lets the batch grow again.
-local function release_share(n)
-  return n * RELEASE_WEIGHT
+-- How much of a call's batch of `limit` its release part used, having looked at `work`
+-- messages: the client sizes the next batch by the time per message of this one
+-- (core/batching.py), which a release's weight would otherwise count three times over. A
+-- call that looked at as many as it may (most_releases) used its whole batch: a third of
+-- a batch that is no multiple of three rounds down, and such a call (10, the least, makes
+-- 3 releases) would otherwise never count as a full batch that lets the batch grow again.
+local function release_share(work, limit)
+  if work >= most_releases(limit) then return limit end
+  return work * RELEASE_WEIGHT
 end
 
 -- When (ms) the first ready bucket may release, or nil.

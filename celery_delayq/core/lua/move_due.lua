@@ -42,7 +42,8 @@
 --           greatest lateness (now - due, ms) among the moved messages,
 --           how much further ahead (ms) than this call the next instant is to be moved,
 --           how much of the batch the call used (a release counts as RELEASE_WEIGHT
---           messages, gates.lua; left out when the queue is paused)}
+--           messages, and as many releases as the batch allows as all of it:
+--           release_share in gates.lua; left out when the queue is paused)}
 -- Errors   when a due message's destination holds something other than a list; then
 --          nothing at all was written, and the queue's messages wait for the key to be fixed
 
@@ -143,10 +144,11 @@ for i = 1, found.n do
 end
 local released = {n = 0, key = {}, record = {}, due = {}, destination = {}, start = {},
                   expires = {}, bad_key = {}, bad_record = {}, bad_reason = {}}
+local looked_at = 0  -- messages the release looked at (release_share)
 if now_us or release then
   now_us = now_us or server_us()
-  release_gates(now_us, now, judged, most_releases(limit), budget, log_size, released,
-                function(destination)
+  looked_at = release_gates(now_us, now, judged, most_releases(limit), budget, log_size,
+                            released, function(destination)
     return deliverable(destination or own_list)
   end)
   release = next_release_ms()
@@ -187,4 +189,4 @@ if release then release = release + lead end
 if release and (not next_due or release < next_due) then next_due, further = release, 0 end
 return {found.n + released.n + #released.bad_key, next_due or -1, judged, missing,
         lateness.max, further,
-        found.n + missing + release_share(released.n + #released.bad_key)}
+        found.n + missing + release_share(looked_at, limit)}
