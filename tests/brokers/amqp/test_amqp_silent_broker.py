@@ -1,0 +1,142 @@
+"""A RabbitMQ that stops answering a mover while its connection stays open (a proxy drops
+the broker's bytes): the move gives up after the wait for answers (half the lease), every
+claim comes back without a try charged, and once the broker answers again a new
+connection delivers every message (real RabbitMQ, real Redis)."""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from typing import Any
+from urllib.parse import urlparse
+
+import pytest
+import redis
+from celery import Celery
+from kombu import Exchange, Queue
+
+import celery_delayq
+from celery_delayq.brokers.amqp.publisher import ConfirmTimeout
+from celery_delayq.brokers.common.message import STABLE_ID_HEADER
+from celery_delayq.brokers.connect import open_store
+
+from ...helpers import take_all
+from .muting_proxy import MutingProxy
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
+
+LEASE = 2.0  # movers wait for the broker's answers half of it: 1 s
+MESSAGES = 5
+#: One try: a hand-over charged a try would dead-letter its message at once.
+SETTINGS = {"delayq_handover_lease": LEASE, "delayq_handover_tries": 1}
+
+
+@pytest.fixture
+def proxy(rabbitmq_url: str) -> Iterator[MutingProxy]:
+    parts = urlparse(rabbitmq_url)
+    with MutingProxy((parts.hostname or "127.0.0.1", parts.port or 5672)) as proxy:
+        yield proxy
+
+
+def overdue(app: Celery, *results: Any) -> None:
+    for result in results:
+        assert celery_delayq.reschedule(app, result.id, countdown=-1) == 1
+
+
+def all_back_in_the_schedule(app: Celery, redis_client: redis.Redis, count: int) -> None:
+    """Every claim given back, due at once, none charged a try (none dead-lettered)."""
+    assert [(b.pending, b.overdue, b.in_flight, b.dead) for b in celery_delayq.backlog(app)] == [
+        (count, count, 0, 0)
+    ]
+    assert redis_client.keys("*inflight*") == [] and redis_client.keys("*claims*") == []
+
+
+def move_silenced(store: Any, proxy: MutingProxy, match: str) -> None:
+    """A move while the broker's answers are dropped: it gives up (ConfirmTimeout) after
+    the wait for answers, on the connection it had."""
+    proxy.muted = True
+    started = time.monotonic()
+    with pytest.raises(ConfirmTimeout, match=match):
+        store.move_all_due()
+    assert time.monotonic() - started < LEASE / 2 + 10  # returned: a generous bound
+    assert proxy.accepted == 1
+    proxy.muted = False
+
+
+@pytest.mark.promise("handover-silent-broker-returns-claims")
+def test_a_broker_silent_at_an_exchange_look_up_loses_nothing_and_publishes_nothing_twice(
+    make_amqp_app: Callable[..., Celery],
+    app_factory: Callable[..., Celery],
+    amqp_settings: dict[str, Any],
+    rabbitmq_url: str,
+    proxy: MutingProxy,
+    redis_client: redis.Redis,
+) -> None:
+    """The first publish to an exchange on a connection waits for its look-up (a passive
+    declare), whose answer never comes: nothing was published, so the next pass, on a
+    new connection, delivers each message once."""
+    app = make_amqp_app(**SETTINGS)
+    queue = app.conf.task_default_queue
+    seen, unseen = (Exchange(f"{queue}-{name}", type="direct") for name in ("seen", "unseen"))
+    with app.connection_for_write() as connection:
+        for exchange in (seen, unseen):
+            Queue(queue, exchange, routing_key=queue)(connection.default_channel).declare()
+    first = app.send_task("tests.remember", countdown=3600, exchange=seen.name, routing_key=queue)
+    later = [
+        app.send_task(
+            "tests.remember", (i,), countdown=3600, exchange=unseen.name, routing_key=queue
+        )
+        for i in range(MESSAGES)
+    ]
+    overdue(app, first)
+    through = app_factory(proxy.url(rabbitmq_url), **amqp_settings, **SETTINGS)
+
+    with open_store(through) as store:
+        assert store.move_all_due().moved == 1  # connected; an exchange looked up
+        overdue(app, *later)
+        move_silenced(store, proxy, match=f"look-up of exchange '{unseen.name}'")
+        all_back_in_the_schedule(app, redis_client, MESSAGES)
+
+        assert store.move_all_due().moved == MESSAGES
+        assert proxy.accepted == 2  # the silent connection was dropped, a new one made
+
+    arrived = Counter(m.headers["id"] for m in take_all(app, queue))
+    assert arrived == Counter(r.id for r in [first, *later])  # each exactly once
+
+
+@pytest.mark.promise("handover-silent-broker-returns-claims", "handover-stable-id")
+def test_a_broker_silent_before_its_confirms_loses_nothing(
+    make_amqp_app: Callable[..., Celery],
+    app_factory: Callable[..., Celery],
+    amqp_settings: dict[str, Any],
+    rabbitmq_url: str,
+    proxy: MutingProxy,
+    redis_client: redis.Redis,
+) -> None:
+    """The batch is published (the broker gets it, and may route it), its confirms never
+    come: the claims come back unconfirmed and the next pass publishes the batch again,
+    so a message may arrive twice, both copies with the same stable id."""
+    app = make_amqp_app(**SETTINGS)
+    queue = app.conf.task_default_queue
+    first = app.send_task("tests.remember", countdown=3600)
+    later = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(MESSAGES)]
+    overdue(app, first)
+    through = app_factory(proxy.url(rabbitmq_url), **amqp_settings, **SETTINGS)
+
+    with open_store(through) as store:
+        assert store.move_all_due().moved == 1  # connected (the default exchange)
+        overdue(app, *later)
+        move_silenced(store, proxy, match=f"did not confirm {MESSAGES} message")
+        all_back_in_the_schedule(app, redis_client, MESSAGES)
+
+        assert store.move_all_due().moved == MESSAGES
+        assert proxy.accepted == 2
+
+    arrived = take_all(app, queue)
+    copies = Counter(m.headers["id"] for m in arrived)
+    assert set(copies) == {r.id for r in [first, *later]}  # nothing lost
+    assert copies[first.id] == 1 and all(copies[r.id] <= 2 for r in later)
+    for result in later:
+        stable = {m.headers[STABLE_ID_HEADER] for m in arrived if m.headers["id"] == result.id}
+        assert len(stable) == 1
