@@ -23,6 +23,14 @@ are built, so the broker takes in the first messages while the rest are encoded,
 returns; ``settle`` waits for the batch's confirms. Between the two the hand-over claims
 and sends its next batch, so several batches may be awaited on one channel at once: each
 listens for the answers about its own delivery tags.
+
+A broker that accepts the connection and then stops answering (a hung node, a network
+path that drops its replies) is given up after ``confirm_timeout`` without an answer,
+to an exchange's look-up as to a batch's confirms: ``ConfirmTimeout``, reported to the
+hand-over like a broken connection (the claims come back, no try counted). The
+connection is then dropped without the closing handshake, and the next batch connects
+again; a batch the broker took before it went silent may have been routed, and goes
+again with the same stable id.
 """
 
 from __future__ import annotations
@@ -46,8 +54,9 @@ from .frames import PublishFrames
 
 logger = logging.getLogger(__name__)
 
-#: Longest wait for the confirms of one batch; beyond it the broker is taken as unwell
-#: (the movers pass half their lease, so a live mover gives up before its claims expire).
+#: Longest wait for the broker's answers (a batch's confirms, an exchange's look-up);
+#: beyond it the broker is taken as unwell (the movers pass half their lease, so a live
+#: mover gives up before its claims expire).
 CONFIRM_TIMEOUT_SECONDS = 30.0
 
 #: Frames are written once about this many bytes are built (a socket buffer's worth).
