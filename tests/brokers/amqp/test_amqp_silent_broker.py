@@ -39,44 +39,70 @@ def proxy(rabbitmq_url: str) -> Iterator[MutingProxy]:
         yield proxy
 
 
-def overdue(app: Celery, *results: Any) -> None:
-    for result in results:
-        assert celery_delayq.reschedule(app, result.id, countdown=-1) == 1
-
-
-def all_back_in_the_schedule(app: Celery, redis_client: redis.Redis, count: int) -> None:
-    """Every claim given back, due at once, none charged a try (none dead-lettered)."""
-    assert [(b.pending, b.overdue, b.in_flight, b.dead) for b in celery_delayq.backlog(app)] == [
-        (count, count, 0, 0)
-    ]
-    assert redis_client.keys("*inflight*") == [] and redis_client.keys("*claims*") == []
-
-
-def move_silenced(store: Any, proxy: MutingProxy, match: str) -> None:
-    """A move while the broker's answers are dropped: it gives up (ConfirmTimeout) after
-    the wait for answers, on the connection it had."""
-    proxy.muted = True
-    started = time.monotonic()
-    with pytest.raises(ConfirmTimeout, match=match):
-        store.move_all_due()
-    assert LEASE / 2 <= time.monotonic() - started < LEASE / 2 + 10  # a generous bound
-    assert proxy.accepted == 1
-    proxy.muted = False
-
-
-@pytest.mark.promise("handover-silent-broker-returns-claims")
-def test_a_broker_silent_at_an_exchange_look_up_loses_nothing_and_publishes_nothing_twice(
+@pytest.fixture
+def apps(
     make_amqp_app: Callable[..., Celery],
     app_factory: Callable[..., Celery],
     amqp_settings: dict[str, Any],
     rabbitmq_url: str,
     proxy: MutingProxy,
+) -> tuple[Celery, Celery]:
+    """An app on RabbitMQ, and the same app reaching RabbitMQ through the proxy (its
+    movers)."""
+    app = make_amqp_app(**SETTINGS)
+    through = app_factory(proxy.url(rabbitmq_url), **amqp_settings, **SETTINGS)
+    app.set_current()
+    return app, through
+
+
+def overdue(app: Celery, *results: Any) -> None:
+    for result in results:
+        assert celery_delayq.reschedule(app, result.id, countdown=-1) == 1
+
+
+def silenced_then_answering(
+    apps: tuple[Celery, Celery],
+    proxy: MutingProxy,
     redis_client: redis.Redis,
+    first: Any,
+    later: list[Any],
+    match: str,
+) -> None:
+    """Deliver ``first`` through the proxy (the mover connects), then move ``later``
+    while the broker's answers are dropped: the move gives up (ConfirmTimeout) after the
+    wait for answers, on the connection it had, and every claim comes back, due at once,
+    charged no try (none dead-lettered). Once the broker answers again, a new connection
+    delivers them."""
+    app, through = apps
+    overdue(app, first)
+    with open_store(through) as store:
+        assert store.move_all_due().moved == 1
+        overdue(app, *later)
+        proxy.muted = True
+        started = time.monotonic()
+        with pytest.raises(ConfirmTimeout, match=match):
+            store.move_all_due()
+        assert LEASE / 2 <= time.monotonic() - started < LEASE / 2 + 10  # a generous bound
+        assert proxy.accepted == 1
+        proxy.muted = False
+        backlog = celery_delayq.backlog(app)
+        assert [(b.pending, b.overdue, b.in_flight, b.dead) for b in backlog] == [
+            (len(later), len(later), 0, 0)
+        ]
+        assert redis_client.keys("*inflight*") == [] and redis_client.keys("*claims*") == []
+
+        assert store.move_all_due().moved == len(later)
+        assert proxy.accepted == 2  # the silent connection was dropped, a new one made
+
+
+@pytest.mark.promise("handover-silent-broker-returns-claims")
+def test_a_broker_silent_at_an_exchange_look_up_loses_nothing_and_publishes_nothing_twice(
+    apps: tuple[Celery, Celery], proxy: MutingProxy, redis_client: redis.Redis
 ) -> None:
     """The first publish to an exchange on a connection waits for its look-up (a passive
     declare), whose answer never comes: nothing was published, so the next pass, on a
     new connection, delivers each message once."""
-    app = make_amqp_app(**SETTINGS)
+    app, _ = apps
     queue = app.conf.task_default_queue
     seen, unseen = (Exchange(f"{queue}-{name}", type="direct") for name in ("seen", "unseen"))
     with app.connection_for_write() as connection:
@@ -89,17 +115,10 @@ def test_a_broker_silent_at_an_exchange_look_up_loses_nothing_and_publishes_noth
         )
         for i in range(MESSAGES)
     ]
-    overdue(app, first)
-    through = app_factory(proxy.url(rabbitmq_url), **amqp_settings, **SETTINGS)
-
-    with open_store(through) as store:
-        assert store.move_all_due().moved == 1  # connected; an exchange looked up
-        overdue(app, *later)
-        move_silenced(store, proxy, match=f"look-up of exchange '{unseen.name}'")
-        all_back_in_the_schedule(app, redis_client, MESSAGES)
-
-        assert store.move_all_due().moved == MESSAGES
-        assert proxy.accepted == 2  # the silent connection was dropped, a new one made
+    # the look-ups' channel is open (seen was looked up): the wait is the declare's
+    silenced_then_answering(
+        apps, proxy, redis_client, first, later, match=f"look-up of exchange '{unseen.name}'"
+    )
 
     arrived = Counter(m.headers["id"] for m in take_all(app, queue))
     assert arrived == Counter(r.id for r in [first, *later])  # each exactly once
@@ -107,31 +126,18 @@ def test_a_broker_silent_at_an_exchange_look_up_loses_nothing_and_publishes_noth
 
 @pytest.mark.promise("handover-silent-broker-returns-claims", "handover-stable-id")
 def test_a_broker_silent_before_its_confirms_loses_nothing(
-    make_amqp_app: Callable[..., Celery],
-    app_factory: Callable[..., Celery],
-    amqp_settings: dict[str, Any],
-    rabbitmq_url: str,
-    proxy: MutingProxy,
-    redis_client: redis.Redis,
+    apps: tuple[Celery, Celery], proxy: MutingProxy, redis_client: redis.Redis
 ) -> None:
     """The batch is published (the broker gets it, and may route it), its confirms never
     come: the claims come back unconfirmed and the next pass publishes the batch again,
     so a message may arrive twice, both copies with the same stable id."""
-    app = make_amqp_app(**SETTINGS)
+    app, _ = apps
     queue = app.conf.task_default_queue
-    first = app.send_task("tests.remember", countdown=3600)
+    first = app.send_task("tests.remember", countdown=3600)  # to the default exchange
     later = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(MESSAGES)]
-    overdue(app, first)
-    through = app_factory(proxy.url(rabbitmq_url), **amqp_settings, **SETTINGS)
-
-    with open_store(through) as store:
-        assert store.move_all_due().moved == 1  # connected (the default exchange)
-        overdue(app, *later)
-        move_silenced(store, proxy, match=f"did not confirm {MESSAGES} message")
-        all_back_in_the_schedule(app, redis_client, MESSAGES)
-
-        assert store.move_all_due().moved == MESSAGES
-        assert proxy.accepted == 2
+    silenced_then_answering(
+        apps, proxy, redis_client, first, later, match=f"did not confirm {MESSAGES} message"
+    )
 
     arrived = take_all(app, queue)
     copies = Counter(m.headers["id"] for m in arrived)
@@ -143,18 +149,12 @@ def test_a_broker_silent_before_its_confirms_loses_nothing(
 
 
 def test_a_store_closes_while_the_broker_is_silent(
-    make_amqp_app: Callable[..., Celery],
-    app_factory: Callable[..., Celery],
-    amqp_settings: dict[str, Any],
-    rabbitmq_url: str,
-    proxy: MutingProxy,
+    apps: tuple[Celery, Celery], proxy: MutingProxy
 ) -> None:
     """A mover that stops closes its connection with the broker's handshake, each wait of
     it bounded by the wait for answers: a silent broker does not keep it from stopping."""
-    app = make_amqp_app(**SETTINGS)
-    sent = app.send_task("tests.remember", countdown=3600)
-    overdue(app, sent)
-    through = app_factory(proxy.url(rabbitmq_url), **amqp_settings, **SETTINGS)
+    app, through = apps
+    overdue(app, app.send_task("tests.remember", countdown=3600))
     with open_store(through) as store:
         assert store.move_all_due().moved == 1  # connected
         proxy.muted = True
