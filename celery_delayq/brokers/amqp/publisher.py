@@ -23,6 +23,14 @@ are built, so the broker takes in the first messages while the rest are encoded,
 returns; ``settle`` waits for the batch's confirms. Between the two the hand-over claims
 and sends its next batch, so several batches may be awaited on one channel at once: each
 listens for the answers about its own delivery tags.
+
+A broker that accepts the connection and then stops answering (a hung node, a network
+path that drops its replies) is given up after ``confirm_timeout`` without an answer,
+to an exchange's look-up as to a batch's confirms: ``ConfirmTimeout``, reported to the
+hand-over like a broken connection (the claims come back, no try counted). The
+connection is then dropped without the closing handshake, and the next batch connects
+again; a batch the broker took before it went silent may have been routed, and goes
+again with the same stable id.
 """
 
 from __future__ import annotations
@@ -46,8 +54,9 @@ from .frames import PublishFrames
 
 logger = logging.getLogger(__name__)
 
-#: Longest wait for the confirms of one batch; beyond it the broker is taken as unwell
-#: (the movers pass half their lease, so a live mover gives up before its claims expire).
+#: Longest wait for the broker's answers (a batch's confirms, an exchange's look-up);
+#: beyond it the broker is taken as unwell (the movers pass half their lease, so a live
+#: mover gives up before its claims expire).
 CONFIRM_TIMEOUT_SECONDS = 30.0
 
 #: Frames are written once about this many bytes are built (a socket buffer's worth).
@@ -55,7 +64,8 @@ WRITE_BYTES = 64 * 1024
 
 
 class ConfirmTimeout(ConnectionError):
-    """The broker did not confirm a batch in time."""
+    """The broker did not answer in time: a batch's confirms, or an exchange's look-up
+    (the same budget, ``confirm_timeout``). The connection is given up."""
 
 
 class AMQPPublisher:
@@ -82,7 +92,7 @@ class AMQPPublisher:
         except ChannelError:  # the channel was closed under it: its answers never come
             self._drop_channel()
         except Exception as exc:  # noqa: BLE001 - reported: the mover backs off and retries
-            self.close()
+            self._abandon()
             sent.report.error = exc
         return sent
 
@@ -94,30 +104,48 @@ class AMQPPublisher:
             return report
         try:
             try:
-                if batch is None or batch.channel is not self._channel:
-                    # Its channel closed before this batch was written or confirmed (a
-                    # message of an earlier batch made the broker close it, which
-                    # drops what followed): it goes again on a new channel.
-                    batch = self._send_batch(report.unanswered(sent.messages), report)
-                self._await_confirms(batch)
-            finally:
-                if batch is not None:
-                    batch.stop_listening()
-        except ChannelError:
-            self._drop_channel()
-            for message in report.unanswered(sent.messages):
-                self._publish_alone(message, report)
+                self._confirm(batch, sent)
+            except ChannelError:
+                self._drop_channel()
+                for message in report.unanswered(sent.messages):
+                    self._publish_alone(message, report)
         except Exception as exc:  # noqa: BLE001 - reported: the mover backs off and retries
-            self.close()
+            self._abandon()
             report.error = exc
         return report
 
+    def _confirm(self, batch: BatchConfirms | None, sent: Sent) -> None:
+        """Wait for a sent batch's confirms, first sending it again if its channel
+        closed before it was written or confirmed (a message of an earlier batch made
+        the broker close it, which drops what followed)."""
+        try:
+            if batch is None or batch.channel is not self._channel:
+                batch = self._send_batch(sent.report.unanswered(sent.messages), sent.report)
+            self._await_confirms(batch)
+        finally:
+            if batch is not None:
+                batch.stop_listening()
+
     def close(self) -> None:
+        """Close the connection with the broker's handshake (each of its waits bounded
+        by ``confirm_timeout``: see ``_ready_channel``)."""
         self._drop_channel()
         self._lookups = None  # closed with its connection
         if self._connection is not None:
             with contextlib.suppress(Exception):  # closing a broken connection
                 self._connection.release()
+            self._connection = None
+
+    def _abandon(self) -> None:
+        """Drop the connection after an error, without the closing handshake: a broker
+        that stopped answering would not answer it, and an answer still on its way (a
+        late confirm or look-up) must not be read as a new one. The next use connects
+        again."""
+        self._exchanges.clear()
+        self._channel = self._lookups = None  # collected with the connection
+        if self._connection is not None:
+            with contextlib.suppress(Exception):  # its socket may be broken already
+                self._connection.collect()
             self._connection = None
 
     def _publish_alone(self, message: Outgoing, report: PublishReport) -> None:
@@ -175,11 +203,8 @@ class AMQPPublisher:
         meanwhile is raised."""
         missing: dict[str, str] = {}
         for exchange in sorted(exchanges - self._exchanges - {""}):
-            if self._lookups is None or not self._lookups.is_open:
-                assert self._connection is not None
-                self._lookups = self._connection.channel()
             try:
-                self._lookups.exchange_declare(exchange, "direct", passive=True)
+                self._look_up(exchange)
             except struct.error:  # a name over 255 bytes: its messages cannot be encoded
                 continue
             except ChannelError as exc:
@@ -189,6 +214,20 @@ class AMQPPublisher:
             else:
                 self._exchanges.add(exchange)
         return missing
+
+    def _look_up(self, exchange: str) -> None:
+        """A passive declare of ``exchange``, on the look-ups' channel (opened first if
+        need be): ``ChannelError`` when it is missing."""
+        try:
+            if self._lookups is None or not self._lookups.is_open:
+                assert self._connection is not None
+                self._lookups = self._connection.channel()
+            self._lookups.exchange_declare(exchange, "direct", passive=True)
+        except socket.timeout as exc:  # the connection's timeout (_ready_channel)
+            raise ConfirmTimeout(
+                f"the broker did not answer the look-up of exchange {exchange!r} within "
+                f"{self.confirm_timeout:g} s"
+            ) from exc
 
     def _await_confirms(self, batch: BatchConfirms) -> None:
         assert self._connection is not None
@@ -206,6 +245,12 @@ class AMQPPublisher:
     def _ready_channel(self) -> Any:
         if self._connection is None:
             self._connection = self.connect()
+            # py-amqp waits for the broker's answers without a limit (a channel's opening
+            # or closing, an exchange's look-up), which a broker that accepted the
+            # connection and then stopped answering would make endless: on this
+            # connection, a read or a write gives up (socket.timeout) after
+            # ``confirm_timeout`` without progress.
+            self._connection.connection.transport.sock.settimeout(self.confirm_timeout)
         if self._channel is None:
             self._channel = self._connection.channel()
             self._channel.confirm_select()
