@@ -165,6 +165,7 @@ def test_an_unlimited_tasks_bulk_takes_the_same_redis_commands_with_limits_confi
     assert configured == plain
 
 
+@pytest.mark.promise("bulk-enters-at-publish")
 @pytest.mark.parametrize("shards", [1, 4])
 def test_a_bulk_without_countdown_from_a_producer_whose_clock_runs_ahead_enters_at_publish(
     make_app, redis_client, monkeypatch, shards
