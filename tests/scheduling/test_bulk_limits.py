@@ -19,9 +19,10 @@ import celery_delayq
 from celery_delayq.brokers.common import diverter
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.config.limits import LIMIT_KEY_HEADER
-from celery_delayq.core.layout.gates import bucket_of
+from celery_delayq.core.layout.gates import bucket_of, bucket_shard_key
 from celery_delayq.core.layout.keys import QueueKeys
 from celery_delayq.core.layout.record import Record, task_key
+from celery_delayq.core.store import DelayedStore
 from celery_delayq.scheduling import templates
 from celery_delayq.testing import RedisServer, wait_until
 from celery_delayq.testing.releases import release_log
@@ -58,9 +59,15 @@ def default_shard(app: Celery) -> QueueKeys:
         return store.keys.for_queue("default")
 
 
+def bucket_shard(store: DelayedStore, key: str, queue: str = "default") -> QueueKeys:
+    """The queue shard that holds the key's bucket (the only one when not sharded)."""
+    return store.keys.shard_of(queue, bucket_shard_key(bucket_of(LIMITED, key)))
+
+
 def waiting(client: redis.Redis, app: Celery, key: str) -> list[bytes]:
     """The message keys waiting in the key's bucket, in order."""
-    bucket = default_shard(app).gate("w", bucket_of(LIMITED, key))
+    with open_store(app) as store:
+        bucket = bucket_shard(store, key).gate("w", bucket_of(LIMITED, key))
     return list(client.lrange(bucket, 0, -1))
 
 
@@ -158,25 +165,46 @@ def test_an_unlimited_tasks_bulk_takes_the_same_redis_commands_with_limits_confi
     assert configured == plain
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="finding: a chunk (core/store/writes.py schedule_chunk, lua/schedule_chunk.lua) "
-    "does not pass no_eta to publish_gated: a bulk call without a countdown from a producer "
-    "whose clock runs ahead waits in the schedule until that clock's now",
+@pytest.mark.promise("bulk-enters-at-publish")
+@pytest.mark.parametrize(
+    ("shards", "cluster"), [(1, False), (4, False), (4, True)], ids=["one", "four", "cluster"]
 )
 def test_a_bulk_without_countdown_from_a_producer_whose_clock_runs_ahead_enters_at_publish(
-    make_app, redis_client, monkeypatch
+    request, monkeypatch, shards, cluster
 ) -> None:
     """As a single send without a countdown (tests/flow/test_enter_at_publish.py): the
-    producer's clock a minute ahead of Redis's, every call is in its bucket as
-    ``schedule_many`` returns, due by the store's clock."""
+    producer's clock a minute ahead of Redis's, every call without one is in its key's
+    bucket as ``schedule_many`` returns, due by the store's clock, while a call whose ETA
+    is past by the producer's clock only waits in the schedule (never before its ETA by
+    the store's). On a store of four shards the keys' buckets are in different shards,
+    each call in its bucket's: one call, a group per shard, or on a Redis Cluster a call
+    per shard."""
     ahead = SimpleNamespace(time=lambda: time.time() + AHEAD_MS / 1000)
     monkeypatch.setattr(diverter, "time", ahead)
     monkeypatch.setattr(templates, "time", ahead)
-    app = make_app(**SETTINGS)
-    calls = [((str(n),), {}, keyed("k")) for n in range(5)]
+    make = request.getfixturevalue("make_cluster_app" if cluster else "make_app")
+    app = make(delayq_store_shards=shards, **SETTINGS)
+    queue = app.conf.task_default_queue
+    limit_keys = ["a", "b", "c", "d"]
+    calls = [((f"{k}{n}",), {}, keyed(k)) for n in range(3) for k in limit_keys]
+    past = datetime.fromtimestamp(ahead.time() - 5, timezone.utc)  # ahead of the store's now
+    calls.insert(5, (("a-past",), {}, keyed("a", eta=past)))
     ids = celery_delayq.schedule_many(limited_task(app), calls)
-    assert waiting(redis_client, app, "k") == [task_key(task_id) for task_id in ids]
+    by_label = {args[0]: task_key(task_id) for (args, _, _), task_id in zip(calls, ids)}
+
+    with open_store(app) as store:
+        client, now = store.client, store.server_time_ms()
+        assert scheduled_keys(client, store, queue) == [by_label["a-past"]]
+        shards_used = set()
+        for k in limit_keys:
+            shard = bucket_shard(store, k, queue)
+            shards_used.add(shard.shard)
+            in_bucket = client.lrange(shard.gate("w", bucket_of(LIMITED, k)), 0, -1)
+            assert in_bucket == [by_label[f"{k}{n}"] for n in range(3)]
+            records = [client.hget(shard.messages, key) for key in in_bucket]
+            dues = [Record.decode(raw, shard.own_list).due_ms for raw in records]
+            assert all(due <= now for due in dues), "due on the store's clock"
+    assert len(shards_used) == min(shards, 3)  # these keys' buckets: 3 of the 4 shards
 
 
 @pytest.mark.promise("bulk-keeps-limits")

@@ -218,14 +218,22 @@ class ShardChunk(NamedTuple):
     triples: list[Any]
     #: Indices of its messages in the whole chunk (which were lost if it fails).
     indices: list[int]
+    #: For ``schedule_many_gated.lua``, per message "1" when it was sent without an ETA,
+    #: else "0" (one string after the triples); None for ``schedule_many.lua``, whose
+    #: messages need none: the flag only takes a limited message's due time back to the
+    #: store's now.
+    no_eta: list[str] | None = None
 
 
 def schedule_many_args(parts: Sequence[ShardChunk]) -> tuple[list[Any], list[Any]]:
-    """KEYS and ARGV of one ``schedule_many.lua`` call storing these shards' parts."""
+    """KEYS and ARGV of one ``schedule_many.lua`` (or ``schedule_many_gated.lua``) call
+    storing these shards' parts."""
     keys: list[Any] = []
     args: list[Any] = [len(parts), len(parts[0].keys)]
     for part in parts:
         keys.extend(part.keys)
         args.extend((*part.page_args, part.queue, part.wakeup_channel, len(part.indices)))
         args.extend(part.triples)
+        if part.no_eta is not None:
+            args.append("".join(part.no_eta))
     return keys, args

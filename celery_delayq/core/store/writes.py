@@ -241,7 +241,8 @@ class Writes:
         """The messages grouped by queue shard, each as ``schedule.lua`` would store it
         (``schedule_call``'s arguments and shard, built without a call object per
         message: a chunk is hundreds); ``gated``: each shard's keys end with its ready
-        buckets (``schedule_many_gated.lua``)."""
+        buckets, and its messages' ``no_eta`` flags follow them (``schedule_many_gated.lua``,
+        as ``publish_call`` gives ``schedule_gated.lua`` the flag)."""
         parts: dict[QueueKeys, ShardChunk] = {}
         registry = self.state.registry_in_scripts()
         for i, message in enumerate(messages):
@@ -256,9 +257,12 @@ class Writes:
                     self.state.keys.wakeup_channel,
                     [],
                     [],
+                    [] if gated else None,
                 )
             part.triples.extend((key, message.due_ms, message.record(keys.own_list)))
             part.indices.append(i)
+            if part.no_eta is not None:
+                part.no_eta.append("1" if message.no_eta else "0")
         return list(parts.values())
 
 
