@@ -85,6 +85,7 @@ def test_an_upsert_pause_and_resume_while_beats_run_take_effect_from_the_next_oc
             changed = periodic.upsert(app, "api-tick", "tests.worker_app.tick", 2.0)
         assert not changed.replaced
         periodic.pause(app, "tick")  # the settings' entry, paused at run time
+        # after the call: its own now, from which it withdraws, is no later than this
         paused_at = datetime.now(timezone.utc)
         settle = timedelta(seconds=7)  # what may already be in a queue goes on (writer.py)
         wait_until(
@@ -94,8 +95,10 @@ def test_an_upsert_pause_and_resume_while_beats_run_take_effect_from_the_next_oc
             ),
             timeout=60,
         )
-        periodic.resume(app, "tick")
+        # before the call: it runs the entry again from its own now, which a loaded
+        # machine can put well after any stamp taken before it, never before
         resumed_at = datetime.now(timezone.utc)
+        periodic.resume(app, "tick")
         wait_until(
             lambda: len([w for w in occurrences(redis_client) if w > resumed_at]) >= 3,
             timeout=60,
