@@ -173,12 +173,11 @@ class LivePass:
         aggregate rate."""
         raw = self.client.lrange(f"{self.keys.gates}log", 0, -1)
         times: dict[str, list[int]] = defaultdict(list)
+        calls: dict[str, int] = defaultdict(int)  # a call's releases share its TIME
         for line in raw:
             at, _, bucket = line.decode("utf-8", "surrogateescape").partition(" ")
             times[split_bucket(bucket)[1] or ""].append(int(at))
-        calls: dict[bytes, int] = defaultdict(int)  # a call's releases share its TIME
-        for line in raw:
-            calls[line.split(b" ", 1)[0]] += 1
+            calls[at] += 1
         worst = max(most_in_window(sorted(ts), 1_000_000) for ts in times.values())
         every = sorted(t for ts in times.values() for t in ts)
         per_second = defaultdict(int)
