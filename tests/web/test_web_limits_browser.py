@@ -58,6 +58,6 @@ def test_the_limits_page_shows_what_runs_and_what_waits(
         page.click("button:has-text('Filter')")
         assert "task=tests.no_such_task" in page.url
         assert page.locator("table.limits tbody").inner_text() == "No flow-controlled messages."
-        started = [(run["id"], run.get("phase"), run.get("pid")) for run in runs(redis_client)]
-        assert len(started) == 2, started  # the slots are still held: no third run
+        recorded = [(run["id"], run.get("phase"), run.get("pid")) for run in runs(redis_client)]
+        assert len(recorded) == 2, recorded  # the slots are still held: no third run
         redis_client.rpush("test:gate", *["go"] * 5)  # the runs end, the rest follow
