@@ -52,7 +52,14 @@ new_venv "$work/venv" "${wheels[0]}"
     export REDIS_SERVER_BIN="${REDIS_SERVER_BIN:-$(command -v redis-server)}"
     cd "$work"
     env -u PYTHONPATH "$work/venv/bin/python" "$repo/.ci/smoke/check_wheel.py"
-)
+) || {
+    # What was built and what was installed, for the failure's reader.
+    echo "-- the wheel's files"
+    python -m zipfile -l "${wheels[0]}"
+    echo "-- the virtualenv's site-packages"
+    ls "$("$work/venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"
+    exit 1
+}
 
 echo "-- the demo from <wheel>[demo], no redis-server on PATH but the demo extra's"
 demo="$work/demo"
