@@ -28,9 +28,12 @@ A broker that accepts the connection and then stops answering (a hung node, a ne
 path that drops its replies) is given up after ``confirm_timeout`` without an answer,
 to an exchange's look-up as to a batch's confirms: ``ConfirmTimeout``, reported to the
 hand-over like a broken connection (the claims come back, no try counted). The
-connection is then dropped without the closing handshake, and the next batch connects
+connection is then dropped without the closing handshake, and the next pass connects
 again; a batch the broker took before it went silent may have been routed, and goes
-again with the same stable id.
+again with the same stable id. A batch still awaited on the connection given up is not
+sent again on a new one in the same pass (``ConnectionGivenUp``): its claims come back
+at once, where a new connection to a broker just found unwell could wait
+``broker_connection_timeout`` more.
 """
 
 from __future__ import annotations
@@ -63,6 +66,15 @@ CONFIRM_TIMEOUT_SECONDS = 30.0
 WRITE_BYTES = 64 * 1024
 
 
+class ConnectionGivenUp(ConnectionError):
+    """A batch's connection was given up (after another batch's error) before its
+    confirms came: they never will. Its claims come back, and the next pass sends it,
+    rather than this one waiting on a new connection to a broker just found unwell."""
+
+    def __init__(self, why: str) -> None:
+        super().__init__(f"the broker connection this batch went out on was given up ({why})")
+
+
 class ConfirmTimeout(ConnectionError):
     """The broker did not answer in time: a batch's confirms, or an exchange's look-up
     (the same budget, ``confirm_timeout``). The connection is given up."""
@@ -84,6 +96,7 @@ class AMQPPublisher:
         self._published = 0  # delivery tags the broker gave this channel's publishes
         self._lookups: Any = None  # a channel of its own for the exchanges' look-ups
         self._exchanges: set[str] = set()  # looked up: they existed (cleared on errors)
+        self._given_up_for = ""  # why the last connection was given up (_abandon)
 
     def send(self, messages: Sequence[Outgoing]) -> Sent:
         sent = Sent(messages)
@@ -92,7 +105,7 @@ class AMQPPublisher:
         except ChannelError:  # the channel was closed under it: its answers never come
             self._drop_channel()
         except Exception as exc:  # noqa: BLE001 - reported: the mover backs off and retries
-            self._abandon()
+            self._abandon(exc)
             sent.report.error = exc
         return sent
 
@@ -109,8 +122,10 @@ class AMQPPublisher:
                 self._drop_channel()
                 for message in report.unanswered(sent.messages):
                     self._publish_alone(message, report)
+        except ConnectionGivenUp as exc:  # that connection is gone; a newer one stays
+            report.error = exc
         except Exception as exc:  # noqa: BLE001 - reported: the mover backs off and retries
-            self._abandon()
+            self._abandon(exc)
             report.error = exc
         return report
 
@@ -119,6 +134,8 @@ class AMQPPublisher:
         closed before it was written or confirmed (a message of an earlier batch made
         the broker close it, which drops what followed)."""
         try:
+            if batch is not None and batch.connection is not self._connection:
+                raise ConnectionGivenUp(self._given_up_for)
             if batch is None or batch.channel is not self._channel:
                 batch = self._send_batch(sent.report.unanswered(sent.messages), sent.report)
             self._await_confirms(batch)
@@ -136,11 +153,13 @@ class AMQPPublisher:
                 self._connection.release()
             self._connection = None
 
-    def _abandon(self) -> None:
-        """Drop the connection after an error, without the closing handshake: a broker
+    def _abandon(self, error: Exception) -> None:
+        """Drop the connection after ``error``, without the closing handshake: a broker
         that stopped answering would not answer it, and an answer still on its way (a
         late confirm or look-up) must not be read as a new one. The next use connects
-        again."""
+        again; a batch sent on it and not settled yet is not sent again (``_confirm``)."""
+        if self._connection is not None:
+            self._given_up_for = f"{type(error).__name__}: {error}"
         self._exchanges.clear()
         self._channel = self._lookups = None  # collected with the connection
         if self._connection is not None:
@@ -190,7 +209,7 @@ class AMQPPublisher:
             if size >= WRITE_BYTES:
                 connection.transport.write(b"".join(pending))
                 pending, size = [], 0
-        batch = BatchConfirms(report, channel, self._published + 1, sent)
+        batch = BatchConfirms(report, self._connection, channel, self._published + 1, sent)
         self._published += len(sent)
         if pending:
             connection.transport.write(b"".join(pending))
@@ -305,11 +324,18 @@ class BatchConfirms:
     """
 
     def __init__(
-        self, report: PublishReport, channel: Any, first: int, messages: Sequence[Outgoing]
+        self,
+        report: PublishReport,
+        connection: Connection | None,
+        channel: Any,
+        first: int,
+        messages: Sequence[Outgoing],
     ) -> None:
-        """``messages`` went out on ``channel`` with the delivery tags ``first``,
-        ``first + 1``...; it is listened to until ``stop_listening``."""
+        """``messages`` went out on ``channel`` of the publisher's ``connection`` with
+        the delivery tags ``first``, ``first + 1``...; it is listened to until
+        ``stop_listening``."""
         self.report = report
+        self.connection = connection
         self.channel = channel
         self.unconfirmed = len(messages)
         self._first = first

@@ -17,7 +17,7 @@ from celery import Celery
 from kombu import Exchange, Queue
 
 import celery_delayq
-from celery_delayq.brokers.amqp.publisher import ConfirmTimeout
+from celery_delayq.brokers.amqp.publisher import ConfirmTimeout, ConnectionGivenUp
 from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.brokers.connect import open_store
 
@@ -160,3 +160,57 @@ def test_a_store_closes_while_the_broker_is_silent(
         proxy.muted = True
         started = time.monotonic()
     assert time.monotonic() - started < 3 * LEASE / 2 + 10  # channel, connection: returned
+
+
+@pytest.mark.promise("handover-silent-broker-returns-claims")
+def test_a_batch_awaited_on_a_connection_given_up_is_not_sent_on_a_new_one(
+    app_factory: Callable[..., Celery],
+    make_amqp_app: Callable[..., Celery],
+    amqp_settings: dict[str, Any],
+    rabbitmq_url: str,
+    proxy: MutingProxy,
+    redis_client: redis.Redis,
+) -> None:
+    """In a backlog a mover sends the next batch before the first one's confirms come:
+    here that next batch's exchange look-up finds the broker silent, and the connection
+    is given up. The first batch, sent on it, is then not sent again on a new connection
+    (which the silent broker would keep waiting for its handshake): its claims come back
+    in the same pass, and the next pass delivers every message."""
+    fixed = {**SETTINGS, "delayq_move_batch_size": MESSAGES, "delayq_move_call_budget": 0}
+    app = make_amqp_app(**fixed)
+    through = app_factory(proxy.url(rabbitmq_url), **amqp_settings, **fixed)
+    app.set_current()
+    queue = app.conf.task_default_queue
+    unseen = Exchange(f"{queue}-unseen", type="direct")
+    with app.connection_for_write() as connection:
+        Queue(queue, unseen, routing_key=queue)(connection.default_channel).declare()
+    first = app.send_task("tests.remember", countdown=3600)
+    ahead = [app.send_task("tests.remember", (i,), countdown=3600) for i in range(MESSAGES)]
+    behind = [
+        app.send_task(
+            "tests.remember", (i,), countdown=3600, exchange=unseen.name, routing_key=queue
+        )
+        for i in range(MESSAGES)
+    ]
+    overdue(app, first)
+    with open_store(through) as store:
+        assert store.move_all_due().moved == 1  # connected; the default exchange looked up
+        for results, countdown in ((ahead, -2), (behind, -1)):  # ahead: the first batch
+            for result in results:
+                assert celery_delayq.reschedule(app, result.id, countdown=countdown) == 1
+        proxy.muted = True
+        with pytest.raises(ConnectionGivenUp, match="ConfirmTimeout: .* look-up of exchange"):
+            store.move_all_due()
+        assert proxy.accepted == 1  # no new connection was tried in that pass
+        proxy.muted = False
+        backlog = celery_delayq.backlog(app)
+        assert [(b.pending, b.overdue, b.in_flight, b.dead) for b in backlog] == [
+            (2 * MESSAGES, 2 * MESSAGES, 0, 0)
+        ]
+        assert store.move_all_due().moved == 2 * MESSAGES
+        assert proxy.accepted == 2
+
+    arrived = Counter(m.headers["id"] for m in take_all(app, queue))
+    assert set(arrived) == {r.id for r in [first, *ahead, *behind]}  # nothing lost
+    assert all(arrived[r.id] == 1 for r in [first, *behind])  # behind was never published
+    assert all(arrived[r.id] <= 2 for r in ahead)  # routed, unconfirmed: may come twice

@@ -24,7 +24,7 @@ class ListenedChannel:
 def batch_of(count: int, first: int) -> tuple[BatchConfirms, PublishReport]:
     report = PublishReport()
     messages = [Outgoing(f"m{i}".encode(), "d", b"{}", 0) for i in range(count)]
-    batch = BatchConfirms(report, ListenedChannel(), first, messages)
+    batch = BatchConfirms(report, None, ListenedChannel(), first, messages)
     return batch, report
 
 
