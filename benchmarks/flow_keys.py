@@ -119,6 +119,7 @@ class LivePass:
         self.client.slowlog_reset()
         self.client.config_resetstat()
         gated_before = int(self.client.hget(self.keys.stats, "gated") or 0)
+        redis_cpu = redis_cpu_seconds(self.client)
         self.run.start_workers(workers)
         self.publish_stream(stream, seconds)
         total = backlog + stream
@@ -130,6 +131,10 @@ class LivePass:
             return self.run.execution_count() >= total
 
         wait_until(done, timeout=600, interval=0.2, what=f"{total} executions")
+        # where the CPU went: Redis, and the workers with their movers (their start-up
+        # included, the same in either pass)
+        redis_cpu = redis_cpu_seconds(self.client) - redis_cpu
+        workers_cpu = sum(worker.cpu_seconds() for worker in self.run.workers)
         sha = make_store(self.url).state.scripts.move_due.sha.encode()
         # (µs, batch asked for) of each move call in SLOWLOG
         calls = [
@@ -162,6 +167,9 @@ class LivePass:
             "mover_batches": spread(batches),
             "over_2ms": sorted(((us, limit) for us, limit in calls if us > 2000), reverse=True),
             "entered_by_moves": gated,
+            "redis_cpu_s": redis_cpu,
+            "workers_cpu_s": workers_cpu,
+            "drain_s": starts[-1] - starts[0],
             **move_lateness(self.url, self.config.queue),
         }
         if self.limited:
@@ -195,6 +203,12 @@ class LivePass:
 
     def close(self) -> None:
         self.run.close()
+
+
+def redis_cpu_seconds(client: redis.Redis) -> float:
+    """CPU time (user and system, all its threads) the Redis server has used so far."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def move_limit(command: bytes) -> int | None:
@@ -539,6 +553,9 @@ def render(
             f"p90 / most | | {limited['release_calls']:,}: "
             f"{spread_text(limited['releases_per_call'])} | |",
             row("gated messages entered by move calls", plain, limited, "entered_by_moves", "{:,}"),
+            row("drain, first to last backlog start (s)", plain, limited, "drain_s", "{:.1f}"),
+            row("Redis CPU (s)", plain, limited, "redis_cpu_s", "{:.1f}"),
+            row("workers' CPU, tasks and movers (s)", plain, limited, "workers_cpu_s", "{:.1f}"),
             "",
             "Move calls over 2 ms and over 5 ms (SLOWLOG, Redis's own time) by the batch they "
             "were asked for (`ARGV[3]` of move_due.lua, in the entry's arguments): a few tens "

@@ -41,7 +41,7 @@ from celery_delayq.testing import (
 
 from .harness import log
 from .periodic_app import ENV, QUEUE, READY_KEY, settings
-from .processes import MIB, REPO_ROOT
+from .processes import MIB, REPO_ROOT, cpu_seconds
 from .report import environment
 from .standalone import parse_options, publish
 
@@ -69,11 +69,6 @@ class Reading:
     window_cpu: float
     delivered: int  # tasks in the queue at the end of the window
     redis_us: float  # Redis's time running commands during the window
-
-
-def cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return float(times.user + times.system)
 
 
 def redis_usec(client: redis.Redis) -> float:

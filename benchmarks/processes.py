@@ -27,6 +27,12 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 MIB = 1024 * 1024
 
 
+def cpu_seconds(process: psutil.Process) -> float:
+    """CPU time (user and system) a process has used so far."""
+    times = process.cpu_times()
+    return float(times.user + times.system)
+
+
 class WorkerProcess:
     """One ``celery worker --pool=solo`` subprocess consuming the run's queue.
 
@@ -89,6 +95,11 @@ class WorkerProcess:
     def rss(self) -> int:
         """Resident memory of the worker's main process, in bytes."""
         return int(psutil.Process(self.pid).memory_info().rss)
+
+    def cpu_seconds(self) -> float:
+        """CPU time the worker's main process (its tasks and its mover thread, with
+        the solo pool) has used since it started."""
+        return cpu_seconds(psutil.Process(self.pid))
 
     def settled_rss(
         self,

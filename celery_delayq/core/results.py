@@ -177,8 +177,8 @@ class BucketState:
     #: Its limits, as the last message to enter it said (None: its state is gone).
     limits: GateSpec | None
     waiting: int
-    #: Releases since its state was made (a state is forgotten a day after it stops
-    #: mattering: then the count starts again).
+    #: Releases since its state was made (a state is forgotten a day, to an hour more,
+    #: after it stops mattering: then the count starts again).
     released: int
     #: Per rate of ``limits``: releases in the last window of the rate's length, from
     #: the release log (None: not counted, or no log is kept).

@@ -40,10 +40,9 @@ def state_ends_ms(client: redis.Redis, keys: QueueKeys, bucket: str) -> int:
 
 
 def covers(until: float, state_ends: int) -> bool:
-    """Whether an index member's time covers a state that ends at ``state_ends`` (a day
-    on), and not by more than the slack; give or take the script's own run (the state's
-    expiry is set a moment after the script reads the time)."""
-    return -1000 < until - state_ends <= INDEX_SLACK
+    """Whether an index member's time is when its state expires: the state's expiry is
+    set with the member, to its time (give or take the millisecond PTTL rounds)."""
+    return abs(until - state_ends) <= 1
 
 
 def released_once(client: redis.Redis) -> tuple[DelayedStore, QueueKeys]:
@@ -80,10 +79,14 @@ def test_a_save_within_the_slack_writes_no_index_member_again(
     """The state is saved at each release; its index member, only once the state
     would outlast it: each member is marked, and the next save leaves it."""
     store, keys = released_once(redis_client)
+    (until,) = index(redis_client, keys).values()
+    # a day after its release (a moment ago), and the slack
+    assert until - store.server_time_ms() > 86_400_000 + INDEX_SLACK - 1_000
     redis_client.zadd(keys.gate_index, {b"t": 5e15})  # marked: not the "indexed" written
     due_message(store, "second", ONE_A_SECOND)
     wait_until_released(store, keys, "second")
     assert index(redis_client, keys) == {b"t": 5e15}  # left as it was
+    assert covers(until, state_ends_ms(redis_client, keys, "t"))  # the expiry too
 
     redis_client.hset(keys.gate("s", "t"), "indexed", 1)  # as if the state outlasted it
     due_message(store, "third", ONE_A_SECOND)

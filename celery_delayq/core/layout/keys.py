@@ -72,7 +72,8 @@ Layout, with ``P`` = kombu's ``global_keyprefix`` + ``delayq_key_prefix`` (defau
                                 concurrency-limited task, or one limit key of it
     P:{Q}:fc:w:<B>      LIST   message keys waiting in bucket B, in due order
     P:{Q}:fc:s:<B>      HASH   bucket B's limits (spec), arrival times (t<i>), hold, count,
-                                its time in the index (indexed)
+                                its time in the index (indexed), which is when it
+                                expires
     P:{Q}:fc:r:<B>      ZSET   message key -> lease end (ms) of each of B's running slots:
                                 taken at release, renewed by the worker holding the
                                 task, given back as it ends (worker/flow/running_slots.py)

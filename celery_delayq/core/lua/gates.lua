@@ -18,7 +18,8 @@
 --                                (no release before this, us; "paused": none until
 --                                resumed), released (count), indexed (the bucket's
 --                                time in the index, ms); expires a day after it stops
---                                mattering
+--                                mattering, or up to INDEX_SLACK later: with its index
+--                                member (save_bucket)
 --          P:{Q}:fc:r:<b>  zset  message key -> end (ms) of the lease on its running slot
 --          P:{Q}:fc:log    list  "<us> <bucket>" per release, newest first, kept to the
 --                                length the caller asks (0: no log)
@@ -184,22 +185,27 @@ local index_usable, released_by_task, tasks_released = nil, {}, {}
 -- member already lasts that long and not much longer; the state's fields to write get
 -- the time written. The first write of a call also drops at most INDEX_PRUNE members
 -- whose time is past `now_ms`: a new member comes with a write, so it keeps up, and no
--- call loops over the index.
+-- call loops over the index. Returns when (ms, +inf: never) the state is to expire when
+-- that must be set now: the time written, or `until_ms` with an index of another type;
+-- nil when the state's expiry, set with its member, still holds.
 local function index_bucket(b, until_ms, now_ms, fields)
   local indexed = b.indexed
-  if indexed and indexed >= until_ms and indexed <= until_ms + INDEX_SLACK then return end
+  if indexed and indexed >= until_ms and indexed <= until_ms + INDEX_SLACK then return nil end
   if index_usable == nil then  -- of another type: the read's error reply says so
     local past = redis.pcall('ZRANGEBYSCORE', BUCKET_INDEX, '-inf',
                              string.format('(%d', now_ms), 'LIMIT', 0, INDEX_PRUNE)
     index_usable = not failed(past)
     if index_usable and #past > 0 then redis.call('ZREM', BUCKET_INDEX, unpack(past)) end
   end
-  if not index_usable then return end  -- crafted: nothing written, nothing said written
-  local score = until_ms == math.huge and '+inf' or string.format('%d', until_ms + INDEX_SLACK)
+  if not index_usable then return until_ms end  -- crafted: nothing written, nothing said written
+  local ends = until_ms == math.huge and until_ms or until_ms + INDEX_SLACK
+  local score = ends == math.huge and '+inf' or string.format('%d', ends)
   redis.call('ZADD', BUCKET_INDEX, score, b.name)
   fields[#fields + 1] = 'indexed'
   fields[#fields + 1] = score
   states[b.name][4 + MOST_RATES] = score  -- as bucket_state keeps it
+  b.indexed = ends
+  return ends
 end
 
 -- Count `count` releases of a bucket against its task (written by write_released).
@@ -234,7 +240,9 @@ local function write_released()
 end
 
 -- Keep the bucket's state: its arrival times, and an expiry a day after the last of
--- them (a paused bucket's never expires); index it until then.
+-- them (a paused bucket's never expires); index it until then. The expiry is set with
+-- the index member, to the member's time (up to INDEX_SLACK later): one command less
+-- for each save in between, as a release's is.
 local function save_bucket(b, now, released)
   if released > 0 then tally_released(b.name, released) end
   if b.unlimited then return end
@@ -251,18 +259,19 @@ local function save_bucket(b, now, released)
     fields[#fields + 1] = string.format('%d', b.released)
     kept[3] = fields[#fields]
   end
-  local now_ms, ttl = math.floor(now / 1000), nil
-  if b.hold == math.huge then
-    index_bucket(b, math.huge, now_ms, fields)
-  else
+  local now_ms, until_ms = math.floor(now / 1000), math.huge
+  if b.hold ~= math.huge then
     if b.hold > last then last = b.hold end
-    ttl = math.floor((last - now + DAY_US) / 1000)
     -- a slot taken now runs until its lease's end, which may be later
-    index_bucket(b, math.max(now_ms + ttl, now_ms + (b.most and b.lease or 0)), now_ms,
-                 fields)
+    until_ms = math.max(math.floor((last + DAY_US) / 1000), now_ms + (b.most and b.lease or 0))
   end
+  local ends = index_bucket(b, until_ms, now_ms, fields)
   if #fields > 0 then redis.call('HSET', b.state, unpack(fields)) end
-  if ttl then redis.call('PEXPIRE', b.state, ttl) else redis.call('PERSIST', b.state) end
+  if ends == math.huge then
+    redis.call('PERSIST', b.state)
+  elseif ends then
+    redis.call('PEXPIREAT', b.state, string.format('%d', ends))
+  end
 end
 
 -- A record's gate as spec and bucket; nil for one this store did not write (its
