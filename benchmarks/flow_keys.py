@@ -413,11 +413,18 @@ def main() -> None:
         action="store_true",
         help="run redis-server at the priority of the rest, not ahead of it",
     )
+    parser.add_argument(
+        "--redis-own-core",
+        action="store_true",
+        help="pin redis-server to the first CPU and everything else to the others",
+    )
     options = parser.parse_args()
     size = QUICK if options.quick else FULL
     started = time.time()
     with RedisServer() as server:
         redis_cpu = "shared" if options.redis_shares_cpu else redis_first(server)
+        if options.redis_own_core:
+            redis_cpu += "; " + redis_own_core(server)
         log(f"redis-server's CPU: {redis_cpu}")
         client = server.client()
         costs = [
@@ -444,6 +451,19 @@ def redis_first(server: RedisServer) -> str:
     except PermissionError:
         return "shared (no permission to raise its priority)"
     return f"nice {os.getpriority(os.PRIO_PROCESS, server.process.pid)}, the rest {own}"
+
+
+def redis_own_core(server: RedisServer) -> str:
+    """Pin redis-server to the first CPU, and this process (and so the workers it starts
+    later) to the others: Redis then never waits for a CPU the workers hold, nor takes
+    one from them, as on a host of its own. Returns what the report says of it."""
+    assert server.process is not None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return "not pinned (one CPU)"
+    os.sched_setaffinity(server.process.pid, {cpus[0]})
+    os.sched_setaffinity(0, set(cpus[1:]))
+    return f"pinned to CPU {cpus[0]}, the rest to CPU {', '.join(map(str, cpus[1:]))}"
 
 
 def render(
