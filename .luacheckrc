@@ -26,7 +26,7 @@ local helpers_exports = {
   "parse", "remove_entry", "head", "duplicate_of", "forget_duplicate", "extra_messages",
   "collect_due", "drop_taken", "bury", "bury_unreadable", "lateness_histogram", "server_now", "call_chunked",
   "index_field", "key_holder", "release_key", "hold_key_again", "remove_message", "with_due",
-  "counted",
+  "counted", "work_clock_us", "worked_us",
 }
 -- The locals gates.lua (flow control) defines for the scripts that take due messages, and
 -- for gate_hold.lua, which holds one bucket.
@@ -72,7 +72,8 @@ files[lua .. "move_due.lua"] = reads({"MSG", "server_now", "lateness_histogram",
                                        "release_key", "PAGES", "PAGE_PREFIX", "bury_unreadable",
                                        "server_us", "gate_parts", "gate_usable", "enter_gate",
                                        "release_gates", "next_release_ms", "GATES",
-                                       "most_releases", "add_entry", "release_share"},
+                                       "most_releases", "add_entry", "release_share",
+                                       "work_clock_us", "worked_us"},
                                      "prelude.lua, helpers.lua and gates.lua")
 files[lua .. "gate_hold.lua"] = reads({"READY", "server_us", "open_bucket", "allowed_at",
                                        "save_bucket"},
@@ -93,7 +94,8 @@ files[lua .. "handover.lua"] = reads({"MSG", "STATS", "parse", "add_entry", "for
                                      "prelude.lua and helpers.lua")
 files[lua .. "handover.lua"].ignore = {"211/unclaim", "211/failed_once", "211/CLAIMER",
                                        "211/ungated"}
-files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "parse", "collect_due", "drop_taken",
+files[lua .. "claim_due.lua"] = reads({"MSG", "server_now", "work_clock_us", "worked_us",
+                                       "parse", "collect_due", "drop_taken",
                                        "head", "INFLIGHT", "CLAIMS", "CLAIMER", "unclaim",
                                        "failed_once", "release_key", "bury_unreadable",
                                        "DEAD", "DEAD_WHY", "server_us", "gate_parts",

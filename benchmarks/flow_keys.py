@@ -12,7 +12,10 @@ Two parts, on one private redis-server:
   the release log (``P:{Q}:fc:log``): the most releases of one key in any 1-s window, and
   the aggregate release rate; from the tasks: the drain rate, and the stream's lateness
   (start minus ETA) in either pass; from SLOWLOG (calls of 0.5 ms or more): the longest
-  move calls (the default, time-sized batches: ``delayq_move_call_budget``).
+  move calls (the default, time-sized batches: ``delayq_move_call_budget``); and the CPU
+  time Redis and the workers (with their movers) used in either pass.
+  ``--redis-own-core`` pins redis-server to one CPU and everything else to the others,
+  as a Redis on a host of its own.
 - **Cost**, calls made one by one at a fixed batch size (``delayq_move_batch_size``, no
   time sizing), each call's Redis time read from ``INFO commandstats`` (the only client):
   calls that take due gated messages into their buckets (stored through the schedule, as

@@ -35,6 +35,7 @@ from kombu import Connection, Queue
 from celery_delayq.brokers.amqp.envelope import destination, envelope
 from celery_delayq.brokers.connect import open_store
 from celery_delayq.cli import delayq
+from celery_delayq.core.handover.claims import CLAIM_HEADER
 from celery_delayq.core.handover.publishing import Outgoing
 from celery_delayq.core.store import Scheduled
 from celery_delayq.testing import (
@@ -441,7 +442,7 @@ def claim(store: Any, queue_name: str, owner: str, lease_ms: int) -> list[Outgoi
         keys=keys.handover_keys(),
         args=[*keys.page_args(), 100, 1 << 20, owner, lease_ms, 5, owner, lease_ms, log],
     )
-    pairs = zip(reply[6::2], reply[7::2])
+    pairs = zip(reply[CLAIM_HEADER::2], reply[CLAIM_HEADER + 1 :: 2])
     return [Outgoing.from_record(key, raw, keys.own_list) for key, raw in pairs]
 
 

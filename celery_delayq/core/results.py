@@ -18,8 +18,9 @@ class MoveResult:
     now_ms: int
     missing: int = 0
     max_lateness_ms: int = 0
-    #: Wall time (s) of the script call whose work grows with the batch, as the client
-    #: timed it (0: not timed); sizes the next batch (batching.py).
+    #: Time (s) the script call whose work grows with the batch kept Redis busy (the
+    #: client's wall time when the script measured nothing; 0: not timed); sizes the
+    #: next batch (batching.py's ``call_time``).
     call_seconds: float = 0.0
     #: How much earlier (ms) than ``now_ms``'s look-ahead the next due instant is to be
     #: moved: a dense instant is moved further ahead (move_due.lua).

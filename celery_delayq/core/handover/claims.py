@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import redis
 
+from ..batching import call_time
 from ..layout.keys import QueueKeys
 from ..layout.queue_counters import LATENESS_BUCKETS_MS
 from ..lua import StoreScripts
@@ -30,6 +31,8 @@ logger = logging.getLogger(__name__)
 #: meanwhile, so one mover at a time publishes a shard's messages, in due order; a
 #: claimer that died is replaced this soon.
 CLAIMER_HOLD_MS = 2_000
+#: The numbers a claim_due.lua reply starts with, before its key, record pairs.
+CLAIM_HEADER = 7
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ class ClaimedBatch:
     next_due: int  # -1: none
     missing: int
     held_for: int  # ms another mover holds the queue shard for (0: it is ours)
-    seconds: float  # how long the claim call took
+    seconds: float  # how long the claim call kept Redis busy (batching.py's call_time)
     messages: list[Outgoing]
     sent: Sent | None = None
 
@@ -179,7 +182,8 @@ class ClaimPublishAck:
             ],
         )
         seconds = time.perf_counter() - started
-        now, next_due, missing, given_back, dead, held_for = (int(value) for value in reply[:6])
+        header = (int(value) for value in reply[:CLAIM_HEADER])
+        now, next_due, missing, given_back, dead, held_for, worked = header
         if given_back:
             logger.warning(
                 "celery-delayq: %d claim(s) of queue %r expired (a mover died or hung after "
@@ -190,8 +194,10 @@ class ClaimPublishAck:
         self._log_dead(queue, dead, "their claims kept expiring")
         log_unreadable(queue, missing)
         messages = [
-            Outgoing.from_record(key, raw, queue.own_list) for key, raw in _pairs(reply[6:])
+            Outgoing.from_record(key, raw, queue.own_list)
+            for key, raw in _pairs(reply[CLAIM_HEADER:])
         ]
+        seconds = call_time(worked, seconds)
         return ClaimedBatch(queue, owner, now, next_due, missing, held_for, seconds, messages)
 
     def _send_pipelined(self, queue: QueueKeys, limit: int) -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 import redis
 
+from ..batching import call_time
 from ..layout.keys import QueueKeys
 from ..layout.queue_counters import LATENESS_BUCKETS_MS
 from ..lua import StoreScripts
@@ -92,14 +93,14 @@ class SameRedisMove:
         moved, next_due, now, missing, max_late, further = reply[:6]
         next_due_ms = None if next_due < 0 else int(next_due)
         log_unreadable(queue, int(missing))
-        used = int(reply[6]) if len(reply) > 6 else None  # none from a paused queue
-        return MoveResult(
+        used, worked = (int(reply[6]), int(reply[7])) if len(reply) > 7 else (None, 0)
+        return MoveResult(  # (a paused queue's reply ends before the batch used)
             int(moved),
             next_due_ms,
             int(now),
             int(missing),
             int(max_late),
-            seconds,
+            call_time(worked, seconds),
             int(further),
             used,
         )

@@ -29,10 +29,13 @@
 --           -1 (none, or the queue is paused), due entries whose record was missing or
 --           unreadable (an unreadable one is dead-lettered with the reason), expired
 --           claims given back, messages dead-lettered, ms until another mover's hold ends
---           (0: the claim was ours to make), then key, record for every claimed message:
+--           (0: the claim was ours to make), how long (us) the call kept Redis busy
+--           (worked_us in helpers.lua; 0: not measured), then key, record for every
+--           claimed message:
 --           the released ones first (they waited in their buckets), then the others in
 --           due order}
 
+local started = work_clock_us()
 local now = server_now()
 local limit, budget, owner = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local lease, most_tries = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -50,11 +53,11 @@ end
 
 -- A paused queue (ops/pause.py's pause_queue: P:{Q}:fc:paused) hands nothing over, due or
 -- gated; claims in flight keep their leases.
-if redis.call('EXISTS', GATES .. 'paused') == 1 then return {now, -1, 0, 0, 0, 0} end
+if redis.call('EXISTS', GATES .. 'paused') == 1 then return {now, -1, 0, 0, 0, 0, 0} end
 
 local holder = redis.call('GET', CLAIMER)
 if holder and holder ~= claimer then
-  return {now, next_due_ms(), 0, 0, 0, math.max(1, redis.call('PTTL', CLAIMER))}
+  return {now, next_due_ms(), 0, 0, 0, math.max(1, redis.call('PTTL', CLAIMER)), 0}
 end
 
 -- Expired claims first: their mover died or hung between claim and ack. The message
@@ -101,7 +104,7 @@ for i = 1, found.n do
   end
 end
 
-local reply = {now, next_due_ms(), missing + #released.bad_key, given_back, dead, 0}
+local reply = {now, next_due_ms(), missing + #released.bad_key, given_back, dead, 0, 0}
 if #claimed > 0 then redis.call('SET', CLAIMER, claimer, 'PX', hold) end
 for i = 1, #claimed, 2 do
   local key = claimed[i]
@@ -110,4 +113,5 @@ for i = 1, #claimed, 2 do
   reply[#reply + 1] = key
   reply[#reply + 1] = claimed[i + 1]
 end
+reply[7] = worked_us(started)
 return reply

@@ -331,6 +331,25 @@ local function server_now()
   return tonumber(time[1]) * 1000 + math.floor(tonumber(time[2]) / 1000)
 end
 
+-- A clock (us) for how long a script keeps Redis busy, which the movers size their
+-- batches by (core/batching.py), free of the client's round trip and its waits: Redis's
+-- own CPU time (os.clock) where scripts have it (Redis 7.2 on, Valkey), else the server's
+-- clock, which runs on within a script there (Redis 6.2 and 7.0). A server that has
+-- neither (TIME frozen within a script, no os.clock) measures 0: the movers then go by
+-- their own timing.
+local os_library = rawget(_G, 'os')
+local cpu_clock = os_library and os_library.clock
+local function work_clock_us()
+  if cpu_clock then return cpu_clock() * 1000000 end
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+
+-- The time (us) a script has kept Redis busy since `started` (work_clock_us).
+local function worked_us(started)
+  return math.floor(work_clock_us() - started)
+end
+
 -- Commands with many arguments, in chunks well below Lua's unpack limit.
 local function call_chunked(command, key, values)
   for i = 1, #values, 1000 do

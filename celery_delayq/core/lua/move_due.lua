@@ -43,10 +43,13 @@
 --           how much further ahead (ms) than this call the next instant is to be moved,
 --           how much of the batch the call used (a release counts as RELEASE_WEIGHT
 --           messages, and as many releases as the batch allows as all of it:
---           release_share in gates.lua; left out when the queue is paused)}
+--           release_share in gates.lua), how long (us) the call kept Redis busy
+--           (worked_us in helpers.lua; 0: not measured); the last two left out when
+--           the queue is paused}
 -- Errors   when a due message's destination holds something other than a list; then
 --          nothing at all was written, and the queue's messages wait for the key to be fixed
 
+local started = work_clock_us()
 local now = server_now()
 local limit, budget, own_list = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
 local ahead, most_lead = tonumber(ARGV[6]), tonumber(ARGV[7])
@@ -189,4 +192,4 @@ if release then release = release + lead end
 if release and (not next_due or release < next_due) then next_due, further = release, 0 end
 return {found.n + released.n + #released.bad_key, next_due or -1, judged, missing,
         lateness.max, further,
-        found.n + missing + release_share(looked_at, limit)}
+        found.n + missing + release_share(looked_at, limit), worked_us(started)}

@@ -20,7 +20,7 @@ from celery_delayq.brokers.amqp.envelope import ETA_HEADER, destination
 from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.brokers.connect import mover_thread, open_store
 from celery_delayq.config.errors import ConfigurationError
-from celery_delayq.core.handover.claims import ClaimPublishAck
+from celery_delayq.core.handover.claims import CLAIM_HEADER, ClaimPublishAck
 from celery_delayq.core.store import Scheduled
 from celery_delayq.ops.api import deliver_all_due
 from celery_delayq.testing import wait_until
@@ -180,7 +180,7 @@ def test_a_claim_whose_mover_died_comes_back_after_its_lease(
             keys=queue.handover_keys(),
             args=[*queue.page_args(), 10, 1 << 20, "pass-1", 200, 5, "dead-mover", 200, 0],
         )
-        assert len(claimed) == 8  # six numbers, then one key and its record
+        assert len(claimed) == CLAIM_HEADER + 2  # the numbers, then one key and its record
         assert store.move_all_due().moved == 0  # claimed: no other mover takes it
 
         claimed_at = int(claimed[0])  # the claim's server time: its lease ends 200 ms on

@@ -22,7 +22,7 @@ from celery_delayq.brokers.common.message import STABLE_ID_HEADER
 from celery_delayq.brokers.connect import open_store
 
 from ...helpers import take_all
-from .muting_proxy import MutingProxy
+from ...muting_proxy import MutingProxy
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(60)]
 

@@ -23,6 +23,8 @@ from celery_delayq.core.results import MoveResult
 from celery_delayq.core.store import DelayedStore, Scheduled
 from celery_delayq.testing import RedisServer, delivered_numbers, schedule_numbered, wait_until
 
+from ...muting_proxy import MutingProxy
+
 pytestmark = pytest.mark.integration
 
 #: Passes a mover may make while messages fall due over 0.2 s: one per minimum
@@ -216,6 +218,29 @@ def test_batches_grow_to_the_batch_size_while_calls_are_within_the_budget(redis_
 
     assert sizes[:5] == [FIRST, 2 * FIRST, 4 * FIRST, 8 * FIRST, 1000]
     assert settled == 1000
+
+
+def test_batches_are_sized_by_the_time_redis_spends_not_by_a_slow_path_to_it(
+    redis_server, redis_client
+):
+    """A move call is timed by its script (lua/helpers.lua's worked_us): a path to Redis
+    that holds every answer back 0.15 s, three times the budget (0.05 s), does not shrink
+    the batches, as it would if the client's wall time were the measure (a busy worker's
+    mover thread waits like that for the interpreter lock); they grow as on a direct
+    connection, Redis's own time per call being far within the budget."""
+    direct = store_on(redis_server.port)
+    schedule_numbered(direct, "q", 1000, direct.server_time_ms() - 1)
+    with MutingProxy(("127.0.0.1", redis_server.port)) as proxy:
+        store = DelayedStore(
+            redis.Redis(port=proxy.port, socket_timeout=10), KeySpace(), 500, move_call_budget=0.05
+        )
+        proxy.delay = 0.15
+        results = [store.move_due("q") for _ in range(2)]
+    assert [r.moved for r in results] == [FIRST, 2 * FIRST]
+    assert all(0 < r.call_seconds < 0.05 for r in results)  # Redis's time, not the path's
+    assert store.batch.size > 2 * FIRST
+    delivered = delivered_numbers(redis_client, "q")
+    assert len(set(delivered)) == len(delivered) == 3 * FIRST  # each moved once
 
 
 def test_without_a_budget_every_batch_is_the_batch_size(redis_client):

@@ -14,6 +14,7 @@ import redis
 
 from celery_delayq.core.batching import FIRST
 from celery_delayq.core.handover import MOVE_BATCH_BYTES
+from celery_delayq.core.handover.claims import CLAIM_HEADER
 from celery_delayq.core.handover.same_redis import SameRedisMove
 from celery_delayq.core.layout.keys import KeySpace, QueueKeys
 from celery_delayq.core.layout.queue_counters import LATENESS_BUCKETS_MS
@@ -245,7 +246,7 @@ def test_a_message_a_mover_holds_for_another_broker_is_left_to_it_by_cancel(redi
     schedule_same_id(store, "q", 30, now + 3_600_000)
     owner, policy = "pass-1", [60_000, 5, "mover-1", 2_000, 0]  # lease, tries, claimer, hold, log
     claim = [*shard.page_args(), 40, MOVE_BATCH_BYTES, owner, *policy]
-    claimed = store.scripts.claim_due(keys=shard.handover_keys(), args=claim)[6::2]
+    claimed = store.scripts.claim_due(keys=shard.handover_keys(), args=claim)[CLAIM_HEADER::2]
     assert len(claimed) == 40
 
     assert store.cancel("same-id") == 110  # all but the claimed ones

@@ -1,13 +1,15 @@
 """A TCP proxy in front of a server whose answers can be cut off: while muted, the
 server's bytes are read and dropped instead of reaching the clients, and every socket
 stays open, as with a broker (or a network path) that accepts a connection and then
-stops answering. What the clients send still reaches the server."""
+stops answering. What the clients send still reaches the server. The answers can also be
+held back a while each (``delay``), as by a slow network path."""
 
 from __future__ import annotations
 
 import contextlib
 import socket
 import threading
+import time
 from types import TracebackType
 from urllib.parse import urlparse, urlunparse
 
@@ -19,6 +21,8 @@ class MutingProxy:
     def __init__(self, upstream: tuple[str, int]) -> None:
         self.upstream = upstream
         self.muted = False
+        #: Seconds each read of the server's answers is held before it is passed on.
+        self.delay = 0.0
         self.accepted = 0
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port: int = self._listener.getsockname()[1]
@@ -73,6 +77,8 @@ class MutingProxy:
         directions end); the server's ``answers`` are dropped while muted."""
         try:
             while data := source.recv(65536):
+                if answers and self.delay:
+                    time.sleep(self.delay)
                 if not (answers and self.muted):
                     sink.sendall(data)
         except OSError:
