@@ -54,6 +54,7 @@ from celery_delayq.testing import RedisServer, wait_until
 
 from .app import RECORD_KEYED_TASK, RECORD_TASK
 from .harness import Run, log
+from .processes import redis_cpu_seconds
 from .report import server_version
 from .runconfig import RunConfig
 from .standalone import option_parser, publish
@@ -206,12 +207,6 @@ class LivePass:
 
     def close(self) -> None:
         self.run.close()
-
-
-def redis_cpu_seconds(client: redis.Redis) -> float:
-    """CPU time (user and system, all its threads) the Redis server has used so far."""
-    cpu = client.info("cpu")
-    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
 
 
 def move_limit(command: bytes) -> int | None:

@@ -33,6 +33,12 @@ def cpu_seconds(process: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
+def redis_cpu_seconds(client: redis.Redis) -> float:
+    """CPU time (user and system, all its threads) a Redis server has used so far."""
+    cpu = client.info("cpu")
+    return float(cpu["used_cpu_user"]) + float(cpu["used_cpu_sys"])
+
+
 class WorkerProcess:
     """One ``celery worker --pool=solo`` subprocess consuming the run's queue.
 

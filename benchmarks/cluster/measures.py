@@ -15,6 +15,7 @@ import redis
 from celery_delayq.brokers.redis.list_publisher import RedisListPublisher
 from celery_delayq.core.store import Scheduled
 
+from ..processes import redis_cpu_seconds
 from .stores import RunningStore, StoreSetup, store_on
 
 QUEUE = "bench"
@@ -94,7 +95,7 @@ def drain(
     store = running.store(publisher)
     store.schedule_many(messages(0, count, store.server_time_ms() - 1))
     cpu_before = _cpu(running)
-    broker_before = _server_cpu(broker)
+    broker_before = redis_cpu_seconds(broker)
     mover_before = time.process_time()
     start = time.perf_counter()
     moved = 0
@@ -105,7 +106,7 @@ def drain(
             raise RuntimeError(f"the mover stalled at {moved} of {count}")
     seconds = time.perf_counter() - start
     mover = time.process_time() - mover_before
-    broker_spent = _server_cpu(broker) - broker_before
+    broker_spent = redis_cpu_seconds(broker) - broker_before
     spent = [after - before for after, before in zip(_cpu(running), cpu_before)]
     publisher.close()
     return {
@@ -115,11 +116,6 @@ def drain(
         "mover_cpu_us": mover / count * 1e6,
         "broker_cpu_us": broker_spent / count * 1e6,
     }
-
-
-def _server_cpu(client: redis.Redis) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
 def _cpu(running: RunningStore) -> Sequence[float]:

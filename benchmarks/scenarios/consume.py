@@ -20,6 +20,7 @@ import redis
 
 from ..app import RECORD_LATE_TASK, RECORD_TASK
 from ..harness import Run, log
+from ..processes import redis_cpu_seconds
 from ..report import MetricSpec, Target
 
 MODES = (("early", RECORD_TASK), ("late", RECORD_LATE_TASK))
@@ -65,13 +66,13 @@ class Consume:
         for mode, task_name in MODES:
             fill(run, task_name, self.tasks)
             run.client.config_resetstat()
-            cpu_before = redis_cpu(run.client)
+            cpu_before = redis_cpu_seconds(run.client)
             (worker,) = run.start_workers(1)
             started = time.monotonic()
             while run.execution_count() < self.tasks:
                 time.sleep(0.02)
             seconds = time.monotonic() - started
-            cpu = redis_cpu(run.client) - cpu_before
+            cpu = redis_cpu_seconds(run.client) - cpu_before
             ran = commands_run(run.client)
             commands = sum(ran.values()) - self.tasks  # each task's own RPUSH left out
             worker.stop()
@@ -103,11 +104,6 @@ def copy_of(template: dict[str, Any]) -> str:
     template["properties"]["correlation_id"] = task_id
     template["properties"]["delivery_tag"] = str(uuid.uuid4())
     return json.dumps(template)
-
-
-def redis_cpu(client: redis.Redis) -> float:
-    info = client.info("cpu")
-    return float(info["used_cpu_sys"]) + float(info["used_cpu_user"])
 
 
 def commands_run(client: redis.Redis) -> dict[str, int]:
