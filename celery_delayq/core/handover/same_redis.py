@@ -93,8 +93,9 @@ class SameRedisMove:
         moved, next_due, now, missing, max_late, further = reply[:6]
         next_due_ms = None if next_due < 0 else int(next_due)
         log_unreadable(queue, int(missing))
+        # a paused queue's reply ends before the batch used and the time worked
         used, worked = (int(reply[6]), int(reply[7])) if len(reply) > 7 else (None, 0)
-        return MoveResult(  # (a paused queue's reply ends before the batch used)
+        return MoveResult(
             int(moved),
             next_due_ms,
             int(now),

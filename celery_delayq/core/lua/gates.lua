@@ -204,7 +204,6 @@ local function index_bucket(b, until_ms, now_ms, fields)
   fields[#fields + 1] = 'indexed'
   fields[#fields + 1] = score
   states[b.name][4 + MOST_RATES] = score  -- as bucket_state keeps it
-  b.indexed = ends
   return ends
 end
 
